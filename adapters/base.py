@@ -1,0 +1,139 @@
+"""The Adapter protocol: what every framework provides to the harness.
+
+The harness (suites/worker.py) owns the timing; an adapter only builds the network from
+the IR, loads the canonical weights, places the seeded batch on the device and hands back
+one callable per measurement plus a ``sync`` that waits for the device. Nothing an
+adapter does in ``prepare`` is timed.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from models.inputs import Batch
+from models.ir import Model
+from models.weights import Weights
+
+MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer")
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+class Unsupported(Exception):
+    """This framework cannot run this case; the message says why (becomes the row's
+    reason with status ``unsupported``)."""
+
+
+class DeviceUnavailable(Exception):
+    """The requested device does not exist here (no GPU visible to the framework)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Process-wide settings, applied before the framework's first operation."""
+
+    device: str            # "cpu" or "gpu"
+    threads: int           # intra-op threads
+    interop_threads: int   # inter-op threads
+
+
+@dataclass(frozen=True)
+class CaseConfig:
+    """Per-case settings."""
+
+    precision: str = "fp32"
+    variant: str = "default"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A small summary of one forward and one gradient pass on the canonical weights and
+    the seeded batch; equal across frameworks up to floating-point tolerance."""
+
+    output_head: tuple[float, ...]
+    output_mean: float
+    output_std: float
+    loss: float | None = None
+    grad_norms: dict[str, float] | None = None
+
+    @staticmethod
+    def from_arrays(output: np.ndarray, loss: float | None = None,
+                    grads: dict[str, np.ndarray] | None = None) -> Fingerprint:
+        flat = np.asarray(output, dtype=np.float64).ravel()
+        norms = None if grads is None else {
+            name: float(np.linalg.norm(np.asarray(g, dtype=np.float64).ravel()))
+            for name, g in sorted(grads.items())}
+        return Fingerprint(tuple(float(v) for v in flat[:8]), float(flat.mean()),
+                           float(flat.std()), None if loss is None else float(loss), norms)
+
+
+@dataclass(frozen=True)
+class Memory:
+    peak_bytes: int | None
+    kind: str               # "allocator" (device allocator's peak) or "rss" (host)
+
+
+@dataclass
+class Prepared(abc.ABC):
+    """A network built, loaded and placed on its device, ready to be timed."""
+
+    extra: dict[str, Any] = field(default_factory=dict)   # recorded in the row's timing
+
+    @abc.abstractmethod
+    def step(self, measure: str) -> Callable[[], Any]:
+        """One iteration of ``measure``; raises ``Unsupported`` with a reason."""
+
+    @abc.abstractmethod
+    def sync(self, handle: Any) -> None:
+        """Wait until the work behind ``handle`` (or all queued work) is done."""
+
+    @abc.abstractmethod
+    def reset_peak_memory(self) -> None: ...
+
+    @abc.abstractmethod
+    def peak_memory(self) -> Memory: ...
+
+    @abc.abstractmethod
+    def fingerprint(self) -> Fingerprint:
+        """Forward output, loss and per-parameter gradient norms (canonical names)."""
+
+    def close(self) -> None:
+        """Release device memory before the next case."""
+
+
+class Adapter(abc.ABC):
+    """One framework. Subclasses are listed in adapters/registry.toml."""
+
+    name: ClassVar[str]
+    # Execution modes this framework offers; "default" maps to the first.
+    variants: ClassVar[dict[str, str]]
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+
+    @abc.abstractmethod
+    def environment(self) -> dict[str, Any]:
+        """framework_version, gpu_model, cuda, cudnn (None where not applicable)."""
+
+    @abc.abstractmethod
+    def prepare(self, model: Model, weights: Weights, batch: Batch,
+                case: CaseConfig) -> Prepared: ...
+
+    @abc.abstractmethod
+    def is_out_of_memory(self, error: BaseException) -> bool: ...
+
+    def resolve_variant(self, variant: str) -> str:
+        if variant == "default":
+            return next(iter(self.variants))
+        if variant not in self.variants:
+            raise Unsupported(f"{self.name} has no variant '{variant}' "
+                              f"(has: {', '.join(self.variants)})")
+        return variant
+
+    def describe(self, case: CaseConfig) -> str:
+        """The execution mode in words, recorded in every row."""
+        return self.variants[self.resolve_variant(case.variant)]

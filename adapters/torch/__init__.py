@@ -1,0 +1,5 @@
+"""PyTorch adapter."""
+
+from adapters.torch.adapter import TorchAdapter
+
+__all__ = ["TorchAdapter"]

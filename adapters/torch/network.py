@@ -1,0 +1,221 @@
+"""The IR realised as a torch ``nn.Module``, with the canonical weights loaded.
+
+Every IR node becomes the standard torch module a hand-written model would use
+(nn.Conv2d, nn.MaxPool2d, nn.BatchNorm2d, nn.LSTM ...), so the adapter runs the same
+kernels as torchvision's models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models import ir
+from models.weights import Weights
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Sequence lengths in the forms the LSTM and the masked mean need, made once."""
+
+    host: torch.Tensor    # int64 on the CPU, for pack_padded_sequence
+    mask: torch.Tensor    # float (N, T) on the device, 1 where a step is valid
+    count: torch.Tensor   # float (N,) on the device
+
+    @staticmethod
+    def of(lengths: np.ndarray, steps: int, device: torch.device) -> Lengths:
+        host = torch.from_numpy(lengths.astype(np.int64))
+        mask = (torch.arange(steps)[None, :] < host[:, None]).float()
+        return Lengths(host, mask.to(device), host.float().to(device))
+
+
+class Sequence(nn.Module):
+    """Runs IR nodes in order; ``lengths`` reaches the LSTM and the masked mean."""
+
+    def __init__(self, layers: list[nn.Module]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor, lengths: Lengths | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, lengths) if isinstance(layer, (LSTMLayer, MaskedMean)) else layer(x)
+        return x
+
+
+class Residual(nn.Module):
+    def __init__(self, body: Sequence, shortcut: Sequence | None):
+        super().__init__()
+        self.body = body
+        self.shortcut = shortcut
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) + (x if self.shortcut is None else self.shortcut(x))
+
+
+class Concat(nn.Module):
+    def __init__(self, branches: list[Sequence]):
+        super().__init__()
+        self.branches = nn.ModuleList(branches)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([branch(x) for branch in self.branches], dim=1)
+
+
+class TiedLinear(nn.Module):
+    """Decoder using the transpose of an encoder's weight (Bahrampour et al. 2016, 4.3)."""
+
+    def __init__(self, encoder: nn.Linear, bias: torch.Tensor | None):
+        super().__init__()
+        self.encoder = [encoder]  # a list, so the encoder is not registered twice
+        self.bias = None if bias is None else nn.Parameter(bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.encoder[0].weight.t(), self.bias)
+
+
+class LSTMLayer(nn.Module):
+    """nn.LSTM over a packed batch: cuDNN's fused kernel on GPU, and steps past each
+    sequence's length are skipped, as the masked LISA Lab LSTM specifies."""
+
+    def __init__(self, node: ir.LSTM, weights: Weights):
+        super().__init__()
+        self.lstm = nn.LSTM(node.input_size, node.hidden_size, batch_first=True)
+        with torch.no_grad():
+            self.lstm.weight_ih_l0.copy_(_tensor(weights[f"{node.name}.w_ih"].T))
+            self.lstm.weight_hh_l0.copy_(_tensor(weights[f"{node.name}.w_hh"].T))
+            self.lstm.bias_ih_l0.copy_(_tensor(weights[f"{node.name}.bias"]))
+            self.lstm.bias_hh_l0.zero_()
+        # The IR has one bias; torch's second one stays zero and untrained.
+        self.lstm.bias_hh_l0.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor, lengths: Lengths | None) -> torch.Tensor:
+        # Packing needs the lengths on the host; a host copy is kept so that no
+        # device-to-host copy happens inside the timed step.
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths.host, batch_first=True,
+                                                   enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                  total_length=x.shape[1])
+        return out
+
+
+class MaskedMean(nn.Module):
+    def forward(self, x: torch.Tensor, lengths: Lengths | None) -> torch.Tensor:
+        return (x * lengths.mask[:, :, None]).sum(1) / lengths.count[:, None]
+
+
+class Flatten(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(x, 1)
+
+
+class GlobalAvgPool(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+
+
+class Builder:
+    """Turns IR nodes into modules and remembers which torch parameter holds each
+    canonical trainable parameter (for gradient fingerprints)."""
+
+    def __init__(self, weights: Weights):
+        self.weights = weights
+        self.linears: dict[str, nn.Linear] = {}
+        self.params: dict[str, nn.Parameter] = {}
+
+    def sequence(self, nodes: tuple[ir.Node, ...]) -> Sequence:
+        return Sequence([self.node(node) for node in nodes])
+
+    def _load(self, param: nn.Parameter, name: str, array: np.ndarray) -> None:
+        with torch.no_grad():
+            param.copy_(_tensor(array))
+        self.params[name] = param
+
+    def node(self, node: ir.Node) -> nn.Module:
+        w = self.weights
+        if isinstance(node, ir.Conv2d):
+            conv = nn.Conv2d(node.in_channels, node.out_channels, node.kernel, node.stride,
+                             node.padding, groups=node.groups, bias=node.bias)
+            self._load(conv.weight, f"{node.name}.weight", w[f"{node.name}.weight"])
+            if node.bias:
+                self._load(conv.bias, f"{node.name}.bias", w[f"{node.name}.bias"])
+            return conv
+        if isinstance(node, ir.Pool2d):
+            if node.kind == "max":
+                return nn.MaxPool2d(node.kernel, node.stride, node.padding,
+                                    ceil_mode=node.ceil_mode)
+            return nn.AvgPool2d(node.kernel, node.stride, 0, ceil_mode=node.ceil_mode)
+        if isinstance(node, ir.GlobalAvgPool):
+            return GlobalAvgPool()
+        if isinstance(node, ir.Activation):
+            # In-place ReLU, as torchvision's models use it.
+            return {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh,
+                    "sigmoid": nn.Sigmoid}[node.kind]()
+        if isinstance(node, ir.LRN):
+            return nn.LocalResponseNorm(node.size, node.alpha, node.beta, node.k)
+        if isinstance(node, ir.BatchNorm):
+            # momentum 0 keeps the running statistics canonical while gradient passes
+            # run in training mode; the update kernel still runs, as in training.
+            bn = nn.BatchNorm2d(node.num_features, eps=node.eps, momentum=0.0)
+            self._load(bn.weight, f"{node.name}.gamma", w[f"{node.name}.gamma"])
+            self._load(bn.bias, f"{node.name}.beta", w[f"{node.name}.beta"])
+            with torch.no_grad():
+                bn.running_mean.copy_(_tensor(w[f"{node.name}.running_mean"]))
+                bn.running_var.copy_(_tensor(w[f"{node.name}.running_var"]))
+            return bn
+        if isinstance(node, ir.Dense):
+            linear = nn.Linear(node.in_features, node.out_features, bias=node.bias)
+            self._load(linear.weight, f"{node.name}.weight", w[f"{node.name}.weight"].T)
+            if node.bias:
+                self._load(linear.bias, f"{node.name}.bias", w[f"{node.name}.bias"])
+            self.linears[node.name] = linear
+            return linear
+        if isinstance(node, ir.TiedDense):
+            bias = _tensor(w[f"{node.name}.bias"]).clone() if node.bias else None
+            tied = TiedLinear(self.linears[node.tied_to], bias)
+            if node.bias:
+                self.params[f"{node.name}.bias"] = tied.bias
+            return tied
+        if isinstance(node, ir.Dropout):
+            return nn.Identity()
+        if isinstance(node, ir.Flatten):
+            return Flatten()
+        if isinstance(node, ir.Residual):
+            shortcut = self.sequence(node.shortcut) if node.shortcut else None
+            return Residual(self.sequence(node.body), shortcut)
+        if isinstance(node, ir.Concat):
+            return Concat([self.sequence(branch) for branch in node.branches])
+        if isinstance(node, ir.Embedding):
+            embedding = nn.Embedding(node.vocab, node.dim)
+            self._load(embedding.weight, f"{node.name}.table", w[f"{node.name}.table"])
+            return embedding
+        if isinstance(node, ir.LSTM):
+            layer = LSTMLayer(node, w)
+            self.params[f"{node.name}.w_ih"] = layer.lstm.weight_ih_l0
+            self.params[f"{node.name}.w_hh"] = layer.lstm.weight_hh_l0
+            self.params[f"{node.name}.bias"] = layer.lstm.bias_ih_l0
+            return layer
+        if isinstance(node, ir.MeanOverTime):
+            return MaskedMean()
+        raise TypeError(f"no torch realisation for {type(node).__name__}")
+
+
+def build(model: ir.Model, weights: Weights) -> tuple[Sequence, Sequence, dict[str, nn.Parameter]]:
+    """(frozen prefix, trainable body, canonical name → body parameter)."""
+    builder = Builder(weights)
+    frozen = builder.sequence(model.frozen)
+    frozen_names = set(builder.params)
+    body = builder.sequence(model.body)
+    for param in frozen.parameters():
+        param.requires_grad_(False)
+    trainable = {name: p for name, p in builder.params.items()
+                 if name not in frozen_names and p.requires_grad}
+    return frozen, body, trainable

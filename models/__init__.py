@@ -1,0 +1,4 @@
+"""Framework-neutral model definitions: the IR, the zoo, analysis, weights and inputs.
+
+This package imports numpy and the standard library only; a test enforces it.
+"""

@@ -1,0 +1,63 @@
+"""Seeded input batches, identical for every adapter.
+
+Token batches follow an IMDB-like length distribution: review lengths in words are about
+log-normal with a median near 174 (IMDB training set, Maas et al. 2011); reviews longer
+than the model's ``max_len`` are dropped, as the LISA Lab tutorial's ``maxlen`` filter
+does, and a batch is padded to its longest review (Bahrampour et al. 2016, 4.4).
+Token id 0 is padding.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.ir import Model
+
+IMDB_MEDIAN_WORDS = 174
+IMDB_LOG_SIGMA = 0.75
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``x``: float32 (N, ...) or int32 tokens (N, T); ``labels``: int32 (N,) for
+    classification; ``lengths``: int32 (N,) for token batches."""
+
+    x: np.ndarray
+    labels: np.ndarray | None = None
+    lengths: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.x.shape[0])
+
+
+def sequence_lengths(rng: np.random.Generator, count: int, max_len: int) -> np.ndarray:
+    scale = IMDB_MEDIAN_WORDS / 100.0 * max_len
+    lengths: list[int] = []
+    while len(lengths) < count:
+        draw = rng.lognormal(np.log(scale), IMDB_LOG_SIGMA, size=4 * count)
+        lengths += [int(round(v)) for v in draw if 1 <= round(v) <= max_len]
+    return np.asarray(lengths[:count], dtype=np.int32)
+
+
+def make_batch(model: Model, batch: int, seed: int = 0) -> Batch:
+    rng = np.random.default_rng([seed, batch, zlib.crc32(model.name.encode())])
+    spec = model.input
+    labels = None
+    if model.loss.kind == "softmax_xent":
+        labels = rng.integers(0, model.loss.classes, size=batch, dtype=np.int32)
+    if spec.kind == "image":
+        x = rng.standard_normal((batch, *spec.shape), dtype=np.float32)
+        return Batch(x, labels)
+    if spec.kind == "vector":
+        # MNIST pixel intensities lie in [0, 1]; the sigmoid decoder targets them.
+        x = rng.uniform(0.0, 1.0, (batch, *spec.shape)).astype(np.float32)
+        return Batch(x, labels)
+    lengths = sequence_lengths(rng, batch, spec.shape[0])
+    steps = int(lengths.max())
+    tokens = rng.integers(1, spec.vocab, size=(batch, steps), dtype=np.int32)
+    tokens[np.arange(steps)[None, :] >= lengths[:, None]] = 0
+    return Batch(tokens, labels, lengths)
