@@ -98,8 +98,22 @@ class Prepared(abc.ABC):
     def peak_memory(self) -> Memory: ...
 
     @abc.abstractmethod
+    def forward_output(self) -> np.ndarray:
+        """The inference output for the seeded batch, as a host array."""
+
+    @abc.abstractmethod
+    def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:
+        """One gradient pass: the loss and each trainable parameter's gradient, keyed by
+        canonical name (any layout: only norms are compared). Raises ``Unsupported``
+        where the framework has no gradients."""
+
     def fingerprint(self) -> Fingerprint:
-        """Forward output, loss and per-parameter gradient norms (canonical names)."""
+        output = self.forward_output()
+        try:
+            loss, grads = self.loss_and_gradients()
+        except Unsupported:
+            return Fingerprint.from_arrays(output)
+        return Fingerprint.from_arrays(output, loss, grads)
 
     def close(self) -> None:
         """Release device memory before the next case."""

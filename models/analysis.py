@@ -40,6 +40,12 @@ class ModelStats:
     flops: int
     layers: tuple[LayerInfo, ...]
     param_specs: tuple[ParamSpec, ...]
+    frozen_params: frozenset[str]   # parameters of the frozen prefix: no gradients
+
+    @property
+    def trainable_names(self) -> set[str]:
+        return {s.name for s in self.param_specs
+                if s.trainable and s.name not in self.frozen_params}
 
 
 def _out_size(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
@@ -94,6 +100,7 @@ class _Analyser:
             flops=sum(layer.flops for layer in self.layers),
             layers=tuple(self.layers),
             param_specs=tuple(self.specs),
+            frozen_params=frozenset(self.frozen_params),
         )
 
     def sequence(self, nodes: tuple[ir.Node, ...], shape: tuple[int, ...]) -> tuple[int, ...]:

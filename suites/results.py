@@ -16,7 +16,9 @@ from typing import Any, Literal
 SCHEMA_VERSION = 1
 
 Status = Literal["ok", "failed", "unsupported", "oom"]
-MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer")
+# Every job also writes a "fingerprint" row: outputs, loss and gradient norms for the
+# cross-framework equivalence check, taken after the timings so first calls stay cold.
+FINGERPRINT = "fingerprint"
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,6 @@ class Settings:
     variant: str                # the framework's execution mode, e.g. "eager", "compile"
     threads: int                # CPU intra-op threads (host threads for a GPU run)
     interop_threads: int
-    layout: str = "NCHW"
     execution: str = ""         # what the variant means for this framework, in words
 
 

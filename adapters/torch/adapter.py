@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from adapters.base import (Adapter, CaseConfig, DeviceUnavailable, Fingerprint, Memory,
+from adapters.base import (Adapter, CaseConfig, DeviceUnavailable, Memory,
                            Prepared, RunConfig, Unsupported)
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.torch.network import Lengths, Sequence, build
@@ -132,13 +132,15 @@ class TorchPrepared(Prepared):
             return Memory(int(torch.cuda.max_memory_allocated(self.device)), "allocator")
         return peak_rss()
 
-    def fingerprint(self) -> Fingerprint:
+    def forward_output(self) -> np.ndarray:
         self.body.eval()
-        output = self._forward().float().cpu().numpy()
+        return self._forward().float().cpu().numpy()
+
+    def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:
         self.body.train()
         loss, grads = self._gradient()
-        named = {name: g.float().cpu().numpy() for name, g in zip(self.params, grads)}
-        return Fingerprint.from_arrays(output, float(loss.detach()), named)
+        return float(loss.detach()), {name: g.float().cpu().numpy()
+                                      for name, g in zip(self.params, grads)}
 
     def close(self) -> None:
         del self.frozen, self.body, self.run_frozen, self.run_body, self.params, self.x

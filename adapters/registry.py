@@ -1,0 +1,39 @@
+"""Reads adapters/registry.toml (data only: importing this module imports no framework)
+and loads an adapter class on demand."""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+REGISTRY_FILE = Path(__file__).with_name("registry.toml")
+
+
+@dataclass(frozen=True)
+class FrameworkEntry:
+    name: str
+    module: str
+    class_name: str
+    devices: tuple[str, ...]
+    variants: tuple[str, ...]       # the first is the default
+    measures: tuple[str, ...]       # measures it can time; others become unsupported rows
+    requirements: dict[str, tuple[str, ...]]   # device -> pinned pip requirements
+    description: str
+
+    def load(self):
+        return getattr(importlib.import_module(self.module), self.class_name)
+
+
+def load_registry(path: Path = REGISTRY_FILE) -> dict[str, FrameworkEntry]:
+    data = tomllib.loads(path.read_text())
+    return {
+        name: FrameworkEntry(
+            name=name, module=entry["module"], class_name=entry["class"],
+            devices=tuple(entry["devices"]), variants=tuple(entry["variants"]),
+            measures=tuple(entry["measures"]),
+            requirements={d: tuple(r) for d, r in entry["requirements"].items()},
+            description=entry.get("description", ""))
+        for name, entry in data.items()
+    }

@@ -1,0 +1,86 @@
+"""dlbench sessions. Framework sessions are generated from adapters/registry.toml.
+
+    nox -s torch_cpu report          # default CPU suite with PyTorch, then the report
+    nox -s torch_cpu -- bahrampour --resume   # another suite, passing runner flags
+    nox -s tests                     # core tests and every framework's conformance kit
+    nox --no-venv -s torch_gpu       # use the frameworks already installed (offline GPU hosts)
+
+Each framework session has its own virtualenv with that framework's pinned packages.
+``--no-venv`` runs a session on the current interpreter and installs nothing, for
+machines with preinstalled CUDA builds and no package index.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+CORE = PROJECT["dependencies"]
+EXTRAS = PROJECT["optional-dependencies"]
+REGISTRY = tomllib.loads((ROOT / "adapters" / "registry.toml").read_text())
+DEFAULT_SUITE = {"cpu": "default-cpu", "gpu": "default-gpu"}
+
+nox.options.sessions = ["torch_cpu", "report"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def install(session: nox.Session, *requirements: str) -> None:
+    """Install unless the session runs without a virtualenv (``--no-venv``)."""
+    if session.venv_backend == "none":
+        session.log("no virtualenv: using the packages already installed")
+        return
+    session.install(*requirements)
+
+
+def make_framework_session(framework: str, device: str, requirements: list[str],
+                           description: str) -> None:
+    def run(session: nox.Session) -> None:
+        install(session, *CORE, *requirements)
+        args = list(session.posargs)
+        suite = args.pop(0) if args and not args[0].startswith("-") else DEFAULT_SUITE[device]
+        session.run("python", "-m", "suites", "run", suite, "--framework", framework,
+                    "--device", device, *args)
+
+    run.__doc__ = f"{description} — {device.upper()}, default suite {DEFAULT_SUITE[device]}."
+    nox.session(name=f"{framework}_{device}")(run)
+
+
+for _name, _entry in REGISTRY.items():
+    for _device in _entry["devices"]:
+        make_framework_session(_name, _device, _entry["requirements"][_device],
+                               _entry.get("description", _name))
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Merge every results file under results/ (or the given directories) into report/."""
+    install(session, *CORE, *EXTRAS["report"])
+    session.run("python", "-m", "reports", *(session.posargs or ["results"]))
+
+
+TEST_TARGETS = ["core", *REGISTRY]
+
+
+@nox.session
+@nox.parametrize("target", TEST_TARGETS, ids=TEST_TARGETS)
+def tests(session: nox.Session, target: str) -> None:
+    """Core tests, or one framework's conformance kit and adapter tests in its own venv."""
+    if target == "core":
+        install(session, *CORE, *EXTRAS["report"], *EXTRAS["test"])
+        session.run("python", "-m", "pytest", "-q", "tests", "--ignore=tests/conformance",
+                    "--ignore=tests/adapters", *session.posargs)
+        return
+    install(session, *CORE, *REGISTRY[target]["requirements"]["cpu"], *EXTRAS["test"])
+    session.run("python", "-m", "pytest", "-q", "tests/conformance",
+                f"tests/adapters/test_{target}.py", f"--framework={target}", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole tree."""
+    install(session, *EXTRAS["lint"])
+    session.run("ruff", "check", ".")

@@ -1,0 +1,201 @@
+"""The runner: expands a suite for one framework and device, starts one worker process
+per thread setting, shows progress, and survives what a case can do to its process.
+
+* ``--resume`` skips every case already in the results file.
+* A worker that dies (a segfault, the kernel's OOM killer) leaves a ``failed`` row for the
+  measurements it had in flight; the runner starts a new worker for the rest.
+* Ctrl-C stops at once; every finished row is already on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from adapters.registry import FrameworkEntry, load_registry
+from suites.environment import physical_cores, usable_cpus
+from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings
+from suites.spec import Job, SuiteError, _suggest, expand, load_suite, resolve_suite_path
+from suites.worker import EVENT_PREFIX, Plan
+
+console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    suite: str
+    framework: str
+    device: str
+    out: Path
+    resume: bool = False
+    seed: int = 0
+
+
+def results_path(out: Path, suite: str, framework: str, device: str) -> Path:
+    return out / suite / platform.node() / f"{framework}_{device}.jsonl"
+
+
+def case_key(suite: str, framework: str, device: str, job: Job, measure: str) -> CaseKey:
+    return CaseKey(suite, job.model, job.batch, measure,
+                   Settings(framework, device, job.precision, job.variant, job.threads,
+                            job.interop_threads))
+
+
+def framework_entry(name: str, device: str) -> FrameworkEntry:
+    registry = load_registry()
+    if name not in registry:
+        raise SuiteError(f"unknown framework '{name}'{_suggest(name, registry)}; "
+                         f"frameworks: {', '.join(registry)}")
+    entry = registry[name]
+    if device not in entry.devices:
+        raise SuiteError(f"{name} has no '{device}' device (has: {', '.join(entry.devices)})")
+    return entry
+
+
+def plan_jobs(request: RunRequest) -> tuple[str, Path, list[Job], dict]:
+    """Validate everything and return the suite name, results path, jobs and timer."""
+    entry = framework_entry(request.framework, request.device)
+    suite = load_suite(resolve_suite_path(request.suite), load_registry())
+    jobs = expand(suite, entry, request.device, usable_cpus(), physical_cores())
+    if not jobs:
+        raise SuiteError(f"suite '{suite.name}' has no cases for {entry.name} on {request.device}")
+    default_variant = entry.variants[0]
+    jobs = [Job(**{**asdict(j), "variant": default_variant if j.variant == "default" else j.variant})
+            for j in jobs]
+    path = results_path(request.out, suite.name, entry.name, request.device)
+    return suite.name, path, jobs, asdict(suite.timer)
+
+
+class Runner:
+    def __init__(self, request: RunRequest):
+        self.request = request
+        self.suite, self.path, jobs, self.timer = plan_jobs(request)
+        self.results = ResultsFile(self.path)
+        done = self.results.finished_case_ids() if request.resume else set()
+        self.pending: list[tuple[Job, list[str]]] = []
+        for job in jobs:
+            names = [m for m in (*job.measures, FINGERPRINT)
+                     if self.key(job, m).id() not in done]
+            if names:
+                self.pending.append((job, names))
+        self.skipped = sum(len(j.measures) + 1 for j in jobs) - self.total
+        self.statuses: dict[str, int] = defaultdict(int)
+        self.log_path = self.path.with_suffix(".log")
+
+    @property
+    def total(self) -> int:
+        return sum(len(names) for _, names in self.pending)
+
+    def key(self, job: Job, measure: str) -> CaseKey:
+        return case_key(self.suite, self.request.framework, self.request.device, job, measure)
+
+    def run(self) -> int:
+        console.print(f"[bold]{self.suite}[/] · {self.request.framework} on "
+                      f"{self.request.device} · {self.total} measurements"
+                      + (f" ({self.skipped} already done)" if self.skipped else "")
+                      + f" → {self.path}")
+        by_threads: dict[int, list[tuple[Job, list[str]]]] = defaultdict(list)
+        for job, names in self.pending:
+            by_threads[job.threads].append((job, names))
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("starting", total=self.total)
+            try:
+                for threads, items in by_threads.items():
+                    code = self.run_group(threads, items, progress, task)
+                    if code:
+                        return code
+            except KeyboardInterrupt:
+                progress.stop()
+                console.print(f"[yellow]interrupted[/]: finished rows are in {self.path}; "
+                              f"run again with --resume to complete the rest")
+                return 130
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items()))
+        console.print(f"done: {counts or 'nothing to do'} → {self.path}")
+        return 0
+
+    def run_group(self, threads: int, items, progress, task) -> int:
+        remaining = list(items)
+        while remaining:
+            plan = Plan(self.suite, self.request.framework, self.request.device, threads,
+                        remaining[0][0].interop_threads, str(self.path), self.request.seed,
+                        self.timer,
+                        [{**asdict(job), "pending": names} for job, names in remaining])
+            finished, code, fatal = self.run_worker(plan, progress, task)
+            if fatal:
+                console.print(f"[red]error[/]: {fatal}")
+                return 2
+            if code == 130:
+                raise KeyboardInterrupt
+            remaining = [(job, [n for n in names if self.key(job, n).id() not in finished])
+                         for job, names in remaining]
+            remaining = [(job, names) for job, names in remaining if names]
+            if code != 0 and remaining:
+                # The worker died inside the first unfinished job: record that, go on.
+                job, names = remaining.pop(0)
+                reason = f"worker process died (exit code {code}); see {self.log_path}"
+                for name in names:
+                    self.results.append(Row(self.key(job, name), "failed", reason))
+                    self.statuses["failed"] += 1
+                    progress.advance(task)
+                console.print(f"[red]failed[/] {job.model} b{job.batch}: {reason}")
+        return 0
+
+    def run_worker(self, plan: Plan, progress, task) -> tuple[set[str], int, str | None]:
+        finished: set[str] = set()
+        fatal = None
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+            plan_file = Path(handle.name)
+        plan.to_file(plan_file)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self.log_path.open("a") as log:
+                proc = subprocess.Popen([sys.executable, "-m", "suites.worker", str(plan_file)],
+                                        stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+                                        cwd=Path(__file__).resolve().parent.parent)
+                try:
+                    for line in proc.stdout:
+                        if not line.startswith(EVENT_PREFIX):
+                            log.write(line)
+                            continue
+                        event = json.loads(line[len(EVENT_PREFIX):])
+                        if "fatal" in event:
+                            fatal = event["fatal"]
+                        elif "job" in event:
+                            progress.update(task, description=event["job"])
+                        else:
+                            finished.add(event["case_id"])
+                            self.report(event, progress)
+                            progress.advance(task)
+                    code = proc.wait()
+                except KeyboardInterrupt:
+                    try:
+                        proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                    raise
+        finally:
+            plan_file.unlink(missing_ok=True)
+        return finished, code, fatal
+
+    def report(self, event: dict, progress) -> None:
+        status = event["status"]
+        self.statuses[status] += 1
+        case = event["case_id"].split("/", 1)[1]
+        if status != "ok":
+            progress.console.print(f"[yellow]{status}[/] {case}: {event['reason']}")
+        elif event.get("median_ms") is not None:
+            flag = " [yellow](unstable)[/]" if event.get("unstable") else ""
+            progress.console.print(f"ok {case}: {event['median_ms']:.3f} ms{flag}")

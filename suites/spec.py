@@ -1,0 +1,228 @@
+"""Suite files: parsing, validation and expansion into jobs.
+
+A suite is TOML::
+
+    name = "default-cpu"
+    description = "..."
+    [timer]                 # optional overrides of suites.timer.TimerSettings
+    budget_s = 3.0
+    [[cases]]               # each table is a cross product
+    models = ["lenet", "resnet50"]
+    batches = [16]
+    measures = ["forward", "gradient"]
+    devices = ["cpu"]       # optional, default both
+    threads = ["all"]       # ints, "all" (usable logical CPUs) or "physical"
+    interop_threads = 1     # optional
+    precisions = ["fp32"]   # optional
+    variants = ["default"]  # optional; "default" is each framework's standard fast path
+    frameworks = ["torch"]  # optional filter
+
+Everything is checked before anything runs: unknown keys (with a suggestion), wrong
+types, unknown models, impossible shapes and batches all raise ``SuiteError`` with one
+line naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from adapters.base import MEASURES, PRECISIONS
+from adapters.registry import FrameworkEntry
+from models.analysis import ModelError, analyse
+from models.zoo import UnknownModel, get_model
+from suites.timer import TimerSettings
+
+SUITES_DIR = Path(__file__).parent
+DEVICES = ("cpu", "gpu")
+MAX_BATCH = 1 << 20
+
+
+class SuiteError(ValueError):
+    """A suite file or argument that cannot run; the message is one line."""
+
+
+@dataclass(frozen=True)
+class CaseGroup:
+    models: tuple[str, ...]
+    batches: tuple[int, ...]
+    measures: tuple[str, ...]
+    devices: tuple[str, ...] = DEVICES
+    threads: tuple[int | str, ...] = ("all",)
+    interop_threads: int = 1
+    precisions: tuple[str, ...] = ("fp32",)
+    variants: tuple[str, ...] = ("default",)
+    frameworks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    path: Path
+    timer: TimerSettings
+    groups: tuple[CaseGroup, ...]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One build of one model: its measures are timed back to back on that build."""
+
+    model: str
+    batch: int
+    device: str
+    threads: int
+    interop_threads: int
+    precision: str
+    variant: str
+    measures: tuple[str, ...]
+
+
+def _suggest(word: str, options) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _check_keys(where: str, table: dict[str, Any], allowed: list[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise SuiteError(f"{where}: unknown key '{key}'{_suggest(key, allowed)}")
+
+
+def _list_of(where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> tuple:
+    if not isinstance(value, list) or not value:
+        raise SuiteError(f"{where}: '{key}' must be a non-empty list, got {value!r}")
+    for item in value:
+        if not isinstance(item, kind) or isinstance(item, bool):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise SuiteError(f"{where}: '{key}' holds {item!r}, which is not {names}")
+    return tuple(value)
+
+
+def _one_of(where: str, key: str, values: tuple, allowed) -> None:
+    for value in values:
+        if value not in allowed:
+            raise SuiteError(f"{where}: {key} '{value}' is not one of "
+                             f"{', '.join(map(str, allowed))}{_suggest(str(value), allowed)}")
+
+
+def check_batch(where: str, batch: Any) -> int:
+    if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= MAX_BATCH:
+        raise SuiteError(f"{where}: impossible batch {batch!r} (need an integer "
+                         f"from 1 to {MAX_BATCH})")
+    return batch
+
+
+def check_model(where: str, name: str) -> None:
+    try:
+        analyse(get_model(name))
+    except (UnknownModel, ModelError) as error:
+        raise SuiteError(f"{where}: {error}") from None
+
+
+def _group(where: str, table: dict[str, Any], registry: dict[str, FrameworkEntry]) -> CaseGroup:
+    allowed = [f.name for f in fields(CaseGroup)]
+    _check_keys(where, table, allowed)
+    for key in ("models", "batches", "measures"):
+        if key not in table:
+            raise SuiteError(f"{where}: missing key '{key}'")
+    models = _list_of(where, "models", table["models"], str)
+    for model in models:
+        check_model(where, model)
+    batches = tuple(check_batch(where, b) for b in _list_of(where, "batches", table["batches"], int))
+    measures = _list_of(where, "measures", table["measures"], str)
+    _one_of(where, "measure", measures, MEASURES)
+    devices = _list_of(where, "devices", table.get("devices", list(DEVICES)), str)
+    _one_of(where, "device", devices, DEVICES)
+    threads = _list_of(where, "threads", table.get("threads", ["all"]), (int, str))
+    for value in threads:
+        if isinstance(value, str) and value not in ("all", "physical") or \
+                isinstance(value, int) and value < 1:
+            raise SuiteError(f"{where}: threads {value!r} must be a positive integer, "
+                             f"'all' or 'physical'")
+    interop = table.get("interop_threads", 1)
+    if not isinstance(interop, int) or isinstance(interop, bool) or interop < 1:
+        raise SuiteError(f"{where}: 'interop_threads' must be a positive integer, got {interop!r}")
+    precisions = _list_of(where, "precisions", table.get("precisions", ["fp32"]), str)
+    _one_of(where, "precision", precisions, PRECISIONS)
+    frameworks = _list_of(where, "frameworks", table["frameworks"], str) \
+        if "frameworks" in table else ()
+    _one_of(where, "framework", frameworks, registry)
+    variants = _list_of(where, "variants", table.get("variants", ["default"]), str)
+    known = {"default"} | {v for entry in registry.values() for v in entry.variants}
+    _one_of(where, "variant", variants, sorted(known))
+    return CaseGroup(models, batches, measures, devices, threads, interop, precisions,
+                     variants, frameworks)
+
+
+def load_suite(path: Path, registry: dict[str, FrameworkEntry]) -> Suite:
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SuiteError(f"{where}: no such suite file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SuiteError(f"{where}: malformed TOML: {error}") from None
+    _check_keys(where, data, ["name", "description", "timer", "cases"])
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+        raise SuiteError(f"{where}: 'name' must be letters, digits, '-' or '_', got {name!r}")
+    timer_table = data.get("timer", {})
+    if not isinstance(timer_table, dict):
+        raise SuiteError(f"{where}: [timer] must be a table")
+    timer_fields = {f.name: f.type for f in fields(TimerSettings)}
+    _check_keys(f"{where} [timer]", timer_table, list(timer_fields))
+    for key, value in timer_table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
+                timer_fields[key] == "int" and not isinstance(value, int):
+            raise SuiteError(f"{where} [timer]: '{key}' must be a non-negative "
+                             f"{timer_fields[key]}, got {value!r}")
+    cases = data.get("cases")
+    if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) for c in cases):
+        raise SuiteError(f"{where}: needs at least one [[cases]] table")
+    groups = tuple(_group(f"{where} cases[{i}]", table, registry) for i, table in enumerate(cases))
+    return Suite(name, str(data.get("description", "")), path, TimerSettings(**timer_table),
+                 groups)
+
+
+def resolve_suite_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    candidate = SUITES_DIR / f"{name_or_path}.toml"
+    if candidate.exists():
+        return candidate
+    known = sorted(p.stem for p in SUITES_DIR.glob("*.toml"))
+    raise SuiteError(f"unknown suite '{name_or_path}'{_suggest(name_or_path, known)}; "
+                     f"suites: {', '.join(known)}")
+
+
+def resolve_threads(value: int | str, usable: int, physical: int) -> int:
+    if value == "all":
+        return usable
+    if value == "physical":
+        return min(physical, usable)
+    return int(value)
+
+
+def expand(suite: Suite, framework: FrameworkEntry, device: str, usable_cpus: int,
+           physical_cores: int) -> list[Job]:
+    """The jobs this framework runs on this device, in suite order."""
+    jobs: list[Job] = []
+    for group in suite.groups:
+        if device not in group.devices or group.frameworks and framework.name not in group.frameworks:
+            continue
+        thread_counts = [resolve_threads(t, usable_cpus, physical_cores) for t in group.threads] \
+            if device == "cpu" else [usable_cpus]
+        for threads in dict.fromkeys(thread_counts):
+            for model in group.models:
+                for batch in group.batches:
+                    for precision in group.precisions:
+                        for variant in group.variants:
+                            jobs.append(Job(model, batch, device, threads,
+                                            group.interop_threads, precision, variant,
+                                            group.measures))
+    return jobs

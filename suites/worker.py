@@ -1,0 +1,191 @@
+"""The worker: runs one framework's jobs for one (device, threads) setting in its own
+process, so thread settings that must precede the framework's first operation, CPU
+affinity and crashes stay contained. ``python -m suites.worker PLAN.json``.
+
+Each finished measurement is appended to the results file at once, then announced on
+stdout as an event line for the runner's progress display.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from suites.environment import host_environment, limit_cpus
+from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings, timing_fields
+
+EVENT_PREFIX = "@@dlbench "
+
+
+@dataclass(frozen=True)
+class Plan:
+    suite: str
+    framework: str
+    device: str
+    threads: int
+    interop_threads: int
+    results: str
+    seed: int
+    timer: dict[str, Any]
+    jobs: list[dict[str, Any]]      # suites.spec.Job fields plus "pending": [measures]
+
+    def to_file(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)))
+
+    @staticmethod
+    def from_file(path: Path) -> Plan:
+        return Plan(**json.loads(path.read_text()))
+
+
+def emit(event: dict[str, Any]) -> None:
+    print(EVENT_PREFIX + json.dumps(event), flush=True)
+
+
+def one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return f"{type(error).__name__}: {text}"[:500]
+
+
+class Worker:
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.affinity = limit_cpus(plan.threads) if plan.device == "cpu" else []
+        # Imported only now: the affinity mask must be in place before a framework starts.
+        from adapters.base import RunConfig
+        from adapters.registry import load_registry
+        from suites.timer import TimerSettings
+
+        self.entry = load_registry()[plan.framework]
+        self.adapter = self.entry.load()(RunConfig(plan.device, plan.threads, plan.interop_threads))
+        self.env = {**host_environment(plan.threads, self.affinity), **self.adapter.environment()}
+        self.timer = TimerSettings(**plan.timer)
+        self.results = ResultsFile(Path(plan.results))
+
+    def write(self, key: CaseKey, status: str, reason: str = "", started: float = 0.0,
+              **fields: Any) -> None:
+        row = Row(key=key, status=status, reason=reason, env=self.env,
+                  started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  wall_s=round(time.perf_counter() - started, 3) if started else 0.0, **fields)
+        self.results.append(row)
+        timing = fields.get("timing") or {}
+        emit({"case_id": key.id(), "status": status, "reason": reason,
+              "median_ms": timing.get("median_ms"), "unstable": timing.get("unstable")})
+
+    def run_job(self, job: dict[str, Any]) -> None:
+        from adapters.base import CaseConfig, Unsupported
+        from models.analysis import analyse
+        from models.inputs import make_batch
+        from models.weights import canonical_weights
+        from models.zoo import get_model
+        from suites.timer import measure
+
+        case = CaseConfig(job["precision"], job["variant"])
+        settings = Settings(self.plan.framework, self.plan.device, job["precision"],
+                            job["variant"], self.plan.threads, self.plan.interop_threads)
+        model = get_model(job["model"])
+        stats = analyse(model)
+        info = {"family": model.family, "params": stats.params,
+                "trainable_params": stats.trainable_params,
+                "flops_per_example": stats.flops, "input_shape": list(stats.input_shape)}
+
+        def key(measure_name: str) -> CaseKey:
+            return CaseKey(self.plan.suite, job["model"], job["batch"], measure_name, settings)
+
+        pending = list(job["pending"])
+        emit({"job": f"{job['model']} b{job['batch']} {job['precision']} {job['variant']}"})
+        started = time.perf_counter()
+        prepared = None
+        try:
+            settings = Settings(**{**asdict(settings),
+                                   "execution": self.adapter.describe(case)})
+            weights = canonical_weights(model, self.plan.seed)
+            batch = make_batch(model, job["batch"], self.plan.seed)
+            if batch.lengths is not None:
+                info["seq_len"] = int(batch.x.shape[1])
+            prepared = self.adapter.prepare(model, weights, batch, case)
+            del weights
+        except BaseException as error:  # the whole job fails the same way
+            if isinstance(error, KeyboardInterrupt):
+                raise
+            status, reason = self.classify(error, Unsupported)
+            for name in pending:
+                self.write(key(name), status, reason, started, model_info=info)
+            return
+        try:
+            for name in pending:
+                started = time.perf_counter()
+                if name == FINGERPRINT:
+                    self.fingerprint_row(prepared, key(name), info, started, Unsupported)
+                    continue
+                if name not in self.entry.measures:
+                    self.write(key(name), "unsupported",
+                               f"{self.plan.framework} does not time '{name}'", started,
+                               model_info=info)
+                    continue
+                try:
+                    step = prepared.step(name)
+                    prepared.reset_peak_memory()
+                    timing = measure(step, prepared.sync, self.timer)
+                    memory = prepared.peak_memory()
+                    fields = timing_fields(timing)
+                    fields.update(prepared.extra)
+                    self.write(key(name), "ok", "", started, timing=fields,
+                               memory=asdict(memory), model_info=info)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as error:
+                    status, reason = self.classify(error, Unsupported)
+                    self.write(key(name), status, reason, started, model_info=info)
+        finally:
+            prepared.close()
+            del prepared
+            gc.collect()
+
+    def fingerprint_row(self, prepared, case_key: CaseKey, info, started, unsupported) -> None:
+        try:
+            fingerprint = prepared.fingerprint()
+            self.write(case_key, "ok", "", started, fingerprint=asdict(fingerprint),
+                       model_info=info)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:
+            status, reason = self.classify(error, unsupported)
+            self.write(case_key, status, reason, started, model_info=info)
+
+    def classify(self, error: BaseException, unsupported: type) -> tuple[str, str]:
+        if isinstance(error, unsupported):
+            return "unsupported", str(error)
+        if self.adapter.is_out_of_memory(error):
+            return "oom", one_line(error)
+        traceback.print_exc(file=sys.stderr)
+        return "failed", one_line(error)
+
+    def run(self) -> None:
+        for job in self.plan.jobs:
+            self.run_job(job)
+
+
+def main(argv: list[str]) -> int:
+    plan = Plan.from_file(Path(argv[0]))
+    try:
+        Worker(plan).run()
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # the adapter could not start: no device, no framework
+        from adapters.base import DeviceUnavailable
+        if isinstance(error, (DeviceUnavailable, ImportError)):
+            emit({"fatal": one_line(error)})
+            return 3
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

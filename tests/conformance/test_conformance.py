@@ -1,0 +1,127 @@
+"""The adapter conformance kit: every adapter, in its own session, realises every tiny
+model of the zoo so that the canonical weights and the seeded batch give
+
+* the forward output of the independent numpy reference (tests/reference_numpy.py),
+  within fp32 tolerance (rtol 1e-4);
+* the loss and per-parameter gradient norms of tests/goldens/gradients.json, which at
+  least two frameworks agree on (a golden agreed by one framework only is provisional).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adapters.base import CaseConfig, Unsupported
+from models.analysis import analyse
+from models.inputs import make_batch
+from models.weights import canonical_weights
+from models.zoo import TINY, get_model
+from tests import reference_numpy
+from tests.conformance import goldens
+
+TINY_MODELS = list(TINY)
+
+
+@pytest.fixture(scope="module")
+def gradient_goldens():
+    return goldens.load()["models"]
+
+
+def prepare(adapter, name: str, case: CaseConfig | None = None):
+    model = get_model(name)
+    weights = canonical_weights(model)
+    batch = make_batch(model, goldens.BATCH)
+    return model, weights, batch, adapter.prepare(model, weights, batch, case or CaseConfig())
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_forward_matches_numpy_reference(adapter, name):
+    model, weights, batch, prepared = prepare(adapter, name)
+    try:
+        output = prepared.forward_output()
+    finally:
+        prepared.close()
+    expected = reference_numpy.forward(model, weights, batch, train=False)
+    assert output.shape == expected.shape
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4 * scale,
+                               err_msg=f"{name}: forward differs from the numpy reference")
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_gradients_match_goldens(adapter, entry, gradient_goldens, name):
+    if "gradient" not in entry.measures:
+        pytest.skip(f"{entry.name} computes no gradients")
+    model, weights, batch, prepared = prepare(adapter, name)
+    try:
+        loss, grads = prepared.loss_and_gradients()
+    finally:
+        prepared.close()
+    # The loss itself is checked against the numpy reference, independently of goldens.
+    expected_loss = reference_numpy.loss(model, weights, batch, train=True)
+    assert np.isclose(loss, expected_loss, rtol=1e-4, atol=1e-6), (loss, expected_loss)
+    # Exactly the body's trainable parameters: no frozen encoder, no BN statistics.
+    assert set(grads) == analyse(model).trainable_names
+    norms = {n: float(np.linalg.norm(np.asarray(g, dtype=np.float64))) for n, g in grads.items()}
+    assert all(np.isfinite(v) and v > 0 for v in norms.values()), norms
+    golden = gradient_goldens.get(name)
+    if golden is None:
+        pytest.fail(f"no gradient golden for {name}: run python -m tests.conformance.goldens")
+    difference = goldens.agree(golden, loss, norms)
+    assert difference is None, f"{name}: {difference} (golden agreed by {golden['agreed_by']})"
+
+
+def test_gradient_goldens_cover_every_tiny_model(gradient_goldens):
+    assert set(gradient_goldens) == set(TINY_MODELS)
+
+
+def test_frozen_prefix_gets_no_gradient(adapter, entry):
+    if "gradient" not in entry.measures:
+        pytest.skip(f"{entry.name} computes no gradients")
+    _, _, _, prepared = prepare(adapter, "sae_tiny_ae2")
+    try:
+        _, grads = prepared.loss_and_gradients()
+    finally:
+        prepared.close()
+    # AE2 trains enc2 and its tied decoder's bias; enc1 is frozen (Bahrampour 4.3).
+    assert set(grads) == {"enc2.weight", "enc2.bias", "dec2.bias"}
+
+
+def test_variants_match_registry(adapter, entry):
+    assert tuple(adapter.variants) == entry.variants
+
+
+def test_unknown_variant_is_unsupported(adapter):
+    with pytest.raises(Unsupported, match="no variant"):
+        prepare(adapter, "lenet_tiny", CaseConfig("fp32", "no_such_variant"))
+
+
+def test_environment_names_the_framework_version(adapter):
+    env = adapter.environment()
+    assert env["framework_version"]
+    assert env["gpu_model"] is None  # the kit runs on the CPU
+
+
+@pytest.mark.parametrize("measure", ["forward", "gradient"])
+def test_steps_run_and_sync(adapter, entry, measure):
+    if measure not in entry.measures:
+        pytest.skip(f"{entry.name} does not time {measure}")
+    _, _, _, prepared = prepare(adapter, "resnet_tiny")
+    try:
+        step = prepared.step(measure)
+        prepared.sync(step())
+        prepared.sync(None)
+    finally:
+        prepared.close()
+
+
+def test_single_layer_measures_refuse_networks(adapter, entry):
+    if "grad_input" not in entry.measures:
+        pytest.skip(f"{entry.name} does not time grad_input")
+    _, _, _, prepared = prepare(adapter, "lenet_tiny")
+    try:
+        with pytest.raises(Unsupported):
+            prepared.step("grad_input")
+    finally:
+        prepared.close()
