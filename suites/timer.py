@@ -86,11 +86,13 @@ def measure(run: Callable[[], Any], sync: Callable[[Any], None],
     first_call = clock() - start
 
     estimate = first_call
+    spent = first_call
     for _ in range(settings.warmup):
         start = clock()
         sync(run())
         estimate = clock() - start
-        if first_call + estimate > settings.budget_s:
+        spent += estimate
+        if spent > settings.budget_s:
             break  # a very slow case: its warm-up already spent the budget
 
     inner = max(1, math.ceil(settings.min_block_s / max(estimate, 1e-9)))

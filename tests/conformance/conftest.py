@@ -9,11 +9,6 @@ from adapters.base import CaseConfig, RunConfig
 from adapters.registry import load_registry
 
 
-def pytest_addoption(parser):
-    parser.addoption("--framework", action="store", default="torch",
-                     help="adapter under test (a name from adapters/registry.toml)")
-
-
 @pytest.fixture(scope="session")
 def framework(request) -> str:
     return request.config.getoption("--framework")

@@ -1,0 +1,149 @@
+"""PyTorch-specific checks: settings really reach torch, variants behave, threads scale."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from adapters.base import CaseConfig, RunConfig, Unsupported
+from adapters.torch import TorchAdapter
+from models.inputs import make_batch
+from models.weights import canonical_weights
+from models.zoo import get_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    return TorchAdapter(RunConfig("cpu", threads=2, interop_threads=1))
+
+
+def prepare(adapter, name, precision="fp32", variant="default", batch=4):
+    model = get_model(name)
+    return adapter.prepare(model, canonical_weights(model), make_batch(model, batch),
+                           CaseConfig(precision, variant))
+
+
+def test_fp32_is_strict(adapter):
+    prepare(adapter, "lenet_tiny").close()
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.allow_tf32 is False
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
+@pytest.mark.parametrize("precision, variant, reason", [
+    ("tf32", "default", "GPU tensor-core mode"),
+    ("fp32", "no_cudnn", "cuDNN exists on GPU only"),
+])
+def test_gpu_only_settings_are_unsupported_on_cpu(adapter, precision, variant, reason):
+    with pytest.raises(Unsupported, match=reason):
+        prepare(adapter, "lenet_tiny", precision, variant)
+
+
+def test_channels_last_needs_images(adapter):
+    with pytest.raises(Unsupported, match="channels-last"):
+        prepare(adapter, "lstm_tiny", variant="channels_last")
+    prepared = prepare(adapter, "resnet_tiny", variant="channels_last")
+    assert prepared.x.is_contiguous(memory_format=torch.channels_last)
+    prepared.close()
+
+
+def test_variants_compute_the_same_function(adapter):
+    reference = prepare(adapter, "resnet_tiny")
+    expected = reference.forward_output()
+    reference.close()
+    for variant in ("channels_last", "compile"):
+        prepared = prepare(adapter, "resnet_tiny", variant=variant)
+        np.testing.assert_allclose(prepared.forward_output(), expected, rtol=1e-4, atol=1e-5)
+        prepared.close()
+
+
+def test_bf16_runs_in_bfloat16_and_stays_close(adapter):
+    fp32 = prepare(adapter, "lenet_tiny")
+    bf16 = prepare(adapter, "lenet_tiny", precision="bf16")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert bf16.run_body(bf16.x).dtype == torch.bfloat16
+    a, b = fp32.forward_output(), bf16.forward_output()
+    assert not np.array_equal(a, b)                     # it really is another precision
+    np.testing.assert_allclose(b, a, rtol=0.1, atol=0.1 * np.abs(a).max())
+
+
+def test_grad_input_and_grad_weight_are_separate_kernels(adapter):
+    prepared = prepare(adapter, "conv_tiny")
+    grad_x = prepared.step("grad_input")()
+    grad_w = prepared.step("grad_weight")()
+    assert len(grad_x) == 1 and grad_x[0].shape == prepared.x.shape
+    assert [g.shape for g in grad_w] == [p.shape for p in prepared.params.values()]
+    prepared.close()
+
+
+def test_batch_norm_statistics_do_not_drift_during_gradient_passes(adapter):
+    prepared = prepare(adapter, "resnet_tiny")
+    before = prepared.forward_output()
+    step = prepared.step("gradient")
+    for _ in range(3):
+        step()
+    np.testing.assert_array_equal(prepared.forward_output(), before)
+    prepared.close()
+
+
+def test_out_of_memory_errors_are_recognised(adapter):
+    assert adapter.is_out_of_memory(MemoryError())
+    assert adapter.is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
+    assert not adapter.is_out_of_memory(RuntimeError("shape mismatch"))
+
+
+PROBE = """
+import json, os, sys
+from suites.environment import limit_cpus
+threads = int(sys.argv[1])
+limit_cpus(threads)
+from adapters.base import CaseConfig, RunConfig
+from adapters.torch import TorchAdapter
+from models.inputs import make_batch
+from models.weights import canonical_weights
+from models.zoo import get_model
+import torch
+
+def cpu_ticks_per_thread():
+    ticks = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks
+
+adapter = TorchAdapter(RunConfig("cpu", threads, 1))
+model = get_model("conv_l5")
+prepared = adapter.prepare(model, canonical_weights(model), make_batch(model, 8), CaseConfig())
+step = prepared.step("gradient")
+step()
+before = cpu_ticks_per_thread()
+for _ in range(10):
+    step()
+after = cpu_ticks_per_thread()
+deltas = [after[t] - before.get(t, 0) for t in after]
+busy = [d for d in deltas if d > 0.2 * max(deltas)]
+print(json.dumps({"threads": torch.get_num_threads(), "busy_threads": len(busy),
+                  "cpus": len(os.sched_getaffinity(0))}))
+"""
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_thread_count_really_changes_cpu_use():
+    results = {}
+    for threads in (1, 2):
+        out = subprocess.run([sys.executable, "-c", PROBE, str(threads)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=600, check=True).stdout
+        results[threads] = json.loads(out.strip().splitlines()[-1])
+    # Structural, not a speed bound: count the OS threads that did real work in the
+    # timed steps (robust to other load on the machine, unlike CPU-time ratios).
+    assert results[1] == {"threads": 1, "busy_threads": 1, "cpus": 1}, results
+    assert results[2] == {"threads": 2, "busy_threads": 2, "cpus": 2}, results
