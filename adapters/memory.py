@@ -6,16 +6,15 @@ Writing "5" to /proc/self/clear_refs resets the kernel's high-water mark (VmHWM)
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from adapters.base import Memory
 
 
 def reset_peak_rss() -> None:
-    try:
+    with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def peak_rss() -> Memory:

@@ -37,7 +37,7 @@ def torchvision_model(name: str) -> nn.Module:
     import torchvision
 
     model = getattr(torchvision.models, name)(weights=None)
-    for module_name, module in list(model.named_modules()):
+    for module in list(model.modules()):
         for child_name, child in list(module.named_children()):
             if isinstance(child, nn.Dropout):
                 setattr(module, child_name, nn.Identity())

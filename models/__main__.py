@@ -29,9 +29,10 @@ def main(argv: list[str] | None = None) -> int:
                 "trainable_params": stats.trainable_params,
                 "gflops_per_example": stats.flops / 1e9,
                 "description": model.description, "source": model.source,
-                **({"layers": [{"name": l.name, "kind": l.kind, "out_shape": list(l.out_shape),
-                                "params": l.params, "flops": l.flops}
-                               for l in stats.layers]} if args.layers else {}),
+                **({"layers": [{"name": layer.name, "kind": layer.kind,
+                                "out_shape": list(layer.out_shape), "params": layer.params,
+                                "flops": layer.flops}
+                               for layer in stats.layers]} if args.layers else {}),
             })
     except (UnknownModel, ModelError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -13,7 +13,7 @@ adapter converts from:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 Pair = tuple[int, int]
 
@@ -160,10 +160,8 @@ class MeanOverTime:
     name: str
 
 
-Node = Union[
-    Conv2d, Pool2d, GlobalAvgPool, Activation, LRN, BatchNorm, Dense, TiedDense,
-    Dropout, Flatten, Residual, Concat, Embedding, LSTM, MeanOverTime,
-]
+Node = (Conv2d | Pool2d | GlobalAvgPool | Activation | LRN | BatchNorm | Dense | TiedDense
+        | Dropout | Flatten | Residual | Concat | Embedding | LSTM | MeanOverTime)
 
 LEAF_TYPES = (
     Conv2d, Pool2d, GlobalAvgPool, Activation, LRN, BatchNorm, Dense, TiedDense,

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from adapters.registry import load_registry
-from suites.runner import RunRequest, Runner
+from suites.runner import Runner, RunRequest
 from suites.spec import SUITES_DIR, SuiteError, load_suite, resolve_suite_path
 
 

@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ class Worker:
     def write(self, key: CaseKey, status: str, reason: str = "", started: float = 0.0,
               **fields: Any) -> None:
         row = Row(key=key, status=status, reason=reason, env=self.env,
-                  started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  started_at=datetime.now(UTC).isoformat(timespec="seconds"),
                   wall_s=round(time.perf_counter() - started, 3) if started else 0.0, **fields)
         self.results.append(row)
         timing = fields.get("timing") or {}

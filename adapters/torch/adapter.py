@@ -11,10 +11,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from adapters.base import (Adapter, CaseConfig, DeviceUnavailable, Memory,
-                           Prepared, RunConfig, Unsupported)
+from adapters.base import (
+    Adapter,
+    CaseConfig,
+    DeviceUnavailable,
+    Memory,
+    Prepared,
+    RunConfig,
+    Unsupported,
+)
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.torch.network import Lengths, Sequence, build
+from adapters.torch.network import Lengths, build
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
@@ -56,9 +63,12 @@ class TorchPrepared(Prepared):
             self.run_body = torch.compile(self.body)
         self.host_x = torch.from_numpy(batch.x)
         x = self.host_x.long() if model.input.kind == "tokens" else self.host_x
-        self.x = x.to(self.device, memory_format=memory_format) if x.dim() == 4 else x.to(self.device)
-        self.labels = None if batch.labels is None else torch.from_numpy(batch.labels).long().to(self.device)
-        self.lengths = None if batch.lengths is None else Lengths.of(batch.lengths, batch.x.shape[1], self.device)
+        self.x = x.to(self.device, memory_format=memory_format) if x.dim() == 4 \
+            else x.to(self.device)
+        self.labels = None if batch.labels is None \
+            else torch.from_numpy(batch.labels).long().to(self.device)
+        self.lengths = None if batch.lengths is None \
+            else Lengths.of(batch.lengths, batch.x.shape[1], self.device)
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) \
             if case.precision == "bf16" else contextlib.nullcontext
 

@@ -12,8 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from suites.results import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
