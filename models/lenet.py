@@ -29,4 +29,6 @@ def lenet(filters: tuple[int, int] = (20, 50), hidden: int = 500, size: int = 28
                     source="BVLC Caffe examples/mnist/lenet_train_test.prototxt")
 
 
-lenet_tiny = partial(lenet, filters=(4, 6), hidden=16, size=16, name="lenet_tiny")
+# size 20 leaves a 2×2 map before the dense layer, so the conformance kit catches an
+# adapter that flattens in channels-last order.
+lenet_tiny = partial(lenet, filters=(4, 6), hidden=16, size=20, name="lenet_tiny")
