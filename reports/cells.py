@@ -1,0 +1,133 @@
+"""Formatting of single table cells: times with their CI, failures, memory, throughput.
+
+Seeds' conventions kept: times in milliseconds (all four seeds), two decimals for small
+values as cnn-benchmarks prints them; failures shown in the cell, like convnet-benchmarks'
+"Limitations" column and cnn-benchmarks' "did not have enough memory" notes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from reports.table import Cell
+
+UNSTABLE = "⚠"
+MISSING = "—"
+REASON_CHARS = 48
+
+
+def is_num(value) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def fmt_ms(value: float) -> str:
+    if not is_num(value):
+        return MISSING
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:.0f}"
+    if magnitude >= 100:
+        return f"{value:.1f}"
+    if magnitude >= 0.1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def fmt_published(value: float) -> str:
+    """Historical values exactly as the seed printed them (no added digits)."""
+    return f"{value:.10g}" if is_num(value) else MISSING
+
+
+def status_text(row, short: bool = False) -> str:
+    """``OOM``, ``unsupported (reason)`` or ``failed (reason)``."""
+    if row["status"] == "oom":
+        return "OOM"
+    reason = " ".join(str(row["reason"] or "").split())
+    if short or not reason:
+        return row["status"]
+    if len(reason) > REASON_CHARS:
+        reason = reason[:REASON_CHARS - 1] + "…"
+    return f"{row['status']} ({reason})"
+
+
+def failure_cell(row) -> Cell:
+    return Cell(status_text(row), kind="fail", title=str(row["reason"] or row["status"]))
+
+
+def time_cell(row, ci: bool = True) -> Cell:
+    """Median with its 95% CI; ⚠ marks a row the timer flagged unstable."""
+    if row is None:
+        return Cell(MISSING, kind="muted")
+    if row["status"] != "ok":
+        return failure_cell(row)
+    text = fmt_ms(row["median_ms"])
+    if ci and is_num(row["ci_low_ms"]) and is_num(row["ci_high_ms"]):
+        text += f" ({fmt_ms(row['ci_low_ms'])}–{fmt_ms(row['ci_high_ms'])})"
+    title = (f"median {fmt_ms(row['median_ms'])} ms, 95% CI {fmt_ms(row['ci_low_ms'])}–"
+             f"{fmt_ms(row['ci_high_ms'])}, IQR {fmt_ms(row['iqr_ms'])}, "
+             f"{int(row['samples']) if is_num(row['samples']) else 0} samples")
+    if row["unstable"]:
+        text += f" {UNSTABLE}"
+        title += f"; unstable: {row['unstable_reason']}"
+    return Cell(text, title=title)
+
+
+def value_cell(value: float, title: str = "") -> Cell:
+    return Cell(fmt_ms(value), title=title, kind="" if is_num(value) else "muted")
+
+
+def backward_cell(grad, fwd) -> Cell:
+    """backward = gradient − forward (Bahrampour §3.1; convnet-benchmarks' "backward")."""
+    if grad is None:
+        return Cell(MISSING, kind="muted")
+    if grad["status"] != "ok":   # the failure itself is shown once, in the Total cell
+        return Cell(MISSING, kind="muted", title=status_text(grad))
+    if fwd is None or fwd["status"] != "ok":
+        return Cell(MISSING, kind="muted", title="no forward time to subtract")
+    return Cell(fmt_ms(grad["median_ms"] - fwd["median_ms"]),
+                title="gradient median − forward median")
+
+
+def ok_median(row) -> float:
+    return row["median_ms"] if row is not None and row["status"] == "ok" else math.nan
+
+
+def fmt_bytes(value: float, kind: str = "") -> str:
+    if not is_num(value):
+        return MISSING
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    power = min(int(math.log(max(value, 1), 1024)), len(units) - 1)
+    text = f"{value / 1024 ** power:.3g} {units[power]}"
+    tag = {"allocator": "alloc", "rss": "RSS"}.get(kind, kind)
+    return f"{text} ({tag})" if tag else text
+
+
+def memory_cell(rows) -> Cell:
+    """The largest peak among the given rows (gradient usually), with its kind: allocator
+    peak on GPU, process RSS on CPU (not comparable with each other)."""
+    found = [r for r in rows if r is not None and is_num(r["peak_bytes"])]
+    best = max(found, key=lambda r: r["peak_bytes"], default=None)
+    if best is None:
+        return Cell(MISSING, kind="muted")
+    return Cell(fmt_bytes(best["peak_bytes"], best["memory_kind"]),
+                title=f"{best['measure']} peak, {best['memory_kind']}")
+
+
+def first_call_cell(row) -> Cell:
+    if row is None or row["status"] != "ok" or not is_num(row["first_call_ms"]):
+        return Cell(MISSING, kind="muted")
+    return Cell(fmt_ms(row["first_call_ms"]), title="first call: compile/trace/autotune")
+
+
+def tflops_cell(row) -> Cell:
+    if row is None or not is_num(row["achieved_tflops"]):
+        return Cell(MISSING, kind="muted")
+    return Cell(f"{row['achieved_tflops']:.3g}", title=f"{row['measure']} TFLOP/s")
+
+
+def share_cell(row) -> Cell:
+    if row is None or not is_num(row["peak_share"]):
+        return Cell(MISSING, kind="muted")
+    return Cell(f"{row['peak_share']:.1%}",
+                title=f"of {row['peak_tflops']:g} TFLOP/s {row['precision']} peak "
+                      f"({row['peak_device']}): {row['peak_source']}")

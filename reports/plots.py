@@ -1,0 +1,260 @@
+"""Figures (matplotlib, Agg backend, PNG bytes), only where the data exist:
+
+* time vs batch size, gradient and forward panels (Bahrampour Figs. 1–2);
+* time and peak memory vs each of Li et al.'s sweep parameters b, i, f, k, s (Figs. 3, 5),
+  from parametric layer names ``conv:c=..,i=..,f=..,k=..,s=..``;
+* CPU thread scaling;
+* per-model bars by setting, forward + backward stacked (= total).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend first: no display on CI)
+import pandas as pd  # noqa: E402
+
+from reports.grouping import records  # noqa: E402
+from reports.naming import is_detail_model, parse_conv, sort_key  # noqa: E402
+
+DPI = 80
+SWEEP = {"b": "mini-batch size b", "i": "input size i", "f": "filters f", "k": "kernel size k",
+         "s": "stride s"}
+
+
+@dataclass(frozen=True)
+class Plot:
+    key: str          # file-safe name
+    title: str
+    png: bytes
+    caption: str
+
+
+def _safe(text: str) -> str:
+    """Row strings go into figure text: keep matplotlib's mathtext from parsing ``$``."""
+    return str(text).replace("$", r"\$")
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or "plot"
+
+
+def _main_batch(rows: list[dict], model: str) -> int | None:
+    """The batch a per-model figure shows: the one with the most rows (ties: the smallest),
+    so a model costs one figure however many batches it was run at."""
+    counts: dict[int, int] = defaultdict(int)
+    for r in rows:
+        if r["model"] == model:
+            counts[r["batch"]] += 1
+    if not counts:
+        return None
+    return min(counts, key=lambda b: (-counts[b], b))
+
+
+def _line_label(r: dict) -> str:
+    where = f"cpu {r['threads']}t" if r["device"] == "cpu" else "gpu"
+    return _safe(f"{r['framework']} {r['variant']} {r['precision']} {where} {r['hardware']}")
+
+
+def _legend(fig, axes) -> None:
+    """One legend for the figure, right of the last panel, from every panel's lines."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(text, handle)
+    if seen:
+        axes[-1].legend(list(seen.values()), list(seen), fontsize=7, loc="upper left",
+                        bbox_to_anchor=(1.02, 1))
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _ok(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["status"] == "ok" and r["median_ms"] > 0]
+
+
+def _no_threads(r: dict) -> str:
+    return _safe(f"{r['framework']} {r['variant']} {r['precision']} {r['hardware']}")
+
+
+def _lines(ax, rows: list[dict], x: str, y: str = "median_ms", scale: float = 1.0,
+           name=_line_label, min_points: int = 2) -> int:
+    """One line per setting; a setting measured at fewer than ``min_points`` x values is no
+    line (a lone CPU point would only squash the GPU lines)."""
+    series: dict[str, list[tuple]] = defaultdict(list)
+    for r in rows:
+        if r[y] == r[y]:   # not NaN
+            series[name(r)].append((r[x], r[y] * scale))
+    series = {k: v for k, v in series.items() if len({p[0] for p in v}) >= min_points}
+    for name, points in sorted(series.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    return len(series)
+
+
+def batch_plots(rows: list[dict]) -> list[Plot]:
+    out = []
+    for model in sorted({r["model"] for r in rows if is_detail_model(r["model"])}, key=sort_key):
+        mine = _ok([r for r in rows if r["model"] == model])
+        batches: dict[tuple, set] = defaultdict(set)
+        for r in mine:
+            batches[(_line_label(r), r["measure"])].add(r["batch"])
+        if max((len(b) for b in batches.values()), default=0) < 2:
+            continue
+        measures = [m for m in ("gradient", "forward") if any(r["measure"] == m for r in mine)]
+        fig, axes = plt.subplots(1, len(measures), figsize=(5.5 * len(measures), 3.6),
+                                 squeeze=False)
+        for ax, measure in zip(axes[0], measures):
+            _lines(ax, [r for r in mine if r["measure"] == measure], "batch")
+            ax.set_title(_safe(f"{model}: {measure}"))
+            ax.set_xlabel("batch size")
+            ax.set_ylabel("median time (ms)")
+            ax.grid(alpha=0.3)
+        _legend(fig, list(axes[0]))
+        out.append(Plot(slug(f"batch_{model}"), f"{model}: time vs batch size", _png(fig),
+                        "Median time per batch (Bahrampour et al. Figs. 1–2)."))
+    return out
+
+
+def sweep_plots(rows: list[dict]) -> list[Plot]:
+    convs = []
+    for r in _ok(rows):
+        p = parse_conv(r["model"])
+        if p is not None and r["measure"] in ("gradient", "forward"):
+            convs.append({**r, **{f"p_{k}": v for k, v in p.items()}, "p_b": r["batch"]})
+    out = []
+    for param, name in SWEEP.items():
+        others = [f"p_{k}" for k in ("b", "c", "i", "f", "k", "s", "p") if k != param]
+        groups: dict[tuple, list[dict]] = defaultdict(list)
+        for r in convs:
+            groups[tuple(r[o] for o in others)].append(r)
+        best = max(groups.values(), key=lambda g: len({r[f"p_{param}"] for r in g}),
+                   default=[])
+        if len({r[f"p_{param}"] for r in best}) < 2:
+            continue
+        measure = "gradient" if any(r["measure"] == "gradient" for r in best) else "forward"
+        chosen = [r for r in best if r["measure"] == measure]
+        memory = [r for r in chosen if r["peak_bytes"] == r["peak_bytes"]]
+        fig, axes = plt.subplots(1, 2 if memory else 1, figsize=(11 if memory else 5.5, 3.6),
+                                 squeeze=False)
+        _lines(axes[0][0], chosen, f"p_{param}")
+        axes[0][0].set_ylabel(f"{measure} median (ms)")
+        if memory:
+            _lines(axes[0][1], memory, f"p_{param}", "peak_bytes", 1 / 2**20)
+            axes[0][1].set_ylabel("peak memory (MiB)")
+        fixed = ", ".join(f"{o[2:]}={best[0][o]}" for o in others)
+        for ax in axes[0]:
+            ax.set_xlabel(name)
+            ax.grid(alpha=0.3)
+            ax.set_title(_safe(f"sweep over {param} ({fixed})"), fontsize=9)
+        _legend(fig, list(axes[0]))
+        out.append(Plot(f"sweep_{param}", f"Convolution layer: time and memory vs {name}",
+                        _png(fig), "Li et al. Fig. 3 (runtime) and Fig. 5 (memory), one "
+                        "parameter varied, the others fixed."))
+    return out
+
+
+def thread_plots(rows: list[dict]) -> list[Plot]:
+    cpu = _ok([r for r in rows if r["device"] == "cpu"])
+    out = []
+    for model in sorted({r["model"] for r in cpu}, key=sort_key):
+        # the batch with the most thread counts measured (ties: the smallest batch)
+        counts: dict[int, set] = defaultdict(set)
+        for r in cpu:
+            if r["model"] == model:
+                counts[r["batch"]].add(r["threads"])
+        batch = min(counts, key=lambda b: (-len(counts[b]), b))
+        mine = [r for r in cpu if r["model"] == model and r["batch"] == batch]
+        if len({r["threads"] for r in mine}) < 2:
+            continue
+        measures = [m for m in ("gradient", "forward") if any(r["measure"] == m for r in mine)]
+        fig, axes = plt.subplots(1, len(measures), figsize=(5.5 * len(measures), 3.6),
+                                 squeeze=False)
+        for ax, measure in zip(axes[0], measures):
+            _lines(ax, [r for r in mine if r["measure"] == measure], "threads",
+                   name=_no_threads)
+            ax.set_xscale("log", base=2)
+            ax.set_title(_safe(f"{model} b{batch}: {measure}"))
+            ax.set_xlabel("intra-op threads")
+            ax.set_ylabel("median time (ms)")
+            ax.grid(alpha=0.3)
+        _legend(fig, list(axes[0]))
+        out.append(Plot(slug(f"threads_{model}_b{batch}"), f"{model}, batch {batch}: CPU "
+                        "thread scaling", _png(fig), "Bahrampour et al. report 1, 6 and 12 "
+                        "threads (Tables 3–7)."))
+    return out
+
+
+def _bar_panel(ax, shown: list[tuple], title: str) -> None:
+    names = [s[1] for s in shown]
+    fwd = [s[2] or 0 for s in shown]
+    bwd = [(s[3] - s[2]) if s[3] is not None and s[2] is not None else (s[3] or 0)
+           for s in shown]
+    ax.barh(names, fwd, label="forward")
+    ax.barh(names, bwd, left=fwd, label="backward (total − forward)")
+    for y, s in enumerate(shown):
+        if s[4]:   # what did not run, written where the bar would continue
+            ax.annotate(s[4], (fwd[y] + bwd[y], y), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize=7, color="#a40e26")
+    ax.set_xlabel("median time (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.margins(x=0.15)
+
+
+def bar_plots(rows: list[dict]) -> list[Plot]:
+    out = []
+    for model in sorted({r["model"] for r in rows if is_detail_model(r["model"])}, key=sort_key):
+        measured = [r for r in rows if r["measure"] in ("forward", "gradient")]
+        batch = _main_batch(measured, model)
+        if batch is None:
+            continue
+        mine = [r for r in rows if r["model"] == model and r["batch"] == batch]
+        panels = []
+        for device in ("gpu", "cpu"):   # separate axes: CPU bars would squash GPU bars
+            bars: dict[str, dict] = defaultdict(dict)
+            for r in mine:
+                if r["measure"] in ("forward", "gradient") and r["device"] == device:
+                    bars[_line_label(r)][r["measure"]] = r
+            shown = []
+            for name, m in bars.items():
+                f, g = m.get("forward"), m.get("gradient")
+                fwd = f["median_ms"] if f is not None and f["status"] == "ok" else None
+                tot = g["median_ms"] if g is not None and g["status"] == "ok" else None
+                if fwd is None and tot is None:
+                    continue
+                missing = [f"{r['measure']}: {'OOM' if r['status'] == 'oom' else r['status']}"
+                           for r in (f, g) if r is not None and r["status"] != "ok"]
+                shown.append((tot if tot is not None else fwd, name, fwd, tot,
+                               _safe(", ".join(missing))))
+            if shown:
+                panels.append((device, sorted(shown, reverse=True)))
+        if not panels:
+            continue
+        heights = [0.45 * len(p[1]) + 1.0 for p in panels]
+        fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, sum(heights) + 0.4),
+                                 squeeze=False, gridspec_kw={"height_ratios": heights})
+        for ax, (device, shown) in zip(axes[:, 0], panels):
+            _bar_panel(ax, shown, _safe(f"{model}, batch {batch}: {device}"))
+        out.append(Plot(slug(f"bars_{model}_b{batch}"), f"{model}, batch {batch}: by setting",
+                        _png(fig), "Forward and backward stacked; bar length = total. "
+                        "GPU and CPU on separate axes."))
+    return out
+
+
+def all_plots(frame: pd.DataFrame) -> list[Plot]:
+    rows = records(frame)
+    return batch_plots(rows) + sweep_plots(rows) + thread_plots(rows) + bar_plots(rows)

@@ -1,0 +1,89 @@
+"""Smaller tables: failures (never dropped), host→device transfers (Li et al. Fig. 7),
+the parametric convolution sweeps (Li et al. Fig. 3 and 5, as numbers) and the ratios."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from reports import cells
+from reports.grouping import label, records, setting_of
+from reports.naming import parse_conv, sort_key
+from reports.ratios import Ratio
+from reports.table import Cell, Table
+
+
+def failures_table(frame: pd.DataFrame) -> Table | None:
+    bad = [r for r in records(frame) if r["status"] != "ok"]
+    if not bad:
+        return None
+    bad.sort(key=lambda r: (sort_key(r["model"]), r["batch"], r["measure"], r["framework"]))
+    body = tuple((Cell(r["model"]), Cell(str(r["batch"])), Cell(r["measure"]),
+                  Cell(label(setting_of(r))), Cell(cells.status_text(r, short=True),
+                                                   kind="fail"),
+                  Cell(r["reason"] or "—")) for r in bad)
+    return Table("failures", f"Failures ({len(bad)} rows: OOM, unsupported, failed)",
+                 ("Model", "Batch", "Measure", "Setting", "Status", "Reason"), body,
+                 (False, True, False, False, False, False),
+                 notes=("Kept as rows, like convnet-benchmarks' Limitations column.",))
+
+
+def transfer_table(frame: pd.DataFrame) -> Table | None:
+    rows = [r for r in records(frame) if r["measure"] == "transfer"]
+    if not rows:
+        return None
+    body = []
+    for r in sorted(rows, key=lambda r: (sort_key(r["model"]), r["batch"], r["framework"])):
+        shape = json.loads(r["input_shape"] or "[]")
+        size = r["batch"] * math.prod(shape) * (2 if r["precision"] == "bf16" else 4)
+        rate = (size / (r["median_ms"] / 1e3) / 1e9 if r["status"] == "ok" and shape
+                and r["median_ms"] > 0 else math.nan)
+        body.append((Cell(r["model"]), Cell(str(r["batch"])), Cell(label(setting_of(r))),
+                     cells.time_cell(r), cells.value_cell(size / 2**20),
+                     Cell(f"{rate:.3g}" if cells.is_num(rate) else cells.MISSING)))
+    return Table("transfer", "Host → device transfer of one input batch",
+                 ("Model", "Batch", "Setting", "Time (ms)", "Size (MiB)", "GB/s"), tuple(body),
+                 (False, True, False, True, True, True),
+                 notes=("Size = batch × input shape × 4 bytes (2 for bf16).",))
+
+
+def sweep_table(frame: pd.DataFrame) -> Table | None:
+    rows = [r for r in records(frame) if parse_conv(r["model"]) is not None
+            and r["measure"] in ("forward", "gradient")]
+    if not rows:
+        return None
+    groups: dict[tuple, dict] = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["batch"], setting_of(r)), {})[r["measure"]] = r
+    body = []
+    for (model, batch, s), m in sorted(groups.items(), key=lambda kv: (
+            tuple(parse_conv(kv[0][0]).values()), kv[0][1], kv[0][2])):
+        p = parse_conv(model)
+        body.append((Cell(str(batch)), *(Cell(str(p[k])) for k in "cifks"), Cell(label(s)),
+                     cells.time_cell(m.get("forward")), cells.time_cell(m.get("gradient")),
+                     cells.memory_cell([m.get("gradient"), m.get("forward")])))
+    return Table("sweeps", "Single convolution layers (Li et al.'s (b, i, f, k, s) tuples)",
+                 ("b", "c", "i", "f", "k", "s", "Setting", "Forward (ms)", "Total (ms)",
+                  "Peak memory"), tuple(body), (True,) * 6 + (False,) + (True,) * 3,
+                 notes=("b batch, c input channels, i input size, f filters, k kernel, "
+                        "s stride; Li et al.'s base configuration is (64, 128, 64, 11, 1).",))
+
+
+def ratio_table(ratios: list[Ratio], kind: str) -> Table | None:
+    chosen = [r for r in ratios if r.kind == kind]
+    if not chosen:
+        return None
+    body = tuple((Cell(r.fast), Cell(r.slow), Cell(r.context),
+                  Cell(f"{r.low:.2f}×"), Cell(f"{r.median:.2f}×"), Cell(f"{r.high:.2f}×"),
+                  Cell(str(len(r.models)), title=", ".join(r.models))) for r in chosen)
+    what = "frameworks" if kind == "framework" else "devices"
+    return Table(f"ratios-{kind}", f"Speed ratios between {what}",
+                 ("Faster", "Slower", "Measure, where", "Min", "Median", "Max", "Models"),
+                 body, (False, False, False, True, True, True, True),
+                 notes=(("Ratio = time of the slower / time of the faster, per model and "
+                         "batch; each framework's fastest ok variant (same hardware, "
+                         "precision and, on CPU, threads).") if kind == "framework" else
+                        ("Ratio per model and batch; same framework, variant and precision; "
+                         "each device's fastest ok row."),))

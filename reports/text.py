@@ -1,0 +1,58 @@
+"""The plain-text summary printed to stdout (the runner's "first report"): one line per
+model, batch and setting with forward and total times, status and equivalence."""
+
+from __future__ import annotations
+
+from reports import cells
+from reports.equivalence import FINGERPRINT
+from reports.grouping import by_setting, records
+from reports.naming import sort_key
+
+HEADER = ("model", "batch", "hardware", "framework", "variant", "prec", "thr", "forward ms",
+          "total ms", "equiv")
+WIDTHS = (18, 5, 24, 10, 12, 5, 3, 16, 16, 10)
+
+
+def _clip(text: str, width: int) -> str:
+    # Row strings reach a terminal: drop control characters (ANSI escapes included).
+    text = "".join(c for c in str(text) if c.isprintable())
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _time(row) -> str:
+    if row is None:
+        return "—"
+    if row["status"] != "ok":
+        return cells.status_text(row, short=True).upper() if row["status"] == "oom" else \
+            row["status"]
+    text = cells.fmt_ms(row["median_ms"])
+    return text + (f" {cells.UNSTABLE}" if row["unstable"] else "")
+
+
+def render(report) -> str:
+    rows = records(report.frame)
+    lines = []
+    for model, batch in sorted({(r["model"], r["batch"]) for r in rows},
+                               key=lambda mb: (sort_key(mb[0]), mb[1])):
+        groups = by_setting([r for r in rows if r["model"] == model and r["batch"] == batch])
+        for s, m in sorted(groups.items()):
+            fwd, grad = m.get("forward"), m.get("gradient")
+            if fwd is None and grad is None:
+                continue
+            printed = m.get(FINGERPRINT)
+            checks = [report.equivalence.rows.get(r["source"]) for r in (fwd, grad, printed)
+                      if r]
+            checks = [c for c in checks if c is not None and c.agree is not None]
+            equiv = ("—" if not checks else "✓" if all(c.agree for c in checks)
+                     else f"✗ {max(c.worst for c in checks):.0e}")
+            lines.append((model, batch, s.hardware, s.framework, s.variant, s.precision,
+                          s.threads, _time(fwd), _time(grad), equiv))
+    fmt = "  ".join(f"{{:<{w}}}" for w in WIDTHS)
+    out = [fmt.format(*HEADER), fmt.format(*("-" * w for w in WIDTHS))]
+    out += [fmt.format(*(_clip(v, w) for v, w in zip(line, WIDTHS))).rstrip() for line in lines]
+    n = len(report.frame)
+    tail = [f"{n} rows; {report.superseded} superseded by reruns" if report.superseded
+            else f"{n} rows"]
+    out += [""] + tail
+    return "\n".join(out) + "\n"

@@ -1,0 +1,104 @@
+"""The merged tidy table: one row per result row, flat columns, reruns resolved.
+
+Rule (DESIGN.md "Fairness rules"): rows whose settings differ are never averaged or merged
+— every field of ``settings`` plus the hardware and the framework version is part of the
+identity. Rows with identical identity (reruns) are reduced to the latest one (by
+``started_at``, then read order); how many were superseded is reported.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pandas as pd
+
+from reports.load import Loaded
+
+SETTING_FIELDS = ("framework", "device", "precision", "variant", "threads", "interop_threads",
+                  "layout", "execution")
+ENV_FIELDS = ("host", "os", "python", "cpu_model", "physical_cores", "logical_cores",
+              "gpu_model", "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit")
+TIMING_FIELDS = ("first_call_ms", "median_ms", "iqr_ms", "ci_low_ms", "ci_high_ms", "mean_ms",
+                 "min_ms", "samples", "inner_loops")
+# What makes two rows "the same measurement": a table row (a "setting") is this minus measure,
+# model and batch.
+SETTING_KEY = (*SETTING_FIELDS, "host", "cpu_model", "gpu_model", "framework_version")
+IDENTITY = ("model", "batch", "measure", *SETTING_KEY)
+STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", "device",
+                  "precision", "variant", "layout", "execution", "unstable_reason",
+                  "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
+                  "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
+                  "started_at", "case_id", "source", "hardware")
+
+
+@dataclass(frozen=True)
+class Tidy:
+    frame: pd.DataFrame       # kept rows, one per identity; see flatten() for the columns
+    superseded: int           # older reruns dropped
+    superseded_ids: tuple[str, ...]
+
+
+def _text(value) -> str:
+    return "" if value is None else str(value)
+
+
+def flatten(raw) -> dict:
+    data = raw.data
+    settings = data.get("settings") or {}
+    timing = data.get("timing") or {}
+    memory = data.get("memory") or {}
+    info = data.get("model_info") or {}
+    env = data.get("env") or {}
+    row = {
+        "case_id": _text(data.get("case_id")), "suite": _text(data.get("suite")),
+        "model": _text(data.get("model")), "batch": int(data.get("batch") or 0),
+        "measure": _text(data.get("measure")),
+        **{k: _text(settings.get(k)) for k in ("framework", "device", "precision", "variant",
+                                               "layout", "execution")},
+        "threads": int(settings.get("threads") or 0),
+        "interop_threads": int(settings.get("interop_threads") or 0),
+        "status": _text(data.get("status")), "reason": _text(data.get("reason")),
+        **{k: (float(timing[k]) if timing.get(k) is not None else float("nan"))
+           for k in TIMING_FIELDS},
+        "unstable": bool(timing.get("unstable", False)),
+        "unstable_reason": _text(timing.get("unstable_reason")),
+        "samples_ms": json.dumps(timing.get("samples_ms") or []),
+        "peak_bytes": (float(memory["peak_bytes"]) if memory.get("peak_bytes") is not None
+                       else float("nan")),
+        "memory_kind": _text(memory.get("kind")),
+        "family": _text(info.get("family")),
+        "params": float(info.get("params") or "nan"),
+        "flops_per_example": float(info.get("flops_per_example") or "nan"),
+        "input_shape": json.dumps(info.get("input_shape") or []),
+        "seq_len": float(info.get("seq_len") or "nan"),
+        **{k: _text(env.get(k)) for k in ENV_FIELDS},
+        "fingerprint": json.dumps(data.get("fingerprint")),
+        "started_at": _text(data.get("started_at")),
+        "wall_s": float(data.get("wall_s") or 0.0),
+        "source": f"{raw.path}:{raw.line}", "order": raw.order,
+    }
+    row["hardware"] = hardware(row)
+    return row
+
+
+def hardware(row) -> str:
+    """The device a timing belongs to: the GPU's name on GPU, the CPU's on CPU."""
+    if row["device"] == "gpu":
+        return row["gpu_model"] or "unknown GPU"
+    return row["cpu_model"] or "unknown CPU"
+
+
+def tidy(loaded: Loaded) -> Tidy:
+    frame = pd.DataFrame([flatten(r) for r in loaded.rows])
+    for column in STRING_COLUMNS:
+        frame[column] = frame[column].astype(object)
+    frame = frame.sort_values(["started_at", "order"], kind="stable")
+    dup = frame.duplicated(list(IDENTITY), keep="last")
+    superseded = tuple(frame.loc[dup, "case_id"])
+    kept = frame.loc[~dup].sort_values("order", kind="stable").reset_index(drop=True)
+    return Tidy(kept, len(superseded), superseded)
+
+
+def setting_key(row) -> tuple:
+    return tuple(row[k] for k in SETTING_KEY)

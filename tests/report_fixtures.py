@@ -1,0 +1,175 @@
+"""Synthetic result rows for tests/test_reports.py: realistic shapes (the layout of
+``suites.results.Row.to_json``), two hosts (a CPU box and an H100 box), three frameworks,
+failures of every kind, unstable rows, reruns, tf32 beside fp32, a hostile model name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HOSTILE = "<script>alert(1)</script>"
+CPU_HOST = {"host": "cpubox", "os": "Linux-6.1", "python": "3.12.3",
+            "cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "physical_cores": 56,
+            "logical_cores": 112, "gpu_model": None, "gpu_driver": None, "cuda": None,
+            "cudnn": None, "dlbench_commit": "abc1234"}
+GPU_HOST = {**CPU_HOST, "host": "gpubox", "cpu_model": "AMD EPYC 9454",
+            "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_driver": "580.65", "cuda": "13.0",
+            "cudnn": "9.19"}
+VERSIONS = {"torch": "2.11.0", "jax": "0.11.2", "tf": "2.21.0"}
+VARIANT = {"torch": "eager", "jax": "jit", "tf": "graph"}
+INFO = {   # params, forward FLOPs per example, input shape
+    "resnet50": (25557032, 8.18e9, [3, 224, 224]), "resnet18": (11689512, 3.64e9, [3, 224, 224]),
+    "vgg16": (138357544, 30.9e9, [3, 224, 224]), "lenet": (431080, 4.6e6, [1, 28, 28]),
+    "lstm": (1203202, 2.1e8, [100]), "conv_l1": (34944, 4.1e9, [3, 128, 128]),
+    "conv_l2": (663680, 8.2e9, [64, 64, 64]), "conv_l3": (1327232, 3.9e9, [128, 32, 32]),
+    "conv_l4": (802944, 0.8e9, [128, 16, 16]), "conv_l5": (1327488, 2.6e9, [384, 13, 13]),
+    "sae_ae1": (314384, 6.3e5, [784]), "sae_ae2": (394784, 7.9e5, [784]),
+    "sae_ae3": (414984, 8.3e5, [784]), "sae_se": (415994, 8.3e5, [784]),
+    HOSTILE: (10, 1e3, [4]),
+}
+
+
+def fingerprint(measure: str, scale: float = 1.0, seed: int = 1) -> dict:
+    head = [(seed * 0.37 + i * 0.11) % 1.3 - 0.6 for i in range(8)]
+    fp = {"output_head": [h * scale for h in head], "output_mean": 0.0123 * scale,
+          "output_std": 0.87 * scale, "loss": None, "grad_norms": None}
+    if measure == "gradient":
+        fp["loss"] = 6.91 * scale
+        fp["grad_norms"] = {"conv1.weight": 1.25 * scale, "fc.weight": 0.5 * scale}
+    return fp
+
+
+def make_row(model: str, batch: int, measure: str, framework: str, device: str,
+             median: float | None, *, precision: str = "fp32", variant: str | None = None,
+             threads: int = 8, status: str = "ok", reason: str = "", unstable: bool = False,
+             fp_scale: float = 1.0, started: str = "2026-01-10T10:00:00",
+             peak_bytes: int | None = None, suite: str = "test", env: dict | None = None,
+             first_call: float | None = None) -> dict:
+    variant = variant or VARIANT.get(framework, "default")
+    env = dict(env or (GPU_HOST if device == "gpu" else CPU_HOST))
+    env["framework_version"] = VERSIONS.get(framework, "1.0")
+    params, flops, shape = INFO.get(model, (1000, 1e6, [3, 32, 32]))
+    timing = memory = fp = None
+    if status == "ok":
+        samples = [median * (1 + d) for d in (-0.01, -0.005, 0, 0, 0.003, 0.006, 0.01)]
+        timing = {"first_call_ms": first_call or median * 40, "median_ms": median,
+                  "iqr_ms": median * 0.01, "ci_low_ms": median * 0.99,
+                  "ci_high_ms": median * 1.01, "mean_ms": median, "min_ms": samples[0],
+                  "samples": len(samples), "samples_ms": samples, "inner_loops": 1,
+                  "unstable": unstable,
+                  "unstable_reason": "IQR 14.0% of median" if unstable else ""}
+        memory = {"peak_bytes": peak_bytes or int(batch * 50e6),
+                  "kind": "allocator" if device == "gpu" else "rss"}
+        fp = fingerprint(measure, fp_scale)
+    case_id = f"{suite}/{framework}/{device}/{model}/b{batch}/{measure}/{precision}/{variant}/t{threads}"
+    return {"schema": 1, "case_id": case_id, "suite": suite, "model": model, "batch": batch,
+            "measure": measure,
+            "settings": {"framework": framework, "device": device, "precision": precision,
+                         "variant": variant, "threads": threads, "interop_threads": 1,
+                         "execution": f"{framework} {variant}"},
+            "status": status, "reason": reason, "timing": timing, "memory": memory,
+            "model_info": {"family": model.rstrip("0123456789"), "params": params,
+                           "flops_per_example": flops, "input_shape": shape},
+            "fingerprint": fp, "env": env, "started_at": started, "wall_s": 3.0}
+
+
+def cpu_rows() -> list[dict]:
+    rows = []
+    # resnet50, batch 16 (cnn-benchmarks' batch): torch and jax on 8 threads.
+    for fw, fwd, grad in (("torch", 400.0, 1200.0), ("jax", 500.0, 1400.0)):
+        rows.append(make_row("resnet50", 16, "forward", fw, "cpu", fwd,
+                             unstable=(fw == "torch")))
+        rows.append(make_row("resnet50", 16, "gradient", fw, "cpu", grad))
+    # thread scaling, resnet18 forward
+    for threads in (1, 2, 4, 8):
+        rows.append(make_row("resnet18", 16, "forward", "torch", "cpu", 800.0 / threads,
+                             threads=threads))
+        rows.append(make_row("resnet18", 16, "forward", "jax", "cpu", 900.0 / threads,
+                             threads=threads))
+    # Bahrampour Table 3: lenet batch 64 at 1 and 6 threads
+    for threads, fwd, grad in ((1, 18.0, 46.0), (6, 5.5, 18.0)):
+        rows.append(make_row("lenet", 64, "forward", "torch", "cpu", fwd, threads=threads))
+        rows.append(make_row("lenet", 64, "gradient", "torch", "cpu", grad, threads=threads))
+    # stacked autoencoders (Table 5), torch cpu 6 threads
+    for phase, grad in (("ae1", 5.0), ("ae2", 3.0), ("ae3", 2.0)):
+        rows.append(make_row(f"sae_{phase}", 64, "gradient", "torch", "cpu", grad, threads=6))
+    rows.append(make_row("sae_se", 64, "gradient", "torch", "cpu", 3.3, threads=6))
+    rows.append(make_row("sae_se", 64, "forward", "torch", "cpu", 1.9, threads=6))
+    # failures
+    rows.append(make_row("vgg16", 16, "gradient", "torch", "cpu", None, status="failed",
+                         reason="RuntimeError: boom in conv3_1"))
+    rows.append(make_row("lstm", 16, "gradient", "tf", "cpu", None, status="unsupported",
+                         reason="masked LSTM not implemented"))
+    # hostile names
+    rows.append(make_row(HOSTILE, 4, "forward", "torch", "cpu", 1.0,
+                         env={**CPU_HOST, "host": "<img src=x onerror=alert(2)>"}))
+    return rows
+
+
+def gpu_rows() -> list[dict]:
+    rows = []
+    for fw, fwd, grad in (("torch", 10.0, 30.0), ("jax", 20.0, 75.0)):
+        rows.append(make_row("resnet50", 16, "forward", fw, "gpu", fwd, threads=4))
+        rows.append(make_row("resnet50", 16, "gradient", fw, "gpu", grad, threads=4))
+    # the same case at tf32: must stay a separate row (and its fingerprint differs by 5e-3)
+    rows.append(make_row("resnet50", 16, "forward", "torch", "gpu", 4.0, threads=4,
+                         precision="tf32", fp_scale=1.005))
+    # batch sweep (Bahrampour Fig. 1-2 style)
+    for batch in (32, 64):
+        for fw, k in (("torch", 1.0), ("jax", 2.2)):
+            rows.append(make_row("resnet50", batch, "forward", fw, "gpu", 10.0 * k * batch / 16,
+                                 threads=4))
+            rows.append(make_row("resnet50", batch, "gradient", fw, "gpu",
+                                 30.0 * k * batch / 16, threads=4))
+    # vgg16: jax OOM on gradient; jax forward disagrees numerically (2e-2)
+    rows.append(make_row("vgg16", 16, "forward", "torch", "gpu", 40.0, threads=4))
+    rows.append(make_row("vgg16", 16, "gradient", "torch", "gpu", 120.0, threads=4))
+    rows.append(make_row("vgg16", 16, "forward", "jax", "gpu", 100.0, threads=4, fp_scale=1.02))
+    rows.append(make_row("vgg16", 16, "gradient", "jax", "gpu", None, threads=4, status="oom",
+                         reason="RESOURCE_EXHAUSTED: out of memory"))
+    # convnet-benchmarks layers L1-L5, batch 128
+    base = {"conv_l1": 9.0, "conv_l2": 21.0, "conv_l3": 8.0, "conv_l4": 1.0, "conv_l5": 2.0}
+    for fw, k in (("torch", 1.0), ("jax", 1.5)):
+        for layer, t in base.items():
+            t = t * k if layer != "conv_l4" else t / k     # jax wins L4: best-per-layer mixes
+            rows.append(make_row(layer, 128, "forward", fw, "gpu", t, threads=4))
+            rows.append(make_row(layer, 128, "gradient", fw, "gpu", 3 * t, threads=4))
+            rows.append(make_row(layer, 128, "grad_input", fw, "gpu", t, threads=4))
+            rows.append(make_row(layer, 128, "grad_weight", fw, "gpu", 1.2 * t, threads=4))
+    # lenet and autoencoders on the GPU
+    rows.append(make_row("lenet", 64, "forward", "torch", "gpu", 0.5, threads=4))
+    rows.append(make_row("lenet", 64, "gradient", "torch", "gpu", 1.7, threads=4))
+    for fw in ("torch", "jax"):
+        for phase, grad in (("ae1", 0.6), ("ae2", 0.5), ("ae3", 0.5)):
+            rows.append(make_row(f"sae_{phase}", 64, "gradient", fw, "gpu", grad, threads=4))
+        rows.append(make_row("sae_se", 64, "gradient", fw, "gpu", 0.7, threads=4))
+        rows.append(make_row("sae_se", 64, "forward", fw, "gpu", 0.3, threads=4))
+    # Li et al. sweep over input size i, with memory
+    for fw, k in (("torch", 1.0), ("jax", 1.3)):
+        for size in (32, 64, 128):
+            model = f"conv:c=3,i={size},f=64,k=11,s=1"
+            rows.append(make_row(model, 64, "gradient", fw, "gpu", k * size / 8, threads=4,
+                                 peak_bytes=size * size * 100_000))
+    # transfer
+    rows.append(make_row("resnet50", 16, "transfer", "torch", "gpu", 1.2, threads=4))
+    return rows
+
+
+def reruns() -> list[dict]:
+    """An older and a newer run of identical settings: the newer (11.0 ms) must win."""
+    return [make_row("resnet50", 16, "forward", "torch", "gpu", 99.0, threads=4,
+                     started="2026-01-09T09:00:00")]
+
+
+def write_results(root: Path) -> Path:
+    """results/<host>/<session>.jsonl, as the runner lays them out."""
+    (root / "cpubox").mkdir(parents=True, exist_ok=True)
+    (root / "gpubox").mkdir(parents=True, exist_ok=True)
+    _write(root / "cpubox" / "torch_cpu.jsonl", cpu_rows())
+    _write(root / "gpubox" / "session1.jsonl", gpu_rows())
+    _write(root / "gpubox" / "old_session.jsonl", reruns())
+    return root
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

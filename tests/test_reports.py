@@ -1,0 +1,553 @@
+"""The report stage (reports/): tables in the seeds' formats, statistics, equivalence,
+ratios, failures, plots, the HTML page, historical data and bad input. Synthetic rows come
+from tests/report_fixtures.py."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import report_fixtures as fx  # noqa: E402
+
+from reports import equivalence, peaks, ratios  # noqa: E402
+from reports.build import build, make_report  # noqa: E402
+from reports.historical import HISTORICAL_CSV, load_historical  # noqa: E402
+from reports.html import HOOK  # noqa: E402
+from reports.load import load  # noqa: E402
+from reports.naming import parse_conv  # noqa: E402
+from reports.tidy import tidy  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reports", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reports")
+    results = fx.write_results(root / "results")
+    report, written = build([results], root / "report")
+    return report, root / "report", results
+
+
+def find_table(report, title_part: str):
+    for section in report.sections:
+        for table in section.tables:
+            if title_part in table.title:
+                return table
+    raise AssertionError(f"no table titled like {title_part!r}")
+
+
+def row_where(table, **cols):
+    index = {c: i for i, c in enumerate(table.columns)}
+    for row in table.rows:
+        if all(row[index[c]].text == v for c, v in cols.items()):
+            return {c: row[i].text for c, i in index.items()}
+    raise AssertionError(f"no row {cols} in {table.title}")
+
+
+# --- outputs --------------------------------------------------------------------------------
+
+def test_cli_writes_every_output_and_prints_summary(tmp_path):
+    results = fx.write_results(tmp_path / "results")
+    proc = run_cli(str(results), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    for name in ("report.md", "report.html", "summary.txt", "results_tidy.csv"):
+        assert (out / name).stat().st_size > 0, name
+    try:
+        import pyarrow  # noqa: F401
+        assert pd.read_parquet(out / "results_tidy.parquet").shape[0] == 100
+    except ImportError:
+        assert not (out / "results_tidy.parquet").exists()
+    assert {p.name for p in (out / "plots").glob("*.png")} >= {
+        "batch_resnet50.png", "sweep_i.png", "threads_resnet18_b16.png",
+        "bars_resnet50_b16.png"}
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:3] == ["model", "batch", "hardware"]
+    vgg_jax = [line for line in lines if line.startswith("vgg16") and " jax " in line]
+    assert len(vgg_jax) == 1 and "OOM" in vgg_jax[0] and "✗" in vgg_jax[0]
+
+
+def test_tidy_csv_has_one_row_per_kept_result(built):
+    report, out, _ = built
+    with (out / "results_tidy.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(report.frame) == 100
+    tf32 = [r for r in rows if r["precision"] == "tf32"]
+    assert len(tf32) == 1 and float(tf32[0]["median_ms"]) == 4.0
+    assert {"achieved_tflops", "peak_share", "equiv", "hardware", "reason"} <= set(rows[0])
+
+
+# --- merging --------------------------------------------------------------------------------
+
+def test_tf32_and_fp32_rows_of_one_case_are_never_merged(built):
+    report, _, _ = built
+    f = report.frame
+    same = f[(f.model == "resnet50") & (f.batch == 16) & (f.measure == "forward")
+             & (f.framework == "torch") & (f.device == "gpu")]
+    assert sorted(same.precision) == ["fp32", "tf32"]
+    assert sorted(same.median_ms) == [4.0, 10.0]
+    table = find_table(report, "resnet50 (input 16 x")
+    assert row_where(table, Precision="tf32", Hardware="NVIDIA H100 80GB HBM3")[
+        "Forward (ms)"] == "4.00 (3.96–4.04)"
+    assert row_where(table, Precision="fp32", Framework="torch",
+                     Hardware="NVIDIA H100 80GB HBM3")["Forward (ms)"].startswith("10.00")
+
+
+def test_reruns_of_identical_settings_keep_the_latest(built):
+    report, _, _ = built
+    f = report.frame
+    kept = f[(f.model == "resnet50") & (f.batch == 16) & (f.measure == "forward")
+             & (f.framework == "torch") & (f.device == "gpu") & (f.precision == "fp32")]
+    assert list(kept.median_ms) == [10.0]          # the older 99 ms run was superseded
+    assert report.superseded == 1
+    assert any("superseded" in p for p in report.sections[0].paragraphs)
+
+
+def test_same_shown_settings_on_two_hosts_stay_two_rows(tmp_path):
+    a = fx.make_row("resnet50", 16, "forward", "torch", "cpu", 100.0)
+    b = fx.make_row("resnet50", 16, "forward", "torch", "cpu", 150.0,
+                    env={**fx.CPU_HOST, "host": "otherbox"})
+    (tmp_path / "r.jsonl").write_text(json.dumps(a) + "\n" + json.dumps(b) + "\n")
+    report = make_report(load([tmp_path]))
+    table = find_table(report, "resnet50 (input")
+    variants = sorted(r[2].text for r in table.rows)
+    assert variants == ["eager [host cpubox]", "eager [host otherbox]"]
+
+
+# --- cnn-benchmarks tables ------------------------------------------------------------------
+
+def test_model_table_backward_is_total_minus_forward(built):
+    report, _, _ = built
+    table = find_table(report, "resnet50 (input 16 x 3 x 224 x 224)")
+    row = row_where(table, Framework="torch", Precision="fp32",
+                    Hardware="NVIDIA H100 80GB HBM3")
+    assert row["Backward (ms)"] == "20.00"
+    assert row["Total (ms)"] == "30.00 (29.70–30.30)"
+    assert row["First call fwd / grad (ms)"] == "400.0 / 1200"
+    assert row["Peak memory"] == "763 MiB (alloc)"
+    assert row["Equiv."] == "✓"
+    # fastest first, as cnn-benchmarks sorts its tables
+    assert table.rows[0][1].text == "torch" and table.rows[0][0].text.startswith("NVIDIA")
+
+
+def test_failures_are_cells_not_dropped(built):
+    report, _, _ = built
+    vgg = find_table(report, "vgg16 (input 16")
+    assert row_where(vgg, Framework="jax")["Total (ms)"] == "OOM"
+    assert row_where(vgg, Framework="jax")["Backward (ms)"] == "—"
+    cpu = row_where(vgg, Hardware="Intel(R) Xeon(R) Platinum 8480+")
+    assert cpu["Total (ms)"] == "failed (RuntimeError: boom in conv3_1)"
+    lstm = find_table(report, "Table 6: LSTM, batch 16")
+    assert lstm.rows[0][3].text == "unsupported (masked LSTM not implemented)"
+    failures = find_table(report, "Failures")
+    assert sorted(r[4].text for r in failures.rows) == ["OOM", "failed", "unsupported"]
+
+
+def test_unstable_rows_are_marked_with_their_reason(built):
+    report, _, _ = built
+    table = find_table(report, "resnet50 (input 16 x 3 x 224 x 224)")
+    row = row_where(table, Framework="torch", Hardware="Intel(R) Xeon(R) Platinum 8480+")
+    assert row["Forward (ms)"].endswith("⚠")
+    assert not row["Total (ms)"].endswith("⚠")
+    assert any("IQR 14.0% of median" in n for n in table.notes)
+
+
+def test_throughput_and_share_of_peak(built):
+    report, _, _ = built
+    table = find_table(report, "resnet50 (input 16 x 3 x 224 x 224)")
+    gpu = row_where(table, Framework="torch", Precision="fp32",
+                    Hardware="NVIDIA H100 80GB HBM3")
+    # forward: 8.18 GFLOP × 16 / 10 ms = 13.1 TFLOP/s; gradient: 3 × that / 30 ms = 13.1
+    assert gpu["TFLOP/s fwd / grad"] == "13.1 / 13.1"
+    assert gpu["% of peak fwd / grad"] == "19.5% / 19.5%"          # of 67 TFLOP/s fp32
+    tf32 = row_where(table, Precision="tf32")
+    assert tf32["% of peak fwd / grad"].startswith("6.6%")          # of 494.5 TFLOP/s tf32
+    cpu = row_where(table, Framework="torch", Hardware="Intel(R) Xeon(R) Platinum 8480+")
+    assert cpu["% of peak fwd / grad"] == "—"
+    assert cpu["TFLOP/s fwd / grad"] != "—"
+
+
+def test_summary_matrix_models_by_frameworks(built):
+    report, _, _ = built
+    table = find_table(report, "Summary: Total (ms), gpu NVIDIA H100 80GB HBM3, fp32")
+    assert table.columns == ("Model", "Batch", "jax", "torch", "Equiv.")
+    row = row_where(table, Model="resnet50", Batch="16")
+    assert row["torch"] == "30.00 (eager)" and row["jax"] == "75.00 (jit)"
+    assert row_where(table, Model="vgg16")["jax"] == "OOM"
+    cpu = find_table(report, "Summary: Total (ms), cpu")
+    assert "tf" in cpu.columns            # a framework is just a string: picked up as is
+
+
+# --- convnet-benchmarks layer tables --------------------------------------------------------
+
+def test_layer_tables_best_per_layer_row(built):
+    report, _, _ = built
+    fwd = find_table(report, "convnet-benchmarks layers L1–L5: forward, gpu")
+    assert fwd.columns[4:] == ("L1", "L2", "L3", "L4", "L5", "Total")
+    best = [c.text for c in fwd.rows[-1]]
+    assert best[:2] == ["cherry-picking", "best per layer"]
+    assert best[4:] == ["9.00", "21.00", "8.00", "0.67", "2.00", "40.67"]   # L4 from jax
+    summary = find_table(report, "convnet-benchmarks layers L1–L5: forward + backprop")
+    assert row_where(summary, Framework="torch")["Total Time (ms)"] == "123.0"
+    assert summary.rows[0][0].text == "torch"                   # ranked by total
+    gi = find_table(report, "layers L1–L5: gradInput")
+    assert row_where(gi, Framework="jax")["L4"] == "0.67"
+    hist = find_table(report, "Historical (published, not measured here): convnet-benchmarks")
+    cudnn = [r for r in hist.rows if r[2].text == "forward" and "CuDNN (R2)" in r[3].text][0]
+    assert [c.text for c in cudnn[4:]] == ["90", "218", "79", "9", "17", "413"]
+
+
+# --- Bahrampour tables ----------------------------------------------------------------------
+
+def test_bahrampour_tables_cpu_rows_per_thread_count(built):
+    report, _, _ = built
+    table = find_table(report, "Table 3: LeNet, batch 64")
+    assert table.columns == ("Device", "Threads", "Setting", "Gradient (ms)", "Forward (ms)",
+                             "Peak memory")
+    threads = [(r[0].text.split()[0], r[1].text, r[3].text) for r in table.rows]
+    assert threads == [("CPU", "1", "46.00"), ("CPU", "6", "18.00"), ("GPU", "", "1.70")]
+    hist = find_table(report, "Historical (published, not measured here): lenet, batch 64")
+    assert any(r[2].text == "Torch7" and r[4].text == "16.5" for r in hist.rows)
+
+
+def test_autoencoder_phase_columns(built):
+    report, _, _ = built
+    table = find_table(report, "Stacked autoencoders, Bahrampour Table 5")
+    assert table.columns[3:] == ("AE1", "AE2", "AE3", "Total pre-training", "SE gradient",
+                                 "SE forward")
+    cpu = [r for r in table.rows if r[0].text.startswith("CPU")][0]
+    assert [c.text for c in cpu[3:]] == ["5.00", "3.00", "2.00", "10.00", "3.30", "1.90"]
+    gpu = [r for r in table.rows if r[2].text.startswith("jax")][0]
+    assert gpu[6].text == "1.60"
+
+
+# --- equivalence ----------------------------------------------------------------------------
+
+def test_equivalence_flags_disagreement_and_compares_like_precision_only(built):
+    report, _, _ = built
+    eq = report.equivalence
+    vgg = eq.verdicts[("vgg16", 16, "fp32")]
+    assert vgg.agree is False and vgg.worst == pytest.approx(0.02 / 1.02, rel=1e-6)
+    assert eq.model_text("vgg16", 16) == "✗ 2.0e-02"
+    # the tf32 row is 5e-3 off fp32: fp32 still agrees, tf32 has nobody to compare with
+    assert eq.verdicts[("resnet50", 16, "fp32")].agree is True
+    assert eq.verdicts[("resnet50", 16, "tf32")].agree is None
+    table = find_table(report, "vgg16 (input 16")
+    assert row_where(table, Framework="jax")["Equiv."] == "✗ 2.0e-02"
+
+
+def test_fingerprint_comparison_fields():
+    base = fx.fingerprint("gradient")
+    moved = json.loads(json.dumps(base))
+    moved["grad_norms"]["fc.weight"] *= 1.01
+    diff, where = equivalence.compare(base, moved)
+    assert where == "grad_norms[fc.weight]" and diff == pytest.approx(0.01 / 1.01)
+    assert equivalence.compare(base, base) == (0.0, "")
+    # a mean near zero is scaled by the output's spread, not blown up
+    a, b = dict(base, output_mean=1e-9), dict(base, output_mean=-1e-9)
+    assert equivalence.compare(a, b)[0] < 1e-8
+
+
+# --- ratios ---------------------------------------------------------------------------------
+
+def test_framework_ratio_sentence_with_range_over_models(tmp_path):
+    rows = []
+    for model, k in (("resnet18", 2.0), ("resnet50", 2.2), ("vgg16", 2.5)):
+        rows.append(fx.make_row(model, 16, "forward", "torch", "gpu", 10.0))
+        rows.append(fx.make_row(model, 16, "forward", "jax", "gpu", 10.0 * k))
+    fx._write(tmp_path / "r.jsonl", rows)
+    found = ratios.framework_ratios(tidy(load([tmp_path])).frame)
+    assert [r.sentence() for r in found] == [
+        "torch is 2.00×–2.50× faster than jax across 3 models "
+        "(forward, gpu NVIDIA H100 80GB HBM3, fp32)"]
+
+
+def test_device_ratios_in_report(built):
+    report, _, _ = built
+    device = [r for r in report.ratios if r.kind == "device" and r.context ==
+              "torch eager, gradient, fp32"]
+    # resnet50 b16: 1200 ms cpu / 30 ms gpu = 40×; sae_ae3: 2.0 / 0.5 = 4×; vgg16 failed on
+    # the CPU and is left out; lenet's CPU side is its faster thread count (6).
+    assert [r.sentence() for r in device] == [
+        "gpu NVIDIA H100 80GB HBM3 is 4.00×–40.00× faster than cpu Intel(R) Xeon(R) "
+        "Platinum 8480+ across 6 models (torch eager, gradient, fp32)"]
+    assert dict(zip(device[0].models, device[0].values))["lenet b64"] == pytest.approx(18 / 1.7)
+
+
+# --- plots ----------------------------------------------------------------------------------
+
+def test_plots_only_where_data_exist(built, tmp_path):
+    report, _, _ = built
+    keys = {p.key for s in report.sections for p in s.plots}
+    assert {"batch_resnet50", "sweep_i", "threads_resnet18_b16", "bars_vgg16_b16"} <= keys
+    assert not {"sweep_b", "sweep_k", "sweep_f", "sweep_s", "batch_vgg16"} & keys
+    for plot in (p for s in report.sections for p in s.plots):
+        assert plot.png[:8] == b"\x89PNG\r\n\x1a\n"
+    one = fx.make_row("resnet50", 16, "forward", "torch", "gpu", 10.0)
+    (tmp_path / "one.jsonl").write_text(json.dumps(one) + "\n")
+    small = make_report(load([tmp_path]))
+    assert {p.key for s in small.sections for p in s.plots} == {"bars_resnet50_b16"}
+
+
+def test_parametric_conv_names():
+    assert parse_conv("conv:c=3,i=128,f=64,k=11,s=1") == {"c": 3, "i": 128, "f": 64, "k": 11,
+                                                         "s": 1, "p": 0}
+    assert parse_conv("conv:c=3,i=128,f=64,k=11")["s"] == 1
+    assert parse_conv("conv_l1") is None and parse_conv("conv:c=3,x=1") is None
+
+
+# --- HTML -----------------------------------------------------------------------------------
+
+def test_html_escapes_every_row_string(built):
+    _, out, _ = built
+    page = (out / "report.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=alert(2)&gt;" in page
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert page.count("<script") == 1                     # the error hook only
+    md = (out / "report.md").read_text()
+    assert "&lt;script>alert(1)&lt;/script>" in md and "<script>" not in md
+
+
+def test_html_is_self_contained(built):
+    _, out, _ = built
+    page = (out / "report.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "<link" not in page
+    images = re.findall(r'<img [^>]*src="([^"]{0,30})', page)
+    assert images and all(src.startswith("data:image/png;base64,") for src in images)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium not installed "
+                    "(apt-get install -y chromium)")
+def test_headless_chromium_renders_without_errors(built, tmp_path):
+    from reports.screenshot import check
+    _, out, _ = built
+    result = check(out / "report.html", tmp_path / "shot.png", height=2500)
+    assert result.js_ok and result.errors == () and result.passed
+    assert (tmp_path / "shot.png").read_bytes()[:4] == b"\x89PNG"
+    # the check itself can fail: a page whose script throws is caught
+    bad = tmp_path / "bad.html"
+    bad.write_text("<!DOCTYPE html><html><head><script>" + HOOK + "</script></head>"
+                   "<body><p>x</p><script>throw new Error('boom')</script>"
+                   "</body></html>")
+    failed = check(bad, tmp_path / "bad.png", height=300)
+    assert not failed.passed and any("boom" in e for e in failed.errors)
+
+
+# --- historical data ------------------------------------------------------------------------
+
+def test_historical_csv_columns_and_counts():
+    with HISTORICAL_CSV.open() as handle:
+        reader = csv.DictReader(handle)
+        assert reader.fieldnames == ["study", "source_table", "hardware", "framework", "model",
+                                     "batch", "measure", "value_ms", "note"]
+        rows = list(reader)
+    counts = pd.Series([r["study"] for r in rows]).value_counts().to_dict()
+    assert counts == {"cnn-benchmarks": 348, "convnet-benchmarks": 340,
+                      "Bahrampour et al. 2016": 212, "cnn-benchmarks cloud fork": 198}
+
+
+def test_historical_transcription_is_self_consistent():
+    hist = load_historical()
+    # cnn-benchmarks and its fork print forward, backward and total to 0.01 ms
+    cnn = hist[hist.study.str.startswith("cnn-benchmarks")]
+    wide = cnn.pivot_table(index=["study", "source_table", "hardware", "note"],
+                           columns="measure", values="value_ms", aggfunc="first")
+    gap = (wide["forward"] + wide["backward"] - wide["gradient"]).abs()
+    assert len(wide) == 116 + 66 and gap.max() <= 0.015
+    # Bahrampour's autoencoder totals: AE1 + AE2 + AE3 (one published exception, noted)
+    sae = hist[hist.model.str.contains("sae") & (hist.measure == "gradient")]
+    for key, part in sae.groupby(["source_table", "hardware", "framework", "note"]):
+        total = [v for m, v in zip(part.model, part.value_ms) if "pretraining" in m][0]
+        parts = sum(v for m, v in zip(part.model, part.value_ms) if m.split("_")[-1]
+                    in ("ae1", "ae2", "ae3"))
+        assert abs(parts - total) <= 0.25 or "total as published" in key[3], key
+
+
+@pytest.mark.parametrize("study,model,batch,hardware,framework,note,measure,value", [
+    ("cnn-benchmarks", "resnet50", 16, "Pascal Titan X", "Torch7", "cuDNN 5.1.05", "gradient",
+     103.58),
+    ("cnn-benchmarks", "resnet101", 16, "CPU: Dual Xeon E5-2630 v3", "Torch7",
+     "CPU (no cuDNN)", "gradient", 11306.24),
+    ("cnn-benchmarks cloud fork", "resnet152", 16, "Tesla K80", "Torch7", "cuDNN 5.1.10",
+     "backward", 700.15),
+    ("convnet-benchmarks", "conv_l2", 128, "NVIDIA GeForce GTX Titan Black",
+     "NVidia CuDNN (R2)", "cudnn.SpatialConvolution", "grad_input", 344),
+    ("convnet-benchmarks", "alexnet", 128, "NVIDIA GeForce GTX Titan Black", "cuda-convnet2",
+     "ConvLayer; Torch bindings", "forward", 88),
+    ("Bahrampour et al. 2016", "alexnet_bvlc", 256, "GTX Titan X (Maxwell)", "Torch7",
+     "cuDNN v3; GPU RAM 3.7 GB", "gradient", 390.2),
+    ("Bahrampour et al. 2016", "lstm", 16, "GTX Titan X (Maxwell)", "Theano", "cuDNN v3",
+     "forward", 4.66),
+])
+def test_historical_spot_values(study, model, batch, hardware, framework, note, measure, value):
+    hist = load_historical()
+    hit = hist[(hist.study == study) & (hist.model == model) & (hist.batch == batch)
+               & (hist.hardware == hardware) & (hist.framework == framework)
+               & (hist.note == note) & (hist.measure == measure)]
+    assert list(hit.value_ms) == [value]
+
+
+def test_historical_rows_sit_beside_todays(built):
+    report, _, _ = built
+    names = [t.title for s in report.sections for t in s.tables]
+    mine = names.index("resnet50 (input 16 x 3 x 224 x 224)")
+    assert names[mine + 1] == "Historical (published, not measured here): resnet50, batch 16"
+    hist = find_table(report, "Historical (published, not measured here): resnet50, batch 16")
+    assert row_where(hist, Hardware="Pascal Titan X", Note="cuDNN 5.1.05")[
+        "Total (ms)"] == "103.58"
+    cpu = row_where(hist, Study="cnn-benchmarks", Hardware="CPU: Dual Xeon E5-2630 v3")
+    assert cpu["Forward (ms)"] == "2477.61"
+    assert all(c.kind == "hist" for r in hist.rows for c in r)
+
+
+# --- device peaks ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,device", [
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5"), ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
+    ("NVIDIA H100 NVL", "NVIDIA H100 NVL"), ("NVIDIA H200", "NVIDIA H200 SXM"),
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 (SXM4 and PCIe)"),
+    ("Tesla V100-PCIE-16GB", "NVIDIA Tesla V100 PCIe"),
+    ("Tesla V100-SXM2-32GB", "NVIDIA Tesla V100 SXM2"),
+    ("NVIDIA GeForce GTX TITAN X", "NVIDIA GeForce GTX TITAN X (Maxwell)"),
+    ("TITAN X (Pascal)", "NVIDIA TITAN X (Pascal)"),
+    ("GeForce GTX 1080 Ti", "NVIDIA GeForce GTX 1080 Ti"),
+    ("GeForce GTX 1080", "NVIDIA GeForce GTX 1080"), ("Tesla K80", "NVIDIA Tesla K80 (one GK210)"),
+    ("Tesla K40c", "NVIDIA Tesla K40c"), ("NVIDIA L40S", None), ("", None),
+])
+def test_device_peaks_match_by_name(name, device):
+    found = peaks.find_peak(name, peaks.load_peaks())
+    assert (found.device if found else None) == device
+
+
+def test_every_device_peak_has_a_source():
+    table = peaks.load_peaks()
+    assert all(p.source and p.tflops.get("fp32") for p in table)
+    h100 = peaks.find_peak("NVIDIA H100 80GB HBM3", table)
+    assert h100.tflops == {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5}
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
+    results = fx.write_results(tmp_path / "results")
+    target = results / "cpubox" / "torch_cpu.jsonl"
+    lines = target.read_text().count("\n")
+    with target.open("a") as handle:
+        handle.write('{"schema": 1, "case_id": "test/torch/cpu/resn')
+    proc = run_cli(str(results), "--out", str(tmp_path / "out"), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert f"warning: {target} line {lines + 1}: truncated JSON line skipped" in proc.stderr
+    assert "100 rows" in (tmp_path / "out" / "summary.txt").read_text()
+
+
+def test_torn_line_with_a_resumed_row_glued_on_is_recovered(tmp_path):
+    row = fx.make_row("resnet50", 16, "forward", "torch", "cpu", 100.0)
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"schema": 1, "case_id": "x/tor' + json.dumps(row) + "\n")
+    loaded = load([tmp_path])
+    assert len(loaded.rows) == 1 and loaded.rows[0].data["model"] == "resnet50"
+    assert loaded.warnings == (f"warning: {path} line 1: torn line; recovered the row "
+                               "appended to it",)
+
+
+def test_unknown_schema_is_refused_with_file_and_line(tmp_path):
+    rows = [fx.make_row("lenet", 64, "forward", "torch", "cpu", 1.0) for _ in range(3)]
+    rows[2]["schema"] = 2
+    path = tmp_path / "results" / "new.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = run_cli(str(tmp_path / "results"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"reports: error: {path} line 3: unknown schema version 2 (this report reads schema 1)"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", ["empty", "missing", "blank-file"])
+def test_no_rows_is_a_one_line_error(tmp_path, case):
+    target = tmp_path / "results"
+    if case != "missing":
+        target.mkdir()
+    if case == "blank-file":
+        (target / "a.jsonl").write_text("\n")
+    proc = run_cli(str(target), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reports: error: ")
+    expected = {"empty": "no *.jsonl result files under", "missing": "no such directory",
+                "blank-file": "no result rows in 1 file(s)"}[case]
+    assert expected in lines[0] and str(target) in lines[0]
+
+
+def test_row_without_required_fields_is_refused(tmp_path):
+    row = fx.make_row("lenet", 64, "forward", "torch", "cpu", 1.0)
+    del row["settings"]["precision"]
+    (tmp_path / "a.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(Exception, match=r"a.jsonl line 1: row lacks settings.precision"):
+        load([tmp_path])
+
+
+# --- boundaries -----------------------------------------------------------------------------
+
+def test_reports_imports_no_framework(tmp_path):
+    results = fx.write_results(tmp_path / "results")
+    code = ("import sys; from pathlib import Path; from reports.build import build; "
+            f"build([Path({str(results)!r})], Path({str(tmp_path / 'o')!r})); "
+            "bad = [m for m in ('torch', 'tensorflow', 'jax', 'onnxruntime', 'onnx') "
+            "if m in sys.modules]; print(bad)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    for source in (REPO / "reports").glob("*.py"):
+        text = source.read_text()
+        assert not re.search(r"^\s*(import|from)\s+(torch|tensorflow|jax|onnx)", text, re.M), \
+            source
+
+
+def test_fixture_rows_have_the_runner_row_layout():
+    results = pytest.importorskip("suites.results")
+    settings = results.Settings("torch", "cpu", "fp32", "eager", 8, 1)
+    row = results.Row(results.CaseKey("s", "lenet", 64, "forward", settings), "ok")
+    theirs = row.to_json()
+    ours = fx.make_row("lenet", 64, "forward", "torch", "cpu", 1.0)
+    assert set(ours) == set(theirs)
+    assert set(ours["settings"]) == set(theirs["settings"])
+    assert theirs["schema"] == ours["schema"] == 1
+
+
+def test_row_with_wrong_types_is_refused(tmp_path):
+    row = fx.make_row("lenet", 64, "forward", "torch", "cpu", 1.0)
+    row["batch"] = "64"
+    (tmp_path / "a.jsonl").write_text(json.dumps(row) + "\n")
+    proc = run_cli(str(tmp_path), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"reports: error: {tmp_path / 'a.jsonl'} line 1: batch and "
+                                   "settings.threads must be integers")
+
+
+def test_text_summary_drops_control_characters(tmp_path):
+    row = fx.make_row("evil\x1b[2Jmodel", 4, "forward", "torch", "cpu", 1.0)
+    (tmp_path / "a.jsonl").write_text(json.dumps(row) + "\n")
+    proc = run_cli(str(tmp_path), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "evil[2Jmodel" in proc.stdout
