@@ -12,6 +12,7 @@ machines with preinstalled CUDA builds and no package index.
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 
@@ -36,13 +37,19 @@ def install(session: nox.Session, *requirements: str) -> None:
     session.install(*requirements)
 
 
+def python(session: nox.Session) -> str:
+    """The venv's interpreter, or with ``--no-venv`` the one running nox (a host may have
+    no plain ``python`` on its PATH)."""
+    return sys.executable if session.venv_backend == "none" else "python"
+
+
 def make_framework_session(framework: str, device: str, requirements: list[str],
                            description: str) -> None:
     def run(session: nox.Session) -> None:
         install(session, *CORE, *requirements)
         args = list(session.posargs)
         suite = args.pop(0) if args and not args[0].startswith("-") else DEFAULT_SUITE[device]
-        session.run("python", "-m", "suites", "run", suite, "--framework", framework,
+        session.run(python(session), "-m", "suites", "run", suite, "--framework", framework,
                     "--device", device, *args)
 
     run.__doc__ = f"{description} — {device.upper()}, default suite {DEFAULT_SUITE[device]}."
@@ -59,7 +66,7 @@ for _name, _entry in REGISTRY.items():
 def report(session: nox.Session) -> None:
     """Merge every results file under results/ (or the given directories) into report/."""
     install(session, *CORE, *EXTRAS["report"])
-    session.run("python", "-m", "reports", *(session.posargs or ["results"]))
+    session.run(python(session), "-m", "reports", *(session.posargs or ["results"]))
 
 
 TEST_TARGETS = ["core", *REGISTRY]
@@ -71,11 +78,11 @@ def tests(session: nox.Session, target: str) -> None:
     """Core tests, or one framework's conformance kit and adapter tests in its own venv."""
     if target == "core":
         install(session, *CORE, *EXTRAS["report"], *EXTRAS["test"])
-        session.run("python", "-m", "pytest", "-q", "tests", "--ignore=tests/conformance",
+        session.run(python(session), "-m", "pytest", "-q", "tests", "--ignore=tests/conformance",
                     "--ignore=tests/adapters", *session.posargs)
         return
     install(session, *CORE, *REGISTRY[target]["requirements"]["cpu"], *EXTRAS["test"])
-    session.run("python", "-m", "pytest", "-q", "tests/conformance",
+    session.run(python(session), "-m", "pytest", "-q", "tests/conformance",
                 f"tests/adapters/test_{target}.py", f"--framework={target}", *session.posargs)
 
 
