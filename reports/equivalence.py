@@ -9,7 +9,8 @@ compared. Relative differences are scaled so values near zero do not blow up:
 * output_head: max |a−b| / max(max|a|, max|b|, output_std)
 * output_mean: |a−b| / max(|a|, |b|, output_std)
 * output_std, loss: |a−b| / max(|a|, |b|)
-* grad_norms: per common parameter, |a−b| / max(|a|, |b|, 1e-6 × largest norm)
+* grad_norms: per parameter, |a−b| / max(|a|, |b|, 1e-6 × largest norm), divided by
+  GRADIENT_SLACK; two fingerprints whose parameter sets differ never agree
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ import pandas as pd
 # keeps 10 mantissa bits (~5e-4 per product), bf16 only 7 (~4e-3): looser, by experience.
 RTOL = {"fp32": 1e-3, "tf32": 1e-2, "bf16": 5e-2}
 DEFAULT_RTOL = 1e-2
+# Gradient norms are held to 10× the output tolerance: in deep batch-normalised networks,
+# early layers' gradients come out of large cancellations, and two correct fp32
+# implementations differ by up to ~0.5% there (measured: torch on CPU against torch on an
+# H200, ResNet-50, layer1 batch-norm gradients 4.5e-3 apart, outputs 4e-7 apart).
+GRADIENT_SLACK = 10.0
 TINY = 1e-30
 # The runner writes one "fingerprint" row per setting (suites/results.py), after its timings;
 # fingerprints on timing rows are compared too, where an adapter puts them there.
@@ -108,11 +114,13 @@ def compare(fa: dict, fb: dict) -> tuple[float, str]:
     if fa.get("loss") is not None and fb.get("loss") is not None:
         take(_rel(fa["loss"], fb["loss"]), "loss")
     ga, gb = fa.get("grad_norms") or {}, fb.get("grad_norms") or {}
+    if ga and gb and set(ga) != set(gb):
+        take(math.inf, "grad_norms: different parameter sets")
     common = sorted(set(ga) & set(gb))
     if common:
         floor = 1e-6 * max(max(abs(v) for v in ga.values()), max(abs(v) for v in gb.values()))
         for name in common:
-            take(_rel(ga[name], gb[name], floor), f"grad_norms[{name}]")
+            take(_rel(ga[name], gb[name], floor) / GRADIENT_SLACK, f"grad_norms[{name}]")
     return worst, where
 
 

@@ -254,8 +254,13 @@ def test_fingerprint_comparison_fields():
     moved = json.loads(json.dumps(base))
     moved["grad_norms"]["fc.weight"] *= 1.01
     diff, where = equivalence.compare(base, moved)
-    assert where == "grad_norms[fc.weight]" and diff == pytest.approx(0.01 / 1.01)
+    assert where == "grad_norms[fc.weight]"
+    assert diff == pytest.approx(0.01 / 1.01 / equivalence.GRADIENT_SLACK)
     assert equivalence.compare(base, base) == (0.0, "")
+    # a gradient missing from one framework is a disagreement, not a skipped parameter
+    fewer = json.loads(json.dumps(base))
+    fewer["grad_norms"].pop("fc.weight")
+    assert equivalence.compare(base, fewer) == (float("inf"), "grad_norms: different parameter sets")
     # a mean near zero is scaled by the output's spread, not blown up
     a, b = dict(base, output_mean=1e-9), dict(base, output_mean=-1e-9)
     assert equivalence.compare(a, b)[0] < 1e-8
