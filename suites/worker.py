@@ -124,11 +124,6 @@ class Worker:
                 if name == FINGERPRINT:
                     self.fingerprint_row(prepared, key(name), info, started, Unsupported)
                     continue
-                if name not in self.entry.measures:
-                    self.write(key(name), "unsupported",
-                               f"{self.plan.framework} does not time '{name}'", started,
-                               model_info=info)
-                    continue
                 try:
                     step = prepared.step(name)
                     prepared.reset_peak_memory()

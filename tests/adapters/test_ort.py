@@ -1,0 +1,420 @@
+"""ONNX Runtime adapter: settings really reach the session, variants change the optimised
+graph, the ONNX mapping holds where the conformance kit does not look (ceil-mode pooling
+edge cases, the tied decoder, LSTM gate order), unsupported cases say why, OOM errors are
+recognised, and more threads really run on more cores.
+
+Runs inside the ``tests(ort)`` nox session (``--framework=ort``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported  # noqa: E402
+from adapters.ort import OrtAdapter  # noqa: E402
+from adapters.ort.adapter import VARIANT_SETTINGS, cuda_provider_options, nodes_on_cpu, session_options  # noqa: E402
+from adapters.ort.network import IR_VERSION, OPSET, Builder, Value, build, lstm_weights  # noqa: E402
+from adapters.registry import load_registry  # noqa: E402
+from models import ir  # noqa: E402
+from models.inputs import make_batch  # noqa: E402
+from models.weights import canonical_weights  # noqa: E402
+from models.zoo import get_model  # noqa: E402
+from tests import reference_numpy  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+LEVELS = ort.GraphOptimizationLevel
+
+
+@pytest.fixture(scope="module")
+def cpu_adapter():
+    return OrtAdapter(RunConfig("cpu", threads=2, interop_threads=1))
+
+
+def prepare(adapter, name: str, case: CaseConfig | None = None, batch: int = 2):
+    model = get_model(name)
+    return adapter.prepare(model, canonical_weights(model), make_batch(model, batch),
+                           case or CaseConfig())
+
+
+def optimised_ops(proto_bytes: bytes, options, tmp_path: Path) -> dict[str, int]:
+    """Op counts of the graph ONNX Runtime actually runs (optimized_model_filepath)."""
+    options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+    ort.InferenceSession(proto_bytes, options, providers=["CPUExecutionProvider"])
+    counts: dict[str, int] = {}
+    for node in onnx.load(options.optimized_model_filepath).graph.node:
+        key = f"{node.domain}:{node.op_type}" if node.domain else node.op_type
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+# --- settings reach the session ----------------------------------------------------------
+
+def test_session_gets_threads_mode_and_level(cpu_adapter):
+    prepared = prepare(cpu_adapter, "resnet_tiny")
+    try:
+        options = prepared.session.get_session_options()
+        assert options.intra_op_num_threads == 2
+        assert options.inter_op_num_threads == 1
+        assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+        assert options.graph_optimization_level == LEVELS.ORT_ENABLE_ALL
+        assert prepared.session.get_providers() == ["CPUExecutionProvider"]
+        assert prepared.extra["graph_optimization"] == "ORT_ENABLE_ALL"
+    finally:
+        prepared.close()
+    text = cpu_adapter.describe(CaseConfig())
+    assert "ORT_SEQUENTIAL" in text and "ORT_ENABLE_ALL" in text
+    assert "CPUExecutionProvider" in text
+
+
+def test_gpu_rows_describe_the_cuda_options():
+    gpu = OrtAdapter.__new__(OrtAdapter)   # describe() needs only the config, not a GPU
+    gpu.config = RunConfig("gpu", 1, 1)
+    assert gpu.describe(CaseConfig()).endswith(
+        "CUDAExecutionProvider, cudnn_conv_algo_search=EXHAUSTIVE, use_tf32=0")
+    assert "use_tf32=1" in gpu.describe(CaseConfig("tf32"))
+    assert "search=HEURISTIC" in gpu.describe(CaseConfig("fp32", "cudnn_heuristic"))
+
+
+def test_node_placement_is_readable(cpu_adapter):
+    prepared = prepare(cpu_adapter, "resnet_tiny")
+    try:
+        placed = nodes_on_cpu(prepared.session)
+    finally:
+        prepared.close()
+    if placed is None:
+        pytest.skip(f"onnxruntime {ort.__version__} cannot report node placement")
+    assert "Conv" in placed or "FusedConv" in placed, placed
+
+
+@pytest.mark.parametrize("variant, level", [
+    ("ort_all", LEVELS.ORT_ENABLE_ALL), ("ort_extended", LEVELS.ORT_ENABLE_EXTENDED),
+    ("ort_basic", LEVELS.ORT_ENABLE_BASIC), ("ort_disabled", LEVELS.ORT_DISABLE_ALL)])
+def test_variant_sets_its_optimisation_level(cpu_adapter, variant, level):
+    prepared = prepare(cpu_adapter, "lenet_tiny", CaseConfig("fp32", variant))
+    try:
+        assert prepared.session.get_session_options().graph_optimization_level == level
+    finally:
+        prepared.close()
+
+
+def test_optimisation_levels_change_the_graph_run(tmp_path):
+    """Each level really rewrites the graph: none keeps batch norm, basic folds it into
+    the convolutions, extended fuses Conv+ReLU, all adds the NCHWc layout (ORT docs,
+    graph optimizations)."""
+    model = get_model("resnet_tiny")
+    proto = build(model, canonical_weights(model), (2, *model.input.shape), False)
+    config = RunConfig("cpu", 1, 1)
+    ops = {v: optimised_ops(proto.SerializeToString(), session_options(config, v), tmp_path)
+           for v in ("ort_disabled", "ort_basic", "ort_extended", "ort_all")}
+    assert ops["ort_disabled"].get("BatchNormalization", 0) > 0
+    assert "BatchNormalization" not in ops["ort_basic"]
+    assert "com.microsoft:FusedConv" not in ops["ort_basic"]
+    assert ops["ort_extended"].get("com.microsoft:FusedConv", 0) > 0
+    assert any(op.startswith("com.microsoft.nchwc:") for op in ops["ort_all"])
+    assert not any(op.startswith("com.microsoft.nchwc:") for op in ops["ort_extended"])
+
+
+def test_cuda_options_make_fp32_strict_and_set_the_algorithm_search():
+    assert cuda_provider_options("ort_all", "fp32")["use_tf32"] == "0"
+    assert cuda_provider_options("ort_all", "tf32")["use_tf32"] == "1"
+    assert cuda_provider_options("ort_all", "fp32")["cudnn_conv_algo_search"] == "EXHAUSTIVE"
+    assert cuda_provider_options("cudnn_heuristic", "fp32")["cudnn_conv_algo_search"] == "HEURISTIC"
+    assert cuda_provider_options("cudnn_default_algo", "fp32")["cudnn_conv_algo_search"] == "DEFAULT"
+    assert set(VARIANT_SETTINGS) == set(OrtAdapter.variants)
+
+
+# --- unsupported cases say why ---------------------------------------------------------
+
+@pytest.mark.parametrize("case, reason", [
+    (CaseConfig("tf32"), "CPUs have no TF32"),
+    (CaseConfig("bf16"), "no automatic mixed precision"),
+    (CaseConfig("fp32", "cudnn_heuristic"), "GPU only"),
+    (CaseConfig("fp32", "cudnn_default_algo"), "GPU only"),
+])
+def test_unsupported_cases_give_reasons(cpu_adapter, case, reason):
+    with pytest.raises(Unsupported, match=reason):
+        prepare(cpu_adapter, "lenet_tiny", case)
+
+
+def test_gradients_are_unsupported_and_not_listed(cpu_adapter):
+    assert load_registry()["ort"].measures == ("forward", "transfer")
+    prepared = prepare(cpu_adapter, "conv_tiny")
+    try:
+        for measure in ("gradient", "grad_input", "grad_weight"):
+            with pytest.raises(Unsupported, match="inference engine"):
+                prepared.step(measure)
+        with pytest.raises(Unsupported, match="inference engine"):
+            prepared.loss_and_gradients()
+        with pytest.raises(Unsupported, match="same on cpu"):
+            prepared.step("transfer")
+        fingerprint = prepared.fingerprint()   # the forward half still works
+        assert fingerprint.loss is None and fingerprint.grad_norms is None
+    finally:
+        prepared.close()
+
+
+def test_gpu_without_cuda_is_unavailable():
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA; the GPU path is checked on the GPU host")
+    with pytest.raises(DeviceUnavailable, match="CUDAExecutionProvider"):
+        OrtAdapter(RunConfig("gpu", 1, 1))
+
+
+def test_an_ir_node_without_mapping_names_the_node():
+    @dataclasses.dataclass(frozen=True)
+    class Mystery:
+        name: str
+
+    with pytest.raises(Unsupported, match="'oracle'.*Mystery"):
+        Builder({}, {}, None, 0).node(Mystery("oracle"), Value("input", 4))
+
+
+# --- the ONNX mapping ------------------------------------------------------------------
+
+def test_graph_has_pinned_versions_and_passes_the_checker():
+    model = get_model("lstm_tiny")
+    batch = make_batch(model, 3)
+    proto = build(model, canonical_weights(model), batch.x.shape, True)
+    assert proto.ir_version == IR_VERSION
+    assert [(o.domain, o.version) for o in proto.opset_import] == [("", OPSET)]
+    onnx.checker.check_model(proto, full_check=True)
+    lstm = next(n for n in proto.graph.node if n.op_type == "LSTM")
+    assert lstm.input[4] == "lengths"   # sequence_lens is wired
+
+
+def test_tied_decoder_reads_the_encoder_initializer():
+    model = get_model("sae_tiny_ae2")
+    proto = build(model, canonical_weights(model), (4, *model.input.shape), False)
+    gemms = {n.name: n for n in proto.graph.node if n.op_type == "Gemm"}
+    enc, dec = gemms["enc2"], gemms["dec2"]
+    assert dec.input[1] == enc.input[1] == "enc2.weight"
+    assert {a.name: a.i for a in dec.attribute}.get("transB") == 1
+    names = [t.name for t in proto.graph.initializer]
+    assert names.count("enc2.weight") == 1 and "dec2.weight" not in names
+
+
+def test_lstm_gates_are_reordered_to_onnx_iofc():
+    rng = np.random.default_rng(0)
+    hidden, inputs = 3, 2
+    w_ih = rng.standard_normal((inputs, 4 * hidden)).astype(np.float32)
+    w_hh = rng.standard_normal((hidden, 4 * hidden)).astype(np.float32)
+    bias = rng.standard_normal(4 * hidden).astype(np.float32)
+    w, r, b = lstm_weights(w_ih, w_hh, bias)
+    i, f, g, o = np.split(w_ih, 4, axis=1)
+    np.testing.assert_array_equal(w[0], np.concatenate([i, o, f, g], axis=1).T)
+    assert w.shape == (1, 4 * hidden, inputs) and r.shape == (1, 4 * hidden, hidden)
+    np.testing.assert_array_equal(b[0, 4 * hidden:], 0)
+
+
+POOLS = [(size, k, s, p, kind, ceil)
+         for size, k, s, p, kind, ceil in itertools.product(
+             range(3, 10), (1, 2, 3), (1, 2, 3), (0, 1), ("max", "avg"), (False, True))
+         if 2 * p <= k and not (kind == "avg" and p)]
+
+
+def test_pooling_matches_the_reference_in_ceil_mode_edge_cases():
+    """ONNX's ceil mode keeps a last window that starts in the right padding; Caffe,
+    PyTorch and the IR drop it. The builder pads explicitly where they differ."""
+    rng = np.random.default_rng(0)
+    differ = []
+    for size, k, s, p, kind, ceil in POOLS:
+        node = ir.Pool2d("pool", kind, (k, k), (s, s), (p, p), ceil)
+        model = ir.Model("pool", "test", ir.InputSpec("image", (2, size, size)), (node,),
+                         ir.Loss("sum"))
+        x = rng.standard_normal((1, 2, size, size), dtype=np.float32)
+        session = ort.InferenceSession(build(model, {}, x.shape, False).SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        y = session.run(None, {"input": x})[0]
+        expected = reference_numpy.pool2d(x.astype(np.float64), kind, (k, k), (s, s),
+                                          (p, p), ceil)
+        if y.shape != expected.shape or not np.allclose(y, expected, atol=1e-6):
+            differ.append((size, k, s, p, kind, ceil))
+    assert not differ
+
+
+# --- memory, OOM and threads -----------------------------------------------------------
+
+def test_cpu_peak_memory_is_rss(cpu_adapter):
+    prepared = prepare(cpu_adapter, "lenet_tiny")
+    try:
+        prepared.reset_peak_memory()
+        prepared.sync(prepared.step("forward")())
+        memory = prepared.peak_memory()
+        assert memory.kind == "rss" and memory.peak_bytes and memory.peak_bytes > 0
+    finally:
+        prepared.close()
+
+
+def run_python(code: str, timeout: float = 240) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_real_out_of_memory_error_is_recognised(cpu_adapter):
+    """The address space is capped just above what the process holds, then a forward
+    pass needs a 1 GiB output: ORT's arena fails and the adapter must call it OOM."""
+    result = run_python("""
+        import json, resource
+        import psutil
+        from adapters.base import CaseConfig, RunConfig
+        from adapters.ort import OrtAdapter
+        from models.inputs import make_batch
+        from models.weights import canonical_weights
+        from models.zoo import get_model
+        adapter = OrtAdapter(RunConfig("cpu", 1, 1))
+        model = get_model("conv:c=3,i=64,f=256,k=3,p=1")
+        weights, batch = canonical_weights(model), make_batch(model, 256)
+        cap = psutil.Process().memory_info().vms + (512 << 20)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        try:
+            prepared = adapter.prepare(model, weights, batch, CaseConfig())
+            prepared.sync(prepared.step("forward")())
+            print(json.dumps({"error": None}))
+        except Exception as error:
+            print(json.dumps({"error": str(error)[:300], "oom": adapter.is_out_of_memory(error)}))
+    """)
+    assert result["error"], "a 1 GiB output under a 512 MiB cap must fail"
+    assert result["oom"], result["error"]
+
+
+def test_other_errors_are_not_out_of_memory(cpu_adapter):
+    prepared = prepare(cpu_adapter, "lenet_tiny")
+    try:
+        with pytest.raises(Exception) as caught:   # a wrongly shaped input: a real ORT error
+            prepared.session.run(None, {"input": np.zeros((1, 1), np.float32)})
+    finally:
+        prepared.close()
+    assert not cpu_adapter.is_out_of_memory(caught.value)
+    assert not cpu_adapter.is_out_of_memory(ValueError("shape mismatch"))
+
+
+THREAD_PROBE = """
+    import json, os, sys, time
+    from adapters.base import CaseConfig, RunConfig
+    from adapters.ort import OrtAdapter
+    from models.inputs import make_batch
+    from models.weights import canonical_weights
+    from models.zoo import get_model
+
+    def cpu_ns():  # per OS thread: nanoseconds on a CPU (proc(5), schedstat)
+        times = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                times[tid] = int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0])
+            except OSError:
+                pass
+        return times
+
+    model = get_model("conv:c=64,i=32,f=64,k=3,p=1")
+    adapter = OrtAdapter(RunConfig("cpu", THREADS, 1))
+    prepared = adapter.prepare(model, canonical_weights(model), make_batch(model, 16),
+                               CaseConfig())
+    step = prepared.step("forward")
+    step()
+    start_cpu, start = cpu_ns(), time.perf_counter()
+    runs = 0
+    while runs < 5 or time.perf_counter() - start < 1.0:
+        step()
+        runs += 1
+    end_cpu, wall = cpu_ns(), time.perf_counter() - start
+    used = sorted((end_cpu[t] - start_cpu.get(t, 0) for t in end_cpu), reverse=True)
+    print(json.dumps({"per_thread_ns": used, "wall_s": wall}))
+"""
+
+
+def test_two_threads_really_share_the_work():
+    """Structural, not wall-clock (the machine is shared): with one intra-op thread one OS
+    thread does all the work; with two, a second thread does a real share of it. CPU time
+    per thread is immune to other processes competing for the cores."""
+    shares = {}
+    for threads in (1, 2):
+        result = run_python(THREAD_PROBE.replace("THREADS", str(threads)))
+        used = result["per_thread_ns"]
+        total = sum(used)
+        assert total > 0
+        shares[threads] = [u / total for u in used]
+    assert shares[1][1] < 0.05, shares          # nobody but the caller worked
+    assert shares[2][1] > 0.25, shares          # the pool's second thread took a share
+
+
+# --- GPU (skipped where no CUDA GPU is visible: run them on the GPU host) ----------------
+
+@pytest.fixture(scope="module")
+def gpu_adapter():
+    try:
+        return OrtAdapter(RunConfig("gpu", threads=1, interop_threads=1))
+    except DeviceUnavailable as error:
+        pytest.skip(f"no GPU: {error}")
+
+
+@pytest.mark.parametrize("name", ["lenet_tiny", "alexnet_bvlc_tiny", "googlenet_tiny",
+                                  "resnet_tiny", "sae_tiny_ae2", "lstm_tiny"])
+def test_gpu_forward_matches_numpy_reference(gpu_adapter, name):
+    model = get_model(name)
+    weights, batch = canonical_weights(model), make_batch(model, 4)
+    prepared = gpu_adapter.prepare(model, weights, batch, CaseConfig())
+    try:
+        assert prepared.session.get_providers()[0] == "CUDAExecutionProvider"
+        output = prepared.forward_output()
+    finally:
+        prepared.close()
+    expected = reference_numpy.forward(model, weights, batch)
+    # The conformance kit's fp32 tolerance: TF32 (10-bit mantissa) would miss it.
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("case, tf32, search", [
+    (CaseConfig("fp32"), "0", "EXHAUSTIVE"), (CaseConfig("tf32"), "1", "EXHAUSTIVE"),
+    (CaseConfig("fp32", "cudnn_heuristic"), "0", "HEURISTIC"),
+    (CaseConfig("fp32", "cudnn_default_algo"), "0", "DEFAULT")])
+def test_gpu_session_reports_the_cuda_options(gpu_adapter, case, tf32, search):
+    prepared = prepare(gpu_adapter, "conv_tiny", case)
+    try:
+        applied = prepared.session.get_provider_options()["CUDAExecutionProvider"]
+        assert (applied["use_tf32"], applied["cudnn_conv_algo_search"]) == (tf32, search)
+        assert prepared.extra["cuda_provider_options"]["use_tf32"] == tf32
+    finally:
+        prepared.close()
+
+
+def test_gpu_steps_transfer_and_memory(gpu_adapter):
+    prepared = prepare(gpu_adapter, "resnet_tiny", batch=8)
+    try:
+        for measure in ("forward", "transfer"):
+            prepared.sync(prepared.step(measure)())
+        prepared.reset_peak_memory()
+        assert prepared.peak_memory().peak_bytes is None
+        assert "no statistics" in prepared.extra["peak_memory_note"]
+        assert isinstance(prepared.extra["nodes_on_cpu"], (list, type(None)))
+        assert gpu_adapter.environment()["framework_version"] == ort.__version__
+    finally:
+        prepared.close()
+
+
+def test_gpu_out_of_memory_is_recognised(gpu_adapter):
+    """A 3×3 convolution whose output needs 205 GiB: more than any one GPU has."""
+    model = get_model("conv:c=3,i=224,f=512,k=3,p=1")
+    prepared = gpu_adapter.prepare(model, canonical_weights(model), make_batch(model, 2048),
+                                   CaseConfig())
+    try:
+        with pytest.raises(Exception) as caught:
+            prepared.sync(prepared.step("forward")())
+    finally:
+        prepared.close()
+    assert gpu_adapter.is_out_of_memory(caught.value), str(caught.value)[:500]
