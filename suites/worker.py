@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gc
 import json
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -22,6 +24,24 @@ from suites.environment import host_environment, limit_cpus
 from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings, timing_fields
 
 EVENT_PREFIX = "@@dlbench "
+INTERRUPTED = threading.Event()
+
+
+def _on_interrupt(signum, frame) -> None:
+    INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
+def install_interrupt_handler() -> None:
+    """Ctrl-C raises KeyboardInterrupt and also sets a flag the worker checks between
+    measurements: an interrupt that lands inside a callback whose exceptions Python ignores
+    (JAX's garbage-collection callback, for one) still stops the worker."""
+    signal.signal(signal.SIGINT, _on_interrupt)
+
+
+def check_interrupt() -> None:
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
 
 
 @dataclass(frozen=True)
@@ -120,6 +140,7 @@ class Worker:
             return
         try:
             for name in pending:
+                check_interrupt()
                 started = time.perf_counter()
                 if name == FINGERPRINT:
                     self.fingerprint_row(prepared, key(name), info, started, Unsupported)
@@ -164,11 +185,13 @@ class Worker:
 
     def run(self) -> None:
         for job in self.plan.jobs:
+            check_interrupt()
             self.run_job(job)
 
 
 def main(argv: list[str]) -> int:
     plan = Plan.from_file(Path(argv[0]))
+    install_interrupt_handler()
     try:
         Worker(plan).run()
     except KeyboardInterrupt:

@@ -1,0 +1,361 @@
+"""The IR realised as pure JAX functions over a flat parameter dict keyed by canonical
+names, with the canonical weights converted once to the activation layout.
+
+Every node becomes the jax.lax / jax.numpy call a hand-written JAX model uses (Flax's
+``nn.Conv`` is ``lax.conv_general_dilated``, ``nn.max_pool`` is ``lax.reduce_window``),
+so XLA sees the same graph as from an idiomatic Flax model, without Flax's module and
+variable-collection machinery. Each realisation is a function ``(params, x, ctx) -> y``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from models import ir
+from models.weights import Weights
+
+Params = dict[str, jax.Array]
+
+
+class Lengths(NamedTuple):
+    """Sequence lengths in the forms the LSTM and the masked mean need, made once; a
+    NamedTuple so it passes through ``jax.jit`` as a pytree of device arrays."""
+
+    live: jax.Array    # bool (T, N): step t of sequence n is valid (time-major for scan)
+    mask: jax.Array    # float32 (N, T)
+    count: jax.Array   # float32 (N,)
+
+    @staticmethod
+    def of(lengths: np.ndarray, steps: int) -> Lengths:
+        mask = np.arange(steps)[None, :] < lengths[:, None]
+        return Lengths(np.ascontiguousarray(mask.T), mask.astype(np.float32),
+                       lengths.astype(np.float32))
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """Static settings baked into the traced functions."""
+
+    layout: str              # activations: "NHWC" or "NCHW"
+    precision: lax.Precision  # of every convolution and matrix product
+    dtype: Any               # compute dtype: float32, or bfloat16 for mixed precision
+
+    @property
+    def channel_axis(self) -> int:
+        return 3 if self.layout == "NHWC" else 1
+
+    def spatial(self, h: int, w: int, rest: int) -> tuple[Any, ...]:
+        """A 4-tuple over (N, C, H, W) in the activation layout, ``rest`` for N and C."""
+        return (rest, h, w, rest) if self.layout == "NHWC" else (rest, rest, h, w)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a call passes besides params and x. ``train`` is a Python bool, so it is
+    static for ``jax.jit``: forward and gradient are separate traced functions."""
+
+    train: bool
+    lengths: Lengths | None = None
+
+
+Apply = Callable[[Params, jax.Array, Context], jax.Array]
+
+
+@dataclass(frozen=True)
+class Network:
+    frozen: Apply                  # the untrainable prefix
+    body: Apply
+    trainable: dict[str, np.ndarray]   # the body's trainable parameters
+    fixed: dict[str, np.ndarray]       # frozen-prefix parameters and BN running statistics
+    # Axis permutations applied to canonical arrays (conv weights OIHW -> HWIO), so
+    # gradients can be reported in canonical layouts.
+    permutations: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def canonical(self, name: str, array: np.ndarray) -> np.ndarray:
+        perm = self.permutations.get(name)
+        return array if perm is None else np.transpose(array, np.argsort(perm))
+
+
+def pool_out_size(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+    """PyTorch's ``pooling_output_shape`` (aten/src/ATen/native/Pool.h), which Caffe
+    shares: in ceil mode a last window that would start in the right padding is dropped."""
+    span = size + 2 * pad - kernel
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def sequence(layers: list[Apply]) -> Apply:
+    def run(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+        for layer in layers:
+            x = layer(params, x, ctx)
+        return x
+    return run
+
+
+class Builder:
+    """Turns IR nodes into functions and collects the parameters they read."""
+
+    def __init__(self, weights: Weights, numerics: Numerics):
+        self.weights = weights
+        self.num = numerics
+        self.arrays: dict[str, np.ndarray] = {}
+        self.permutations: dict[str, tuple[int, ...]] = {}
+
+    def sequence(self, nodes: tuple[ir.Node, ...]) -> Apply:
+        return sequence([self.node(node) for node in nodes])
+
+    def _param(self, name: str, perm: tuple[int, ...] | None = None) -> str:
+        array = self.weights[name]
+        if perm is not None:
+            array = np.ascontiguousarray(np.transpose(array, perm))
+            self.permutations[name] = perm
+        self.arrays[name] = array
+        return name
+
+    def _cast(self, params: Params, name: str) -> jax.Array:
+        # Parameters stay float32; bf16 compute casts at the point of use, so gradients
+        # flow back to the float32 values (what Flax does with param_dtype != dtype).
+        return params[name].astype(self.num.dtype)
+
+    def _bias(self, y: jax.Array, bias: jax.Array) -> jax.Array:
+        if y.ndim == 4 and self.num.layout == "NCHW":
+            return y + bias[:, None, None]
+        return y + bias
+
+    def node(self, node: ir.Node) -> Apply:
+        for kind, method in _LEAVES:
+            if isinstance(node, kind):
+                return method(self, node)
+        raise TypeError(f"no JAX realisation for {type(node).__name__}")
+
+    # --- leaves -----------------------------------------------------------------------
+    def conv(self, node: ir.Conv2d) -> Apply:
+        nhwc = self.num.layout == "NHWC"
+        weight = self._param(f"{node.name}.weight", (2, 3, 1, 0) if nhwc else None)
+        bias = self._param(f"{node.name}.bias") if node.bias else None
+        numbers = ("NHWC", "HWIO", "NHWC") if nhwc else ("NCHW", "OIHW", "NCHW")
+        padding = tuple((p, p) for p in node.padding)
+
+        def conv(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            y = lax.conv_general_dilated(x, self._cast(params, weight), node.stride, padding,
+                                         dimension_numbers=numbers,
+                                         feature_group_count=node.groups,
+                                         precision=self.num.precision)
+            return y if bias is None else self._bias(y, self._cast(params, bias))
+        return conv
+
+    def pool(self, node: ir.Pool2d) -> Apply:
+        (kh, kw), (sh, sw), (ph, pw) = node.kernel, node.stride, node.padding
+        window, strides = self.num.spatial(kh, kw, 1), self.num.spatial(sh, sw, 1)
+        h_axis = 1 if self.num.layout == "NHWC" else 2
+
+        def padding(h: int, w: int) -> tuple[tuple[int, int], ...]:
+            # Pad left by the padding and right by what the last (ceil-mode) window needs.
+            oh = pool_out_size(h, kh, sh, ph, node.ceil_mode)
+            ow = pool_out_size(w, kw, sw, pw, node.ceil_mode)
+            right_h = max(ph, (oh - 1) * sh + kh - h - ph)
+            right_w = max(pw, (ow - 1) * sw + kw - w - pw)
+            return self.num.spatial((ph, right_h), (pw, right_w), (0, 0))
+
+        def max_pool(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            pads = padding(x.shape[h_axis], x.shape[h_axis + 1])
+            # A concrete -inf with lax.max is JAX's differentiable reduce_window_max, as
+            # Flax's nn.max_pool calls it (a traced init value is not).
+            return lax.reduce_window(x, -jnp.inf, lax.max, window, strides, pads)
+
+        def avg_pool(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            h, w = x.shape[h_axis], x.shape[h_axis + 1]
+            total = lax.reduce_window(x, 0.0, lax.add, window, strides,
+                                      padding(h, w))
+            # Ceil-mode windows past the edge average their valid elements only (the
+            # reference's rule); the counts are a constant of the shapes.
+            counts = np.outer(valid_counts(h, kh, sh, ph), valid_counts(w, kw, sw, pw))
+            counts = counts[None, :, :, None] if h_axis == 1 else counts[None, None]
+            return total / jnp.asarray(counts, x.dtype)
+
+        def valid_counts(size: int, kernel: int, stride: int, pad: int) -> np.ndarray:
+            starts = np.arange(pool_out_size(size, kernel, stride, pad, node.ceil_mode))
+            starts = starts * stride - pad
+            return np.minimum(starts + kernel, size) - np.maximum(starts, 0)
+
+        return max_pool if node.kind == "max" else avg_pool
+
+    def global_avg_pool(self, node: ir.GlobalAvgPool) -> Apply:
+        axes = (1, 2) if self.num.layout == "NHWC" else (2, 3)
+        return lambda params, x, ctx: jnp.mean(x, axis=axes)
+
+    def activation(self, node: ir.Activation) -> Apply:
+        fn = {"relu": jax.nn.relu, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid}[node.kind]
+        return lambda params, x, ctx: fn(x)
+
+    def lrn(self, node: ir.LRN) -> Apply:
+        half = node.size // 2
+        channel = self.num.channel_axis
+        window = tuple(node.size if a == channel else 1 for a in range(4))
+        pads = tuple((half, half) if a == channel else (0, 0) for a in range(4))
+
+        def lrn(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            # In float32 (bf16's 8-bit mantissa is too coarse for the power), as
+            # torch.autocast runs pow in float32.
+            xf = x.astype(jnp.float32)
+            sums = lax.reduce_window(xf * xf, 0.0, lax.add, window, (1, 1, 1, 1), pads)
+            return (xf / (node.k + node.alpha / node.size * sums) ** node.beta).astype(x.dtype)
+        return lrn
+
+    def batch_norm(self, node: ir.BatchNorm) -> Apply:
+        gamma, beta = self._param(f"{node.name}.gamma"), self._param(f"{node.name}.beta")
+        mean_name = self._param(f"{node.name}.running_mean")
+        var_name = self._param(f"{node.name}.running_var")
+
+        def batch_norm(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            # Flax's BatchNorm (_compute_stats, _normalize) operation for operation, so
+            # XLA fuses the same graph: statistics in float32, the biased variance as
+            # E[x^2] - E[x]^2 in one pass over x (use_fast_variance), lax.square rather
+            # than x * x (one multiply in the derivative, not two).
+            channel = self.num.channel_axis if x.ndim == 4 else 1
+            axes = tuple(a for a in range(x.ndim) if a != channel)
+            shape = tuple(-1 if a == channel else 1 for a in range(x.ndim))
+            xf = x.astype(jnp.float32)
+            if ctx.train:
+                # Batch statistics. The running statistics are not updated: they stay
+                # canonical (an unused update would be dropped by XLA anyway).
+                squares = lax.square(xf)
+                mean, mean_of_squares = jnp.mean(xf, axes), jnp.mean(squares, axes)
+                var = jnp.maximum(0.0, mean_of_squares - lax.square(mean))
+            else:
+                mean, var = params[mean_name], params[var_name]
+            y = xf - jnp.expand_dims(mean, axes)
+            scale = lax.rsqrt(jnp.expand_dims(var, axes) + node.eps) * params[gamma].reshape(shape)
+            y = y * scale + params[beta].reshape(shape)
+            return y.astype(x.dtype)
+        return batch_norm
+
+    def dense(self, node: ir.Dense) -> Apply:
+        weight = self._param(f"{node.name}.weight")
+        bias = self._param(f"{node.name}.bias") if node.bias else None
+
+        def dense(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            y = jnp.dot(x, self._cast(params, weight), precision=self.num.precision)
+            return y if bias is None else y + self._cast(params, bias)
+        return dense
+
+    def tied_dense(self, node: ir.TiedDense) -> Apply:
+        # The encoder's (in, out) weight read transposed: the same array in the params
+        # dict, so its gradient sums the encoder's and the decoder's contributions.
+        weight = f"{node.tied_to}.weight"
+        bias = self._param(f"{node.name}.bias") if node.bias else None
+
+        def tied(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            y = lax.dot_general(x, self._cast(params, weight), (((1,), (1,)), ((), ())),
+                                precision=self.num.precision)
+            return y if bias is None else y + self._cast(params, bias)
+        return tied
+
+    def identity(self, node: ir.Dropout) -> Apply:
+        return lambda params, x, ctx: x
+
+    def flatten(self, node: ir.Flatten) -> Apply:
+        def flatten(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            if x.ndim == 4 and self.num.layout == "NHWC":
+                x = jnp.transpose(x, (0, 3, 1, 2))  # the IR flattens in C, H, W order
+            return x.reshape(x.shape[0], -1)
+        return flatten
+
+    def residual(self, node: ir.Residual) -> Apply:
+        body = self.sequence(node.body)
+        shortcut = self.sequence(node.shortcut) if node.shortcut else None
+
+        def residual(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            return body(params, x, ctx) + (x if shortcut is None else shortcut(params, x, ctx))
+        return residual
+
+    def concat(self, node: ir.Concat) -> Apply:
+        branches = [self.sequence(branch) for branch in node.branches]
+        axis = self.num.channel_axis
+        return lambda params, x, ctx: jnp.concatenate([b(params, x, ctx) for b in branches],
+                                                      axis=axis)
+
+    def embedding(self, node: ir.Embedding) -> Apply:
+        table = self._param(f"{node.name}.table")
+        return lambda params, x, ctx: jnp.take(params[table], x, axis=0).astype(self.num.dtype)
+
+    def lstm(self, node: ir.LSTM) -> Apply:
+        w_ih = self._param(f"{node.name}.w_ih")
+        w_hh = self._param(f"{node.name}.w_hh")
+        bias = self._param(f"{node.name}.bias")
+        precision, dtype = self.num.precision, self.num.dtype
+
+        def lstm(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            n = x.shape[0]
+            recurrent = self._cast(params, w_hh)
+            # The input projection of every step at once, time-major for the scan.
+            projected = jnp.dot(x, self._cast(params, w_ih), precision=precision)
+            projected = jnp.swapaxes(projected + self._cast(params, bias), 0, 1)
+
+            def step(carry, inputs):
+                h, c = carry
+                gates_x, live = inputs
+                gates = gates_x + jnp.dot(h, recurrent, precision=precision)
+                i, f, g, o = jnp.split(gates, 4, axis=-1)  # gate order (i, f, g, o)
+                c_next = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+                h_next = jax.nn.sigmoid(o) * jnp.tanh(c_next)
+                # Past its length a sequence holds its state (the masked LISA Lab LSTM).
+                live = live[:, None]
+                h, c = jnp.where(live, h_next, h), jnp.where(live, c_next, c)
+                return (h, c), h
+
+            zeros = jnp.zeros((n, node.hidden_size), dtype)
+            _, outputs = lax.scan(step, (zeros, zeros), (projected, ctx.lengths.live))
+            return jnp.swapaxes(outputs, 0, 1)
+        return lstm
+
+    def mean_over_time(self, node: ir.MeanOverTime) -> Apply:
+        def mean(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            lengths = ctx.lengths
+            total = jnp.sum(x.astype(jnp.float32) * lengths.mask[:, :, None], axis=1)
+            return (total / lengths.count[:, None]).astype(x.dtype)
+        return mean
+
+
+_LEAVES: tuple[tuple[type, Callable[[Builder, Any], Apply]], ...] = (
+    (ir.Conv2d, Builder.conv), (ir.Pool2d, Builder.pool),
+    (ir.GlobalAvgPool, Builder.global_avg_pool), (ir.Activation, Builder.activation),
+    (ir.LRN, Builder.lrn), (ir.BatchNorm, Builder.batch_norm), (ir.Dense, Builder.dense),
+    (ir.TiedDense, Builder.tied_dense), (ir.Dropout, Builder.identity),
+    (ir.Flatten, Builder.flatten), (ir.Residual, Builder.residual),
+    (ir.Concat, Builder.concat), (ir.Embedding, Builder.embedding), (ir.LSTM, Builder.lstm),
+    (ir.MeanOverTime, Builder.mean_over_time),
+)
+
+
+def build(model: ir.Model, weights: Weights, numerics: Numerics,
+          trainable_names: set[str]) -> Network:
+    """The frozen prefix and body as functions, with their parameters split into the
+    body's trainable ones (``analyse(model).trainable_names``) and everything else."""
+    builder = Builder(weights, numerics)
+    frozen = builder.sequence(model.frozen)
+    body = builder.sequence(model.body)
+    trainable = {n: a for n, a in builder.arrays.items() if n in trainable_names}
+    fixed = {n: a for n, a in builder.arrays.items() if n not in trainable_names}
+    return Network(frozen, body, trainable, fixed, builder.permutations)
+
+
+def loss_value(kind: str, out: jax.Array, features: jax.Array,
+               labels: jax.Array | None) -> jax.Array:
+    """The IR's losses, always in float32 (``models.ir.Loss``)."""
+    out = out.astype(jnp.float32)
+    if kind == "softmax_xent":
+        log_probs = jax.nn.log_softmax(out)
+        return -jnp.mean(jnp.take_along_axis(log_probs, labels[:, None], axis=1))
+    if kind == "mse_reconstruction":
+        return jnp.mean((out - features.astype(jnp.float32)) ** 2)
+    return jnp.sum(out)
