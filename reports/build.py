@@ -34,7 +34,7 @@ CONVENTIONS = (
     "uses the datasheet peak for the row's precision (fp32, tf32 or bf16); CPUs: blank.",
     "Equivalence compares the fingerprints (outputs, loss, gradient norms) of every row of a "
     "model and batch at the same precision, across frameworks, devices and sessions: ✓ "
-    "within rtol (fp32 1e-3, tf32 1e-2, bf16 5e-2; gradient norms 10× looser, as deep "
+    "within rtol (fp32 1e-3, tf32 1e-2, bf16 5e-2; gradient norms 30× looser, as deep "
     "batch-normalised networks amplify rounding there), else ✗ with the worst relative "
     "difference.",
     "Rows whose settings differ (precision, variant, threads, layout, hardware, framework "

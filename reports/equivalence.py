@@ -26,11 +26,13 @@ import pandas as pd
 # keeps 10 mantissa bits (~5e-4 per product), bf16 only 7 (~4e-3): looser, by experience.
 RTOL = {"fp32": 1e-3, "tf32": 1e-2, "bf16": 5e-2}
 DEFAULT_RTOL = 1e-2
-# Gradient norms are held to 10× the output tolerance: in deep batch-normalised networks,
-# early layers' gradients come out of large cancellations, and two correct fp32
-# implementations differ by up to ~0.5% there (measured: torch on CPU against torch on an
-# H200, ResNet-50, layer1 batch-norm gradients 4.5e-3 apart, outputs 4e-7 apart).
-GRADIENT_SLACK = 10.0
+# Gradient norms are held to 30× the output tolerance: in deep batch-normalised networks,
+# early layers' gradients come out of long chains of cancelling sums, and correct fp32
+# implementations drift apart there while their outputs agree to ~1e-6. Measured on an
+# H200 (jax jit vs torch eager, batch 16): worst batch-norm gradient norm 0.8% apart for
+# ResNet-50, 1.5% for ResNet-101, 2.6% for ResNet-152; TF on CPU vs JAX 1.8% (ResNet-50).
+# The tiny models of the conformance kit hold every adapter to 1e-3 on each norm.
+GRADIENT_SLACK = 30.0
 TINY = 1e-30
 # The runner writes one "fingerprint" row per setting (suites/results.py), after its timings;
 # fingerprints on timing rows are compared too, where an adapter puts them there.
