@@ -48,7 +48,9 @@ class ModelStats:
                 if s.trainable and s.name not in self.frozen_params}
 
 
-def _out_size(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+def window_output_size(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+    """Output length of a convolution or pooling window along one axis. Adapters whose
+    framework has no ceil mode pad explicitly to reach this size."""
     span = size + 2 * pad - kernel
     if span < 0:
         return 0
@@ -162,8 +164,8 @@ class _Analyser:
             if node.in_channels % node.groups or node.out_channels % node.groups:
                 self.fail(node, f"channels not divisible by groups={node.groups}")
             (kh, kw), (sh, sw), (ph, pw) = node.kernel, node.stride, node.padding
-            out = (node.out_channels, _out_size(shape[1], kh, sh, ph, False),
-                   _out_size(shape[2], kw, sw, pw, False))
+            out = (node.out_channels, window_output_size(shape[1], kh, sh, ph, False),
+                   window_output_size(shape[2], kw, sw, pw, False))
             macs = out[0] * out[1] * out[2] * (node.in_channels // node.groups) * kh * kw
             self.record(node, shape, out, 2 * macs, node_params(node))
             return out
@@ -177,8 +179,8 @@ class _Analyser:
             (kh, kw), (sh, sw), (ph, pw) = node.kernel, node.stride, node.padding
             if ph * 2 > kh or pw * 2 > kw:
                 self.fail(node, "padding may be at most half the kernel")
-            out = (shape[0], _out_size(shape[1], kh, sh, ph, node.ceil_mode),
-                   _out_size(shape[2], kw, sw, pw, node.ceil_mode))
+            out = (shape[0], window_output_size(shape[1], kh, sh, ph, node.ceil_mode),
+                   window_output_size(shape[2], kw, sw, pw, node.ceil_mode))
             self.record(node, shape, out, 0, [])
             return out
         if isinstance(node, ir.GlobalAvgPool):

@@ -19,6 +19,7 @@ import numpy as np
 from jax import lax
 
 from models import ir
+from models.analysis import window_output_size
 from models.weights import Weights
 
 Params = dict[str, jax.Array]
@@ -81,16 +82,6 @@ class Network:
     def canonical(self, name: str, array: np.ndarray) -> np.ndarray:
         perm = self.permutations.get(name)
         return array if perm is None else np.transpose(array, np.argsort(perm))
-
-
-def pool_out_size(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
-    """PyTorch's ``pooling_output_shape`` (aten/src/ATen/native/Pool.h), which Caffe
-    shares: in ceil mode a last window that would start in the right padding is dropped."""
-    span = size + 2 * pad - kernel
-    out = (-(-span // stride) if ceil_mode else span // stride) + 1
-    if ceil_mode and (out - 1) * stride >= size + pad:
-        out -= 1
-    return out
 
 
 def sequence(layers: list[Apply]) -> Apply:
@@ -160,8 +151,8 @@ class Builder:
 
         def padding(h: int, w: int) -> tuple[tuple[int, int], ...]:
             # Pad left by the padding and right by what the last (ceil-mode) window needs.
-            oh = pool_out_size(h, kh, sh, ph, node.ceil_mode)
-            ow = pool_out_size(w, kw, sw, pw, node.ceil_mode)
+            oh = window_output_size(h, kh, sh, ph, node.ceil_mode)
+            ow = window_output_size(w, kw, sw, pw, node.ceil_mode)
             right_h = max(ph, (oh - 1) * sh + kh - h - ph)
             right_w = max(pw, (ow - 1) * sw + kw - w - pw)
             return self.num.spatial((ph, right_h), (pw, right_w), (0, 0))
@@ -183,7 +174,7 @@ class Builder:
             return total / jnp.asarray(counts, x.dtype)
 
         def valid_counts(size: int, kernel: int, stride: int, pad: int) -> np.ndarray:
-            starts = np.arange(pool_out_size(size, kernel, stride, pad, node.ceil_mode))
+            starts = np.arange(window_output_size(size, kernel, stride, pad, node.ceil_mode))
             starts = starts * stride - pad
             return np.minimum(starts + kernel, size) - np.maximum(starts, 0)
 
