@@ -1,0 +1,10 @@
+"""TensorFlow adapter."""
+
+import os
+
+# Before TensorFlow's first import: keep its C++ info and warning logs out of worker logs.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from adapters.tf.adapter import TFAdapter  # noqa: E402
+
+__all__ = ["TFAdapter"]

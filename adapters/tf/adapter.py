@@ -1,0 +1,332 @@
+"""TensorFlow adapter: ``tf.function`` graphs by default (TensorFlow's standard fast path:
+Grappler with oneDNN kernels on CPU, cuDNN on GPU), eager execution and XLA
+(``jit_compile=True``) as variants."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from adapters.base import Adapter, CaseConfig, DeviceUnavailable, Memory, Prepared, RunConfig, Unsupported
+from adapters.memory import peak_rss, reset_peak_rss
+from adapters.tf.network import Context, Conv2d, Dense, Lengths, build
+from models.inputs import Batch
+from models.ir import Model
+from models.weights import Weights
+
+
+class _CasesTraceOnPurpose(logging.Filter):
+    """Every case builds its own tf.functions, which trace once each; TensorFlow's
+    "frequent retracing" warning (keyed on the Python code, not the function object)
+    would blame that on the adapter in every worker log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+tf.get_logger().addFilter(_CasesTraceOnPurpose())
+
+# How each variant runs a step. Nothing is traced in prepare(): a tf.function traces (and
+# XLA compiles) on its first call, which the harness times as the first call.
+COMPILE: dict[str, Callable[[Callable], Callable]] = {
+    "graph": tf.function,
+    "eager": lambda fn: fn,
+    "xla": lambda fn: tf.function(fn, jit_compile=True),
+}
+
+
+def set_threads(intra: int, inter: int) -> None:
+    """Thread pools are fixed at TensorFlow's first operation (tf.config.threading docs);
+    the worker creates the adapter first. A second adapter in the same process (tests)
+    may only ask for the counts already in force."""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+    except RuntimeError:
+        current = (tf.config.threading.get_intra_op_parallelism_threads(),
+                   tf.config.threading.get_inter_op_parallelism_threads())
+        if current != (intra, inter):
+            raise RuntimeError(f"TensorFlow already runs with (intra, inter) = {current} "
+                               f"threads; ({intra}, {inter}) needs a new process") from None
+
+
+def apply_precision(precision: str, on_gpu: bool) -> None:
+    """fp32 is strict: TensorFlow turns TF32 on by default on Ampere and newer GPUs
+    (tf.config.experimental.enable_tensor_float_32_execution docs), so it is switched
+    off unless the case asks for it. bf16 is mixed precision, handled by the network."""
+    tf32 = precision == "tf32"
+    if tf32 and not on_gpu:
+        raise Unsupported("tf32 is a GPU tensor-core mode; CPUs have no TF32")
+    tf.config.experimental.enable_tensor_float_32_execution(tf32)
+
+
+def has_kernel(op: str, device: str, dtype: tf.DType) -> bool:
+    """Whether this TensorFlow build registers a ``device`` kernel of ``op`` for
+    ``dtype`` (no public API lists kernels; tf.raw_ops documents op definitions only)."""
+    from tensorflow.python.framework import kernels
+
+    return any(kernel.device_type == device and all(
+        dtype.as_datatype_enum in c.allowed_values.list.type
+        for c in kernel.constraint if c.name == "T")
+        for kernel in kernels.get_registered_kernels_for_op(op).kernel)
+
+
+def cudnn_lstm(on_gpu: bool, variant: str, precision: str) -> bool:
+    """Whether Keras may pick cuDNN's fused LSTM (see network.LSTMLayer): only on a GPU
+    (Keras looks for any visible GPU, not the one the case runs on), not under XLA, which
+    cannot compile the cuDNN op, and in bfloat16 only where the build has that kernel."""
+    if not on_gpu or variant == "xla":
+        return False
+    return precision != "bf16" or has_kernel("CudnnRNNV3", "GPU", tf.bfloat16)
+
+
+def _placed(device: str, array: np.ndarray) -> tf.Tensor:
+    with tf.device(device):
+        return tf.identity(tf.constant(array))
+
+
+class ConvBackward:
+    """The kernels TensorFlow's autodiff runs for a convolution's input and weight (+
+    bias) gradients, given a precomputed all-ones output gradient: convnet-benchmarks'
+    updateGradInput / accGradParameters, with nothing else timed. (A tape cannot be
+    replayed: a taped step would time the forward pass too.)"""
+
+    def __init__(self, layer: Conv2d, x: tf.Tensor, dtype: tf.DType, device: str):
+        self.device, self.explicit, self.has_bias = device, layer.explicit, layer.bias is not None
+        with tf.device(device):
+            self.x = tf.cast(layer.pad(x), dtype)  # the input the convolution kernel sees
+            self.w = tf.cast(tf.convert_to_tensor(layer.weight), dtype)
+            self.g = tf.ones_like(tf.nn.conv2d(self.x, self.w, layer.strides, layer.padding))
+            self.x_shape, self.w_shape = tf.shape(self.x), tf.shape(self.w)
+        self.conv = dict(strides=layer.strides, padding=layer.padding, data_format="NHWC")
+
+    def grad_input(self) -> tf.Tensor:
+        with tf.device(self.device):
+            dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=self.x_shape, filter=self.w,
+                                                out_backprop=self.g, **self.conv)
+            if self.explicit is None:
+                return dx
+            (top, bottom), (left, right) = self.explicit[1], self.explicit[2]
+            return dx[:, top:dx.shape[1] - bottom, left:dx.shape[2] - right, :]  # tf.pad's
+
+    def grad_weight(self) -> tuple[tf.Tensor, ...]:
+        with tf.device(self.device):
+            dw = tf.raw_ops.Conv2DBackpropFilter(input=self.x, filter_sizes=self.w_shape,
+                                                 out_backprop=self.g, **self.conv)
+            if not self.has_bias:
+                return (dw,)
+            return dw, tf.raw_ops.BiasAddGrad(out_backprop=self.g, data_format="NHWC")
+
+
+class DenseBackward:
+    """MatMul's gradient kernels for a single dense layer, as ConvBackward."""
+
+    def __init__(self, layer: Dense, x: tf.Tensor, dtype: tf.DType, device: str):
+        self.device, self.has_bias = device, layer.bias is not None
+        with tf.device(device):
+            self.x = tf.cast(x, dtype)
+            self.w = tf.cast(tf.convert_to_tensor(layer.weight), dtype)
+            self.g = tf.ones_like(tf.matmul(self.x, self.w))
+
+    def grad_input(self) -> tf.Tensor:
+        with tf.device(self.device):
+            return tf.matmul(self.g, self.w, transpose_b=True)
+
+    def grad_weight(self) -> tuple[tf.Tensor, ...]:
+        with tf.device(self.device):
+            dw = tf.matmul(self.x, self.g, transpose_a=True)
+            return (dw, tf.reduce_sum(self.g, axis=0)) if self.has_bias else (dw,)
+
+
+class TFPrepared(Prepared):
+    def __init__(self, adapter: TFAdapter, model: Model, weights: Weights, batch: Batch,
+                 case: CaseConfig, variant: str):
+        super().__init__()
+        self.device = adapter.device
+        self.on_gpu = adapter.config.device == "gpu"
+        self.model = model
+        self.variant = variant
+        bf16 = case.precision == "bf16"
+        # Mixed precision as Keras's "mixed_bfloat16" policy: bfloat16 compute, float32
+        # variables (cast where used), float32 loss.
+        self.dtype = tf.bfloat16 if bf16 else tf.float32
+        with tf.device(self.device):
+            self.frozen, self.body, self.params = build(
+                model, weights, cudnn_lstm(self.on_gpu, variant, case.precision),
+                "mixed_bfloat16" if bf16 else "float32")
+        x = batch.x
+        if model.input.kind == "image":
+            x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))  # NCHW -> NHWC, once
+        self.x = _placed(self.device, x)
+        self.host_x = _placed("/CPU:0", x)
+        self.labels = None if batch.labels is None else _placed(self.device, batch.labels)
+        self.lengths = None
+        if batch.lengths is not None:
+            with tf.device(self.device):
+                self.lengths = Lengths.of(batch.lengths, batch.x.shape[1])
+        self.variables = list(self.params.values())
+        # Recorded in every row: the thread pools in force, and the activation layout.
+        self.extra = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+                      "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+                      "layout": "NHWC" if model.input.kind == "image" else "NC"}
+        compile_fn = COMPILE[variant]
+        self.run_forward = compile_fn(self._forward)
+        self.run_gradient = compile_fn(self._gradient)
+
+    # --- the computations ---------------------------------------------------------
+    def _context(self, training: bool) -> Context:
+        return Context(training, self.dtype, self.lengths)
+
+    def _features(self) -> tf.Tensor:
+        """The body's input: the frozen prefix's output (inference mode, outside any
+        tape, so it gets no gradient), or the batch itself."""
+        x = self.x if self.model.input.kind == "tokens" else tf.cast(self.x, self.dtype)
+        return self.frozen(x, self._context(False)) if self.model.frozen else x
+
+    def _loss(self, out: tf.Tensor, features: tf.Tensor) -> tf.Tensor:
+        out = tf.cast(out, tf.float32)  # the loss in float32, also under mixed precision
+        kind = self.model.loss.kind
+        if kind == "softmax_xent":
+            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=self.labels, logits=out))
+        if kind == "mse_reconstruction":
+            return tf.reduce_mean(tf.square(out - tf.cast(features, tf.float32)))
+        return tf.reduce_sum(out)
+
+    def _forward(self) -> tf.Tensor:
+        with tf.device(self.device):
+            return self.body(self._features(), self._context(False))
+
+    def _gradient(self) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        with tf.device(self.device):
+            features = self._features()
+            with tf.GradientTape() as tape:
+                loss = self._loss(self.body(features, self._context(True)), features)
+            return loss, tape.gradient(loss, self.variables)
+
+    def _single_layer_step(self, measure: str) -> Callable[[], Any]:
+        if len(self.model.body) != 1 or self.model.frozen:
+            raise Unsupported("grad_input and grad_weight are single-layer measures")
+        layer = self.body.layers[0]
+        kinds = {Conv2d: ConvBackward, Dense: DenseBackward}
+        if type(layer) not in kinds:
+            raise Unsupported(f"no single-layer backward kernels for "
+                              f"{type(self.model.body[0]).__name__}")
+        kernels = kinds[type(layer)](layer, self.x, self.dtype, self.device)
+        return COMPILE[self.variant](getattr(kernels, measure))
+
+    def step(self, measure: str) -> Callable[[], Any]:
+        if measure == "forward":
+            return self.run_forward
+        if measure == "gradient":
+            return self.run_gradient
+        if measure in ("grad_input", "grad_weight"):
+            return self._single_layer_step(measure)
+        if measure == "transfer":
+            if not self.on_gpu:
+                raise Unsupported("host and device are the same on cpu")
+            host_x, device = self.host_x, self.device
+
+            def transfer():
+                # An op on the GPU whose input lives in host memory: TensorFlow copies
+                # the pageable host buffer in (Li et al. 2016, Fig. 7).
+                with tf.device(device):
+                    return tf.identity(host_x)
+            return transfer
+        raise Unsupported(f"unknown measure '{measure}'")
+
+    def sync(self, handle: Any) -> None:
+        # GPU kernels run asynchronously; sync_devices waits for them (its docs name
+        # benchmarking as the use). On the CPU an eager call or a tf.function call
+        # returns only once its kernels are done (synchronous execution is the default).
+        if self.on_gpu:
+            tf.test.experimental.sync_devices()
+
+    def reset_peak_memory(self) -> None:
+        if self.on_gpu:
+            tf.config.experimental.reset_memory_stats("GPU:0")
+        else:
+            reset_peak_rss()
+
+    def peak_memory(self) -> Memory:
+        if self.on_gpu:
+            return Memory(int(tf.config.experimental.get_memory_info("GPU:0")["peak"]),
+                          "allocator")
+        return peak_rss()
+
+    def forward_output(self) -> np.ndarray:
+        out = tf.cast(self.run_forward(), tf.float32).numpy()
+        return out.transpose(0, 3, 1, 2) if out.ndim == 4 else out  # NHWC -> NCHW
+
+    def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:
+        loss, grads = self.run_gradient()
+        # An embedding's gradient is IndexedSlices (rows touched); made dense here only.
+        return float(loss), {name: tf.cast(tf.convert_to_tensor(g), tf.float32).numpy()
+                             for name, g in zip(self.params, grads)}
+
+    def close(self) -> None:
+        del self.frozen, self.body, self.params, self.variables, self.x, self.host_x
+        del self.run_forward, self.run_gradient
+
+
+class TFAdapter(Adapter):
+    name = "tf"
+    variants = {
+        "graph": "tf.function graph (Grappler; oneDNN kernels on CPU, cuDNN on GPU)",
+        "eager": "eager execution, op by op",
+        "xla": "tf.function(jit_compile=True): XLA-compiled",
+    }
+
+    def __init__(self, config: RunConfig):
+        super().__init__(config)
+        set_threads(config.threads, config.interop_threads)
+        gpus = tf.config.list_physical_devices("GPU")
+        if config.device == "gpu":
+            if not gpus:
+                build = "CUDA" if tf.sysconfig.get_build_info().get("is_cuda_build") else "CPU-only"
+                raise DeviceUnavailable(f"tensorflow {tf.__version__} ({build} build) sees no GPU")
+            for gpu in gpus:
+                # Allocate as needed instead of reserving the whole GPU at start; the
+                # allocator's peak (get_memory_info) is unaffected.
+                tf.config.experimental.set_memory_growth(gpu, True)
+            self.device = "/GPU:0"
+        else:
+            if gpus:
+                tf.config.set_visible_devices([], "GPU")  # a CPU run touches no GPU
+            self.device = "/CPU:0"
+
+    def environment(self) -> dict[str, Any]:
+        on_gpu = self.config.device == "gpu"
+        info = tf.sysconfig.get_build_info()
+        gpu_model = None
+        if on_gpu:
+            details = tf.config.experimental.get_device_details(
+                tf.config.list_physical_devices("GPU")[0])
+            gpu_model = details.get("device_name")
+        return {
+            "framework_version": tf.__version__,
+            "gpu_model": gpu_model,
+            "cuda": info.get("cuda_version") if on_gpu else None,
+            "cudnn": info.get("cudnn_version") if on_gpu else None,
+            "keras_version": keras.__version__,  # its LSTM layer is part of the network
+        }
+
+    def prepare(self, model: Model, weights: Weights, batch: Batch,
+                case: CaseConfig) -> Prepared:
+        variant = self.resolve_variant(case.variant)
+        apply_precision(case.precision, self.config.device == "gpu")
+        return TFPrepared(self, model, weights, batch, case, variant)
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        if isinstance(error, (tf.errors.ResourceExhaustedError, MemoryError)):
+            return True
+        text = str(error)
+        # XLA reports "RESOURCE_EXHAUSTED: Out of memory ..." inside other error types.
+        return isinstance(error, tf.errors.OpError) and (
+            "OOM when allocating" in text or "RESOURCE_EXHAUSTED" in text
+            or "out of memory" in text.lower())

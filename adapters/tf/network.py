@@ -1,0 +1,429 @@
+"""The IR realised with TensorFlow's core ops over ``tf.Variable``s holding the canonical
+weights, NHWC inside.
+
+Every IR node becomes the op a hand-written TensorFlow model runs (tf.nn.conv2d,
+tf.nn.max_pool2d, fused batch norm, tf.nn.local_response_normalization, keras.layers.LSTM
+...), the same kernels Keras's layers call. Activations are NHWC because TensorFlow's CPU
+convolutions only implement NHWC (oneDNN and Eigen) and cuDNN runs it as well; canonical
+NCHW inputs and OIHW weights are converted once, when the network is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from models import ir
+from models.analysis import analyse
+from models.weights import Weights
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Sequence lengths in the forms the LSTM and the masked mean need, made once."""
+
+    mask: tf.Tensor     # bool (N, T): the Keras LSTM's mask, True where a step is valid
+    weight: tf.Tensor   # float (N, T, 1): the same mask as numbers, for the masked mean
+    count: tf.Tensor    # float (N, 1)
+
+    @staticmethod
+    def of(lengths: np.ndarray, steps: int) -> Lengths:
+        mask = np.arange(steps)[None, :] < lengths[:, None]
+        return Lengths(tf.constant(mask), tf.constant(mask[:, :, None], tf.float32),
+                       tf.constant(lengths[:, None], tf.float32))
+
+
+@dataclass(frozen=True)
+class Context:
+    """How one pass runs: training-mode batch norm or not, and the compute dtype
+    (bfloat16 under mixed precision; variables stay float32)."""
+
+    training: bool
+    dtype: tf.DType
+    lengths: Lengths | None = None
+
+
+def _cast(value, ctx: Context):
+    # tf.cast returns its input unchanged when the dtype already matches (fp32 runs).
+    return tf.cast(value, ctx.dtype)
+
+
+def _spatial_padding(size: int, out: int, kernel: int, stride: int, pad: int
+                     ) -> tuple[int, int]:
+    """(before, after) padding that makes a VALID window op over the padded input give
+    ``out`` windows starting at ``-pad``, as PyTorch and Caffe place them. ``after``
+    differs from ``pad`` where the last windows leave padding unused or, in ceil mode,
+    run past it."""
+    return pad, max(0, (out - 1) * stride + kernel - size - pad)
+
+
+def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """What TensorFlow's "SAME" pads (tf.nn.convolution docs: output ceil(size/stride),
+    the extra pixel on the bottom/right)."""
+    out = -(-size // stride)
+    total = max(0, (out - 1) * stride + kernel - size)
+    return total // 2, total - total // 2
+
+
+def window_padding(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: ir.Pair,
+                   stride: ir.Pair, pad: ir.Pair) -> tuple[str, list[list[int]] | None]:
+    """TensorFlow's padding mode for a window op, plus explicit NHWC paddings to apply
+    first with tf.pad when neither "VALID" nor "SAME" places the windows right. An
+    explicit padding list in tf.nn.conv2d would do too, but its filter gradient on CPU
+    is several times slower than pad + VALID (measured here with TF 2.21 on the ResNet
+    stem), which is also what Keras models do (ZeroPadding2D, keras.applications)."""
+    pads = [_spatial_padding(in_hw[i], out_hw[i], kernel[i], stride[i], pad[i])
+            for i in range(2)]
+    if all(p == (0, 0) for p in pads):
+        return "VALID", None
+    same = [_same_padding(in_hw[i], kernel[i], stride[i]) for i in range(2)]
+    if pads == same and all(-(-in_hw[i] // stride[i]) == out_hw[i] for i in range(2)):
+        return "SAME", None
+    return "VALID", [[0, 0], list(pads[0]), list(pads[1]), [0, 0]]
+
+
+class Sequence:
+    """Runs layers in order; every layer is called as ``layer(x, ctx)``."""
+
+    def __init__(self, layers: list):
+        self.layers = layers
+
+    def __call__(self, x: tf.Tensor, ctx: Context) -> tf.Tensor:
+        for layer in self.layers:
+            x = layer(x, ctx)
+        return x
+
+
+class Residual:
+    def __init__(self, body: Sequence, shortcut: Sequence | None):
+        self.body = body
+        self.shortcut = shortcut
+
+    def __call__(self, x, ctx):
+        return self.body(x, ctx) + (x if self.shortcut is None else self.shortcut(x, ctx))
+
+
+class Concat:
+    """Inception: every branch on the same input, concatenated along channels (last)."""
+
+    def __init__(self, branches: list[Sequence]):
+        self.branches = branches
+
+    def __call__(self, x, ctx):
+        return tf.concat([branch(x, ctx) for branch in self.branches], axis=-1)
+
+
+class Conv2d:
+    """tf.nn.conv2d on NHWC with an HWIO filter. Grouped convolution is the same op: a
+    filter whose input depth is the input's depth / groups (tf.nn.conv2d docs), which
+    oneDNN and cuDNN run as one grouped kernel."""
+
+    def __init__(self, weight: tf.Variable, bias: tf.Variable | None, stride: ir.Pair,
+                 padding: str, explicit: list[list[int]] | None):
+        self.weight = weight
+        self.bias = bias
+        self.strides = [1, *stride, 1]
+        self.padding = padding
+        self.explicit = explicit
+
+    def pad(self, x):
+        return x if self.explicit is None else tf.pad(x, self.explicit)
+
+    def __call__(self, x, ctx):
+        y = tf.nn.conv2d(self.pad(x), _cast(self.weight, ctx), self.strides, self.padding)
+        # BiasAdd (not +) so Grappler fuses Conv2D + BiasAdd + Relu, as for Keras's Conv2D.
+        return y if self.bias is None else tf.nn.bias_add(y, _cast(self.bias, ctx))
+
+
+class Pool2d:
+    """Max or average pooling. TensorFlow has only VALID and SAME, so PyTorch/Caffe
+    placement and ceil mode come from explicit padding: -inf for max pooling (padding
+    never wins); zeros for average pooling, which then divides by the number of valid
+    elements in each window, as Caffe and PyTorch do in ceil mode."""
+
+    def __init__(self, node: ir.Pool2d, in_hw: tuple[int, int], out_hw: tuple[int, int]):
+        self.max = node.kind == "max"
+        self.ksize = [1, *node.kernel, 1]
+        self.strides = [1, *node.stride, 1]
+        self.padding, self.explicit = window_padding(in_hw, out_hw, node.kernel,
+                                                     node.stride, node.padding)
+        self.scale = None
+        if not self.max and self.explicit is not None:
+            valid = np.pad(np.ones(in_hw, np.float32), self.explicit[1:3])
+            counts = np.lib.stride_tricks.sliding_window_view(valid, node.kernel)
+            counts = counts[::node.stride[0], ::node.stride[1]][:out_hw[0], :out_hw[1]]
+            counts = counts.sum(axis=(2, 3))
+            self.scale = tf.constant((np.prod(node.kernel) / counts)[None, :, :, None],
+                                     tf.float32)
+
+    def __call__(self, x, ctx):
+        if self.max:
+            if self.explicit is not None:
+                x = tf.pad(x, self.explicit, constant_values=-np.inf)
+            return tf.nn.max_pool2d(x, self.ksize, self.strides, self.padding)
+        if self.explicit is None:
+            return tf.nn.avg_pool2d(x, self.ksize, self.strides, self.padding)
+        y = tf.nn.avg_pool2d(tf.pad(x, self.explicit), self.ksize, self.strides, "VALID")
+        return y * _cast(self.scale, ctx)
+
+
+class GlobalAvgPool:
+    def __call__(self, x, ctx):
+        return tf.reduce_mean(x, axis=[1, 2])
+
+
+class Activation:
+    OPS = {"relu": tf.nn.relu, "tanh": tf.math.tanh, "sigmoid": tf.math.sigmoid}
+
+    def __init__(self, kind: str):
+        self.op = self.OPS[kind]
+
+    def __call__(self, x, ctx):
+        return self.op(x)
+
+
+class LRN:
+    """Caffe's LRN divides alpha by the window size and counts ``size`` channels;
+    tf.nn.local_response_normalization sums 2 * depth_radius + 1 channels and does not
+    divide: depth_radius = (size - 1) / 2, alpha = alpha / size, bias = k."""
+
+    def __init__(self, node: ir.LRN):
+        self.args = dict(depth_radius=(node.size - 1) // 2, bias=node.k,
+                         alpha=node.alpha / node.size, beta=node.beta)
+
+    def __call__(self, x, ctx):
+        # TensorFlow's LRN has float32 and float16 kernels only (CPU and cuDNN), so under
+        # bfloat16 mixed precision it runs in float32, as Keras keeps such ops in float32.
+        y = tf.nn.local_response_normalization(tf.cast(x, tf.float32), **self.args)
+        return tf.cast(y, x.dtype)
+
+
+class BatchNorm:
+    """Fused batch norm (one kernel forward, one backward: oneDNN and cuDNN): batch
+    statistics in training mode, the canonical running statistics in inference. The
+    op is functional, so gradient passes never move the running statistics."""
+
+    def __init__(self, gamma, beta, mean, var, eps: float):
+        self.gamma, self.beta, self.mean, self.var, self.eps = gamma, beta, mean, var, eps
+
+    def __call__(self, x, ctx):
+        if x.shape.rank == 4:
+            # Scale, offset and statistics stay float32 under mixed precision (FusedBatchNormV3).
+            args = dict(epsilon=self.eps, data_format="NHWC", is_training=ctx.training)
+            if not ctx.training:
+                args.update(mean=self.mean, variance=self.var)
+            y, _, _ = tf.compat.v1.nn.fused_batch_norm(x, self.gamma, self.beta, **args)
+            return y
+        if ctx.training:
+            mean, var = tf.nn.moments(x, axes=list(range(x.shape.rank - 1)))
+        else:
+            mean, var = _cast(self.mean, ctx), _cast(self.var, ctx)
+        return tf.nn.batch_normalization(x, mean, var, _cast(self.beta, ctx),
+                                         _cast(self.gamma, ctx), self.eps)
+
+
+class Dense:
+    def __init__(self, weight: tf.Variable, bias: tf.Variable | None):
+        self.weight = weight
+        self.bias = bias
+
+    def __call__(self, x, ctx):
+        y = tf.matmul(x, _cast(self.weight, ctx))
+        # BiasAdd lets Grappler fuse MatMul + BiasAdd (+ Relu), as for Keras's Dense.
+        return y if self.bias is None else tf.nn.bias_add(y, _cast(self.bias, ctx))
+
+
+class TiedDense:
+    """Decoder using the transpose of an encoder's weight (Bahrampour et al. 2016, 4.3):
+    a transposed matmul on the encoder's own variable, so both uses add to its
+    gradient."""
+
+    def __init__(self, encoder: Dense, bias: tf.Variable | None):
+        self.encoder = encoder
+        self.bias = bias
+
+    def __call__(self, x, ctx):
+        y = tf.matmul(x, _cast(self.encoder.weight, ctx), transpose_b=True)
+        return y if self.bias is None else tf.nn.bias_add(y, _cast(self.bias, ctx))
+
+
+class Identity:
+    def __call__(self, x, ctx):
+        return x
+
+
+class Flatten:
+    """NHWC flattens in (H, W, C) order, the canonical order is (C, H, W). Where a Dense
+    follows, the builder permutes that Dense's weight rows once instead
+    (``nchw=False``); otherwise the activation is transposed back to NCHW first."""
+
+    def __init__(self, nchw: bool):
+        self.nchw = nchw
+
+    def __call__(self, x, ctx):
+        if self.nchw and x.shape.rank == 4:
+            x = tf.transpose(x, [0, 3, 1, 2])
+        return tf.reshape(x, [tf.shape(x)[0], -1])
+
+
+class Embedding:
+    def __init__(self, table: tf.Variable):
+        self.table = table
+
+    def __call__(self, x, ctx):
+        # Gather in float32 and cast the rows, as Keras's Embedding does under mixed
+        # precision (casting the whole table every step would cost more than the lookup).
+        return _cast(tf.gather(self.table, x), ctx)
+
+
+class LSTMLayer:
+    """keras.layers.LSTM with the batch's mask; Keras's gate order (i, f, c, o) and
+    weight layouts (in, 4H), (H, 4H) and its single bias (4H) are the canonical ones.
+
+    Which kernel runs (keras/src/layers/rnn/lstm.py, backend/tensorflow/rnn.py): on a GPU,
+    with the default tanh/sigmoid activations and a right-padded mask, as ours is, Keras
+    calls cuDNN's fused LSTM (CudnnRNNV3 with per-sequence lengths, skipping padded
+    steps). Elsewhere it runs its masked tf.while_loop, which holds the state past each
+    length: always on the CPU; under XLA, which cannot compile the cuDNN op; and under
+    bfloat16 if the build has no bfloat16 CudnnRNNV3 kernel (adapter.cudnn_lstm). Keras
+    would fall back by itself only in eager mode; inside a tf.function a missing kernel
+    fails at run time, hence the explicit choice.
+    """
+
+    def __init__(self, node: ir.LSTM, weights: Weights, cudnn: bool, policy: str):
+        self.layer = keras.layers.LSTM(node.hidden_size, return_sequences=True,
+                                       use_cudnn="auto" if cudnn else False, dtype=policy)
+        self.layer.build((None, None, node.input_size))
+        cell = self.layer.cell
+        cell.kernel.assign(weights[f"{node.name}.w_ih"])
+        cell.recurrent_kernel.assign(weights[f"{node.name}.w_hh"])
+        cell.bias.assign(weights[f"{node.name}.bias"])
+        # The tf.Variables behind Keras's variables, for GradientTape.
+        self.variables = {"w_ih": cell.kernel.value, "w_hh": cell.recurrent_kernel.value,
+                          "bias": cell.bias.value}
+
+    def __call__(self, x, ctx):
+        return self.layer(x, mask=ctx.lengths.mask, training=ctx.training)
+
+
+class MaskedMean:
+    def __call__(self, x, ctx):
+        lengths = ctx.lengths
+        return tf.reduce_sum(x * _cast(lengths.weight, ctx), axis=1) / _cast(lengths.count, ctx)
+
+
+class Builder:
+    """Turns IR nodes into layers over tf.Variables and remembers which variable holds
+    each canonical parameter (for gradients and fingerprints)."""
+
+    def __init__(self, model: ir.Model, weights: Weights, cudnn_lstm: bool, policy: str):
+        self.weights = weights
+        self.cudnn_lstm = cudnn_lstm
+        self.policy = policy
+        # Per-example canonical (C, H, W) shapes around every node, from the IR analysis.
+        self.shapes = {layer.name: (layer.in_shape, layer.out_shape)
+                       for layer in analyse(model).layers}
+        self.dense: dict[str, Dense] = {}
+        self.params: dict[str, tf.Variable] = {}
+        self.trainable = True
+
+    def variable(self, name: str, array: np.ndarray | None = None,
+                 trainable: bool = True) -> tf.Variable:
+        value = self.weights[name] if array is None else array
+        var = tf.Variable(np.ascontiguousarray(value, np.float32), name=name.replace(".", "/"),
+                          trainable=trainable and self.trainable)
+        if trainable:
+            self.params[name] = var
+        return var
+
+    def sequence(self, nodes: tuple[ir.Node, ...]) -> Sequence:
+        layers = []
+        previous: ir.Node | None = None
+        for index, node in enumerate(nodes):
+            following = nodes[index + 1] if index + 1 < len(nodes) else None
+            if isinstance(node, ir.Flatten):
+                layers.append(Flatten(nchw=not isinstance(following, ir.Dense)))
+            elif isinstance(node, ir.Dense) and isinstance(previous, ir.Flatten):
+                layers.append(self.dense_layer(node, self.shapes[previous.name][0]))
+            else:
+                layers.append(self.node(node))
+            previous = node
+        return Sequence(layers)
+
+    def dense_layer(self, node: ir.Dense, flattened: tuple[int, ...] = ()) -> Dense:
+        weight = self.weights[f"{node.name}.weight"]
+        if len(flattened) == 3:
+            # Rows in canonical (C, H, W) order -> the (H, W, C) order of NHWC flattening.
+            c, h, w = flattened
+            weight = weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1)
+        bias = self.variable(f"{node.name}.bias") if node.bias else None
+        dense = Dense(self.variable(f"{node.name}.weight", weight), bias)
+        self.dense[node.name] = dense
+        return dense
+
+    def node(self, node: ir.Node):
+        if isinstance(node, ir.Conv2d):
+            (_, *in_hw), (_, *out_hw) = self.shapes[node.name]
+            # OIHW -> HWIO (TensorFlow's filter layout; I is the per-group input depth).
+            weight = self.weights[f"{node.name}.weight"].transpose(2, 3, 1, 0)
+            padding, explicit = window_padding(tuple(in_hw), tuple(out_hw), node.kernel,
+                                               node.stride, node.padding)
+            return Conv2d(self.variable(f"{node.name}.weight", weight),
+                          self.variable(f"{node.name}.bias") if node.bias else None,
+                          node.stride, padding, explicit)
+        if isinstance(node, ir.Pool2d):
+            (_, *in_hw), (_, *out_hw) = self.shapes[node.name]
+            return Pool2d(node, tuple(in_hw), tuple(out_hw))
+        if isinstance(node, ir.GlobalAvgPool):
+            return GlobalAvgPool()
+        if isinstance(node, ir.Activation):
+            return Activation(node.kind)
+        if isinstance(node, ir.LRN):
+            return LRN(node)
+        if isinstance(node, ir.BatchNorm):
+            p = node.name
+            return BatchNorm(self.variable(f"{p}.gamma"), self.variable(f"{p}.beta"),
+                             self.variable(f"{p}.running_mean", trainable=False),
+                             self.variable(f"{p}.running_var", trainable=False), node.eps)
+        if isinstance(node, ir.Dense):
+            return self.dense_layer(node)
+        if isinstance(node, ir.TiedDense):
+            bias = self.variable(f"{node.name}.bias") if node.bias else None
+            return TiedDense(self.dense[node.tied_to], bias)
+        if isinstance(node, ir.Dropout):
+            return Identity()
+        if isinstance(node, ir.Residual):
+            shortcut = self.sequence(node.shortcut) if node.shortcut else None
+            return Residual(self.sequence(node.body), shortcut)
+        if isinstance(node, ir.Concat):
+            return Concat([self.sequence(branch) for branch in node.branches])
+        if isinstance(node, ir.Embedding):
+            return Embedding(self.variable(f"{node.name}.table"))
+        if isinstance(node, ir.LSTM):
+            layer = LSTMLayer(node, self.weights, self.cudnn_lstm, self.policy)
+            if not self.trainable:
+                layer.layer.trainable = False
+            for key, var in layer.variables.items():
+                self.params[f"{node.name}.{key}"] = var
+            return layer
+        if isinstance(node, ir.MeanOverTime):
+            return MaskedMean()
+        raise TypeError(f"no TensorFlow realisation for {type(node).__name__}")
+
+
+def build(model: ir.Model, weights: Weights, cudnn_lstm: bool = True,
+          policy: str = "float32") -> tuple[Sequence, Sequence, dict[str, tf.Variable]]:
+    """(frozen prefix, trainable body, canonical name -> body variable). ``policy`` is
+    the Keras dtype policy of Keras-built layers ("mixed_bfloat16" under bf16)."""
+    builder = Builder(model, weights, cudnn_lstm, policy)
+    builder.trainable = False
+    frozen = builder.sequence(model.frozen)
+    frozen_names = set(builder.params)
+    builder.trainable = True
+    body = builder.sequence(model.body)
+    trainable = {name: var for name, var in builder.params.items()
+                 if name not in frozen_names}
+    return frozen, body, trainable
