@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from adapters.registry import FrameworkEntry, load_registry
 from suites.environment import physical_cores, usable_cpus
 from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings
-from suites.spec import Job, SuiteError, _suggest, expand, load_suite, resolve_suite_path
+from suites.spec import Job, SuiteError, expand, load_suite, resolve_suite_path, suggest
 from suites.worker import EVENT_PREFIX, Plan
 
 console = Console(stderr=True)
@@ -54,7 +54,7 @@ def case_key(suite: str, framework: str, device: str, job: Job, measure: str) ->
 def framework_entry(name: str, device: str) -> FrameworkEntry:
     registry = load_registry()
     if name not in registry:
-        raise SuiteError(f"unknown framework '{name}'{_suggest(name, registry)}; "
+        raise SuiteError(f"unknown framework '{name}'{suggest(name, registry)}; "
                          f"frameworks: {', '.join(registry)}")
     entry = registry[name]
     if device not in entry.devices:

@@ -81,7 +81,8 @@ class Job:
     measures: tuple[str, ...]
 
 
-def _suggest(word: str, options) -> str:
+def suggest(word: str, options) -> str:
+    """" (did you mean ...?)" for the closest option, or nothing."""
     close = difflib.get_close_matches(word, list(options), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -89,7 +90,7 @@ def _suggest(word: str, options) -> str:
 def _check_keys(where: str, table: dict[str, Any], allowed: list[str]) -> None:
     for key in table:
         if key not in allowed:
-            raise SuiteError(f"{where}: unknown key '{key}'{_suggest(key, allowed)}")
+            raise SuiteError(f"{where}: unknown key '{key}'{suggest(key, allowed)}")
 
 
 def _list_of(where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> tuple:
@@ -106,7 +107,7 @@ def _one_of(where: str, key: str, values: tuple, allowed) -> None:
     for value in values:
         if value not in allowed:
             raise SuiteError(f"{where}: {key} '{value}' is not one of "
-                             f"{', '.join(map(str, allowed))}{_suggest(str(value), allowed)}")
+                             f"{', '.join(map(str, allowed))}{suggest(str(value), allowed)}")
 
 
 def check_batch(where: str, batch: Any) -> int:
@@ -196,7 +197,7 @@ def resolve_suite_path(name_or_path: str) -> Path:
     if candidate.exists():
         return candidate
     known = sorted(p.stem for p in SUITES_DIR.glob("*.toml"))
-    raise SuiteError(f"unknown suite '{name_or_path}'{_suggest(name_or_path, known)}; "
+    raise SuiteError(f"unknown suite '{name_or_path}'{suggest(name_or_path, known)}; "
                      f"suites: {', '.join(known)}")
 
 
