@@ -32,6 +32,7 @@ from models.inputs import make_batch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
 from tests import reference_numpy  # noqa: E402
+from tests.adapters.thread_probe import thread_shares  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LEVELS = ort.GraphOptimizationLevel
@@ -303,51 +304,10 @@ def test_other_errors_are_not_out_of_memory(cpu_adapter):
     assert not cpu_adapter.is_out_of_memory(ValueError("shape mismatch"))
 
 
-THREAD_PROBE = """
-    import json, os, sys, time
-    from adapters.base import CaseConfig, RunConfig
-    from adapters.ort import OrtAdapter
-    from models.inputs import make_batch
-    from models.weights import canonical_weights
-    from models.zoo import get_model
-
-    def cpu_ns():  # per OS thread: nanoseconds on a CPU (proc(5), schedstat)
-        times = {}
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                times[tid] = int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0])
-            except OSError:
-                pass
-        return times
-
-    model = get_model("conv:c=64,i=32,f=64,k=3,p=1")
-    adapter = OrtAdapter(RunConfig("cpu", THREADS, 1))
-    prepared = adapter.prepare(model, canonical_weights(model), make_batch(model, 16),
-                               CaseConfig())
-    step = prepared.step("forward")
-    step()
-    start_cpu, start = cpu_ns(), time.perf_counter()
-    runs = 0
-    while runs < 5 or time.perf_counter() - start < 1.0:
-        step()
-        runs += 1
-    end_cpu, wall = cpu_ns(), time.perf_counter() - start
-    used = sorted((end_cpu[t] - start_cpu.get(t, 0) for t in end_cpu), reverse=True)
-    print(json.dumps({"per_thread_ns": used, "wall_s": wall}))
-"""
-
-
 def test_two_threads_really_share_the_work():
     """Structural, not wall-clock (the machine is shared): with one intra-op thread one OS
-    thread does all the work; with two, a second thread does a real share of it. CPU time
-    per thread is immune to other processes competing for the cores."""
-    shares = {}
-    for threads in (1, 2):
-        result = run_python(THREAD_PROBE.replace("THREADS", str(threads)))
-        used = result["per_thread_ns"]
-        total = sum(used)
-        assert total > 0
-        shares[threads] = [u / total for u in used]
+    thread does all the work; with two, a second thread does a real share of it."""
+    shares = {threads: thread_shares("ort", threads, "forward")[0] for threads in (1, 2)}
     assert shares[1][1] < 0.05, shares          # nobody but the caller worked
     assert shares[2][1] > 0.25, shares          # the pool's second thread took a share
 

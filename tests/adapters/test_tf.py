@@ -11,11 +11,6 @@ are skipped where TensorFlow sees no GPU."""
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +27,7 @@ from models.inputs import Batch, make_batch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
 from tests import reference_numpy  # noqa: E402
+from tests.adapters.thread_probe import thread_shares  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FP32 = Context(False, tf.float32)
@@ -396,59 +392,14 @@ def test_other_errors_are_not_out_of_memory(adapter):
     assert not adapter.is_out_of_memory(ValueError("out of range"))
 
 
-THREAD_PROBE = """
-    import json, os, time
-    from adapters.base import CaseConfig, RunConfig
-    from adapters.tf import TFAdapter
-    from models.inputs import make_batch
-    from models.weights import canonical_weights
-    from models.zoo import get_model
-
-    def cpu_ns():  # per OS thread: nanoseconds on a CPU (proc(5), schedstat)
-        times = {}
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                times[tid] = int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0])
-            except OSError:
-                pass
-        return times
-
-    adapter = TFAdapter(RunConfig("cpu", THREADS, 1))
-    model = get_model("conv:c=64,i=32,f=64,k=3,p=1")
-    prepared = adapter.prepare(model, canonical_weights(model), make_batch(model, 16),
-                               CaseConfig())
-    step = prepared.step("gradient")
-    step()
-    start_cpu, start = cpu_ns(), time.perf_counter()
-    runs = 0
-    while runs < 5 or time.perf_counter() - start < 1.0:
-        step()
-        runs += 1
-    end_cpu = cpu_ns()
-    used = sorted((end_cpu[t] - start_cpu.get(t, 0) for t in end_cpu), reverse=True)
-    print(json.dumps({"per_thread_ns": used, "intra": prepared.extra["intra_op_threads"]}))
-"""
-
-
-def run_python(code: str, timeout: float = 300) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def test_two_threads_really_share_the_work():
     """Structural, not wall-clock (the machine is shared): with one intra-op thread one
-    OS thread does the work; with two, a second thread does a real share of it. CPU time
-    per thread does not depend on other processes competing for the cores. A gradient
+    OS thread does the work; with two, a second thread does a real share of it. A gradient
     step, so oneDNN's forward and backward kernels both count."""
     shares = {}
     for threads in (1, 2):
-        result = run_python(THREAD_PROBE.replace("THREADS", str(threads)))
-        assert result["intra"] == threads
-        used = result["per_thread_ns"]
-        shares[threads] = [u / sum(used) for u in used]
+        shares[threads], extra = thread_shares("tf", threads, "gradient")
+        assert extra["intra_op_threads"] == threads
     # With one: one thread computes; the next does the Python side (about 6% here).
     assert shares[1][1] < 0.15, shares
     # With two: two threads compute, in about equal shares (46% and 46% here).
