@@ -361,17 +361,6 @@ def test_gpu_without_a_visible_gpu_is_unavailable():
 
 # --- memory, OOM and threads -------------------------------------------------------------
 
-def test_cpu_peak_memory_is_rss(adapter):
-    prepared = prepare(adapter, "lenet_tiny")
-    try:
-        prepared.reset_peak_memory()
-        prepared.sync(prepared.step("forward")())
-        memory = prepared.peak_memory()
-        assert memory.kind == "rss" and memory.peak_bytes and memory.peak_bytes > 0
-    finally:
-        prepared.close()
-
-
 def test_a_real_out_of_memory_error_is_recognised(adapter):
     """A tensor twice the machine's memory: TensorFlow's CPU allocator (its limit is the
     physical memory) refuses it with ResourceExhaustedError. Not through a network: a

@@ -116,6 +116,17 @@ def test_steps_run_and_sync(adapter, entry, measure):
         prepared.close()
 
 
+def test_cpu_peak_memory_is_the_process_rss(adapter):
+    _, _, _, prepared = prepare(adapter, "lenet_tiny")
+    try:
+        prepared.reset_peak_memory()
+        prepared.sync(prepared.step("forward")())
+        memory = prepared.peak_memory()
+        assert memory.kind == "rss" and memory.peak_bytes and memory.peak_bytes > 0
+    finally:
+        prepared.close()
+
+
 def test_single_layer_measures_refuse_networks(adapter, entry):
     if "grad_input" not in entry.measures:
         pytest.skip(f"{entry.name} does not time grad_input")
