@@ -39,6 +39,13 @@ TINY = 1e-30
 FINGERPRINT = "fingerprint"
 
 
+def mark(agree: bool | None, worst: float) -> str:
+    """"—" with nothing to compare, "✓" within tolerance, else "✗" and the difference."""
+    if agree is None:
+        return "—"
+    return "✓" if agree else f"✗ {worst:.1e}"
+
+
 @dataclass(frozen=True)
 class Verdict:
     model: str
@@ -51,9 +58,7 @@ class Verdict:
     rtol: float
 
     def text(self) -> str:
-        if self.agree is None:
-            return "—"
-        return "✓" if self.agree else f"✗ {self.worst:.1e}"
+        return mark(self.agree, self.worst)
 
 
 @dataclass(frozen=True)
@@ -63,9 +68,7 @@ class RowCheck:
     against: str
 
     def text(self) -> str:
-        if self.agree is None:
-            return "—"
-        return "✓" if self.agree else f"✗ {self.worst:.1e}"
+        return mark(self.agree, self.worst)
 
 
 @dataclass(frozen=True)
@@ -80,12 +83,9 @@ class Equivalence:
         found = [v for v in self.for_model(model, batch) if v.agree is not None
                  and precision in (None, v.precision)]
         if not found:
-            return "—"
+            return mark(None, math.nan)
         bad = [v for v in found if not v.agree]
-        if bad:
-            worst = max(bad, key=lambda v: v.worst)
-            return f"✗ {worst.worst:.1e}"
-        return "✓"
+        return mark(not bad, max((v.worst for v in bad), default=0.0))
 
 
 def _rel(a: float, b: float, scale: float = 0.0) -> float:
