@@ -19,7 +19,14 @@ from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
 
-MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer")
+# "epoch_forward"/"epoch_gradient": one pass over a fixed sequence of variable-length
+# batches (Bahrampour et al. 2016, 4.4: an LSTM timed over an epoch of IMDB batches).
+# "profile": the framework's own profiler over a few iterations, broken down by layer type
+# and kernel (Li et al. 2016, Fig. 2 and Fig. 4).
+EPOCH_MEASURES = ("epoch_forward", "epoch_gradient")
+PROFILE = "profile"
+MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer", *EPOCH_MEASURES,
+            PROFILE)
 PRECISIONS = ("fp32", "tf32", "bf16")
 
 
@@ -72,6 +79,33 @@ class Fingerprint:
 
 
 @dataclass(frozen=True)
+class KernelTime:
+    """One operation or device kernel in a profile, per profiled iteration."""
+
+    name: str
+    ms: float
+    calls: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a framework's profiler saw over ``iterations`` runs of ``measure``.
+
+    ``by_layer_type`` splits the profiled time (ms per iteration) over
+    ``adapters.profiling.LAYER_TYPES`` (Li et al.'s conv, pool, ReLU, FC and concat, plus
+    norm and other); ``top_kernels`` are the most expensive device kernels on a GPU, or
+    the most expensive operations where the profiler sees no kernels (a CPU)."""
+
+    tool: str
+    measure: str
+    iterations: int
+    total_ms: float
+    by_layer_type: dict[str, float]
+    top_kernels: tuple[KernelTime, ...]
+    kernel_level: bool       # True: top_kernels are device kernels; False: framework ops
+
+
+@dataclass(frozen=True)
 class Memory:
     peak_bytes: int | None
     kind: str               # "allocator" (device allocator's peak) or "rss" (host)
@@ -114,6 +148,18 @@ class Prepared(abc.ABC):
         except Unsupported:
             return Fingerprint.from_arrays(output)
         return Fingerprint.from_arrays(output, loss, grads)
+
+    def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
+        """One pass of ``measure`` ("forward" or "gradient") over ``batches`` in order,
+        returning the last handle for ``sync``. Placing the batches on the device, and
+        anything else that needs doing once, happens here, untimed (the whole epoch
+        lives in device memory, as in Bahrampour et al. 4.4)."""
+        raise Unsupported(f"no epoch support for {measure}")
+
+    def profile(self, measure: str, iterations: int) -> Profile:
+        """Run ``measure`` a few times untraced, then ``iterations`` times under the
+        framework's own profiler; see ``Profile``."""
+        raise Unsupported("no profiler support")
 
     def close(self) -> None:
         """Release device memory before the next case."""

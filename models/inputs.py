@@ -61,3 +61,11 @@ def make_batch(model: Model, batch: int, seed: int = 0) -> Batch:
     tokens = rng.integers(1, spec.vocab, size=(batch, steps), dtype=np.int32)
     tokens[np.arange(steps)[None, :] >= lengths[:, None]] = 0
     return Batch(tokens, labels, lengths)
+
+
+def make_epoch(model: Model, batch: int, count: int, seed: int = 0) -> list[Batch]:
+    """A fixed, unshuffled sequence of ``count`` batches: every framework sees the same
+    batches in the same order and so does the same work (Bahrampour et al. 2016, 4.4: one
+    epoch of 124 IMDB batches of 16, no shuffling). Token batches differ in padded
+    length, drawn from the IMDB-like distribution above."""
+    return [make_batch(model, batch, seed * 1_000_003 + index) for index in range(count)]

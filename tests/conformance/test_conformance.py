@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from adapters.base import CaseConfig, Unsupported
+from adapters.profiling import LAYER_TYPES
 from models.analysis import analyse
-from models.inputs import make_batch
+from models.inputs import make_batch, make_epoch
 from models.weights import canonical_weights
 from models.zoo import TINY, get_model
 from tests import reference_numpy
@@ -136,3 +137,39 @@ def test_single_layer_measures_refuse_networks(adapter, entry):
             prepared.step("grad_input")
     finally:
         prepared.close()
+
+
+@pytest.mark.parametrize("measure", ["forward", "gradient"])
+def test_epoch_runs_over_batches_of_different_lengths(adapter, entry, measure):
+    if f"epoch_{measure}" not in entry.measures:
+        pytest.skip(f"{entry.name} does not time epoch_{measure}")
+    model = get_model("lstm_tiny")
+    batches = make_epoch(model, goldens.BATCH, 4)
+    assert len({b.x.shape[1] for b in batches}) > 1, "the epoch must vary the padded length"
+    _, _, _, prepared = prepare(adapter, "lstm_tiny")
+    try:
+        run = prepared.epoch_step(measure, batches)
+        for _ in range(2):  # a second epoch reuses whatever the first one built
+            prepared.sync(run())
+    finally:
+        prepared.close()
+
+
+def test_profile_splits_time_by_layer_type(adapter, entry):
+    if "profile" not in entry.measures:
+        pytest.skip(f"{entry.name} does not profile")
+    measure = "gradient" if "gradient" in entry.measures else "forward"
+    _, _, _, prepared = prepare(adapter, "alexnet_tiny")
+    try:
+        profile = prepared.profile(measure, iterations=2)
+    finally:
+        prepared.close()
+    assert profile.tool and profile.measure == measure and profile.iterations == 2
+    assert tuple(profile.by_layer_type) == LAYER_TYPES
+    # alexnet_tiny has convolutions, pooling, ReLUs and dense layers: a profile that
+    # cannot find its convolutions or dense layers has misread the profiler's names.
+    assert profile.by_layer_type["conv"] > 0 and profile.by_layer_type["fc"] > 0
+    assert profile.total_ms == pytest.approx(sum(profile.by_layer_type.values()))
+    assert profile.top_kernels and all(k.ms >= 0 and k.calls > 0 for k in profile.top_kernels)
+    assert [k.ms for k in profile.top_kernels] == sorted((k.ms for k in profile.top_kernels),
+                                                         reverse=True)

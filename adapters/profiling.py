@@ -1,0 +1,72 @@
+"""Shared by the adapters' ``profile``: which layer type an operation or kernel belongs
+to, and the reduction of profiler events to a ``Profile``.
+
+Li et al. 2016 (Fig. 2) split a training iteration of AlexNet, GoogLeNet, VGG and Overfeat
+into convolution, pooling, ReLU, fully connected and concat layers. Profilers name
+operations differently (PyTorch ``aten::cudnn_convolution``, TensorFlow
+``Conv2DBackpropFilter``, ONNX ``FusedConv``, XLA ``convolution.3``, cuDNN kernels such as
+``sm90_xmma_fprop_implicit_gemm_...``), so the patterns below cover each framework's
+names; what matches none (element-wise work, softmax, loss, copies, XLA fusions whose
+contents the name does not tell) is "other".
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+
+from adapters.base import KernelTime, Profile
+
+LAYER_TYPES = ("conv", "pool", "relu", "fc", "concat", "norm", "other")
+TOP_KERNELS = 10
+
+# Order matters: a convolution kernel's name may contain "gemm" (implicit GEMM), so conv
+# is tried before fc; "relu" inside a fused convolution's name ("FusedConv", cuDNN's
+# "..._relu" epilogues) still counts as conv.
+_PATTERNS = (
+    ("conv", re.compile(r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|im2col|col2im")),
+    ("pool", re.compile(r"pool|reduce[_-]window|select[_-]and[_-]scatter")),
+    ("relu", re.compile(r"relu|threshold")),
+    ("fc", re.compile(r"addmm|\bmm\b|aten::mm|matmul|gemm|gemv|linear|dense|\bdot\b|"
+                      r"^dot|batchmatmul|einsum")),
+    ("concat", re.compile(r"\bcat\b|aten::cat|concat")),
+    ("norm", re.compile(r"batch_?norm|fusedbatchnorm|\blrn\b|local_?response|"
+                        r"layer_?norm|instance_?norm")),
+)
+
+
+def layer_type(name: str) -> str:
+    """The layer type of one operation or kernel name (case-insensitive)."""
+    text = name.lower()
+    for kind, pattern in _PATTERNS:
+        if pattern.search(text):
+            return kind
+    return "other"
+
+
+def summarise(tool: str, measure: str, iterations: int,
+              ops: Iterable[tuple[str, float, float]],
+              kernels: Iterable[tuple[str, float, float]] | None = None) -> Profile:
+    """``ops``: (operation name, total ms, calls) over all profiled iterations, without
+    double counting (self time); ``kernels``: the same for device kernels, where the
+    profiler reports them. Times become per-iteration."""
+    by_type: dict[str, float] = defaultdict(float)
+    op_totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for name, ms, calls in ops:
+        by_type[layer_type(name)] += ms / iterations
+        op_totals[name][0] += ms
+        op_totals[name][1] += calls
+    kernel_totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for name, ms, calls in kernels or ():
+        kernel_totals[name][0] += ms
+        kernel_totals[name][1] += calls
+    ranked = kernel_totals or op_totals
+    top = sorted(ranked.items(), key=lambda item: -item[1][0])[:TOP_KERNELS]
+    return Profile(
+        tool=tool, measure=measure, iterations=iterations,
+        total_ms=sum(by_type.values()),
+        by_layer_type={kind: by_type.get(kind, 0.0) for kind in LAYER_TYPES},
+        top_kernels=tuple(KernelTime(name, ms / iterations, calls / iterations)
+                          for name, (ms, calls) in top),
+        kernel_level=bool(kernel_totals))

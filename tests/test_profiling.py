@@ -1,0 +1,59 @@
+"""Layer-type classification of profiler names, across the frameworks' naming schemes."""
+
+import pytest
+
+from adapters.profiling import LAYER_TYPES, layer_type, summarise
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("aten::cudnn_convolution", "conv"),
+    ("aten::convolution_backward", "conv"),
+    ("aten::mkldnn_convolution", "conv"),
+    ("Conv2DBackpropFilter", "conv"),
+    ("FusedConv", "conv"),
+    ("convolution.3", "conv"),
+    ("sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw", "conv"),
+    ("cudnn::engines_precompiled::nchwToNhwcKernel", "other"),
+    ("aten::max_pool2d_with_indices", "pool"),
+    ("aten::max_pool2d_with_indices_backward", "pool"),
+    ("MaxPool", "pool"),
+    ("reduce-window.1", "pool"),
+    ("aten::relu", "relu"),
+    ("aten::threshold_backward", "relu"),
+    ("Relu", "relu"),
+    ("aten::addmm", "fc"),
+    ("aten::mm", "fc"),
+    ("Gemm", "fc"),
+    ("MatMul", "fc"),
+    ("dot.4", "fc"),
+    ("ampere_sgemm_128x64_tn", "fc"),
+    ("aten::cat", "concat"),
+    ("Concat", "concat"),
+    ("ConcatV2", "concat"),
+    ("concatenate.2", "concat"),
+    ("aten::native_batch_norm", "norm"),
+    ("FusedBatchNormV3", "norm"),
+    ("LRN", "norm"),
+    ("aten::add_", "other"),
+    ("loop_fusion", "other"),
+])
+def test_layer_type(name, kind):
+    assert layer_type(name) == kind
+
+
+def test_summarise_is_per_iteration_and_ranks_kernels():
+    profile = summarise("tool", "gradient", 2,
+                        ops=[("aten::conv2d", 8.0, 2), ("aten::relu", 2.0, 2), ("aten::cat", 1.0, 2)],
+                        kernels=[("k_small", 1.0, 2), ("k_big", 6.0, 4)])
+    assert profile.by_layer_type == {**dict.fromkeys(LAYER_TYPES, 0.0),
+                                     "conv": 4.0, "relu": 1.0, "concat": 0.5}
+    assert profile.total_ms == 5.5
+    assert [k.name for k in profile.top_kernels] == ["k_big", "k_small"]
+    assert profile.top_kernels[0].ms == 3.0 and profile.top_kernels[0].calls == 2.0
+    assert profile.kernel_level
+
+
+def test_summarise_ranks_operations_without_kernels():
+    profile = summarise("tool", "forward", 1, ops=[("Relu", 1.0, 1), ("Conv", 3.0, 1)])
+    assert [k.name for k in profile.top_kernels] == ["Conv", "Relu"]
+    assert not profile.kernel_level
