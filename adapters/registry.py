@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REGISTRY_FILE = Path(__file__).with_name("registry.toml")
@@ -21,6 +21,10 @@ class FrameworkEntry:
     measures: tuple[str, ...]       # measures it can time; others become unsupported rows
     requirements: dict[str, tuple[str, ...]]   # device -> pinned pip requirements
     description: str
+    # Variants whose compiled code a persistent on-disk cache keeps between processes,
+    # and the environment that points that cache at a directory ("{dir}" is replaced).
+    compile_cache_variants: tuple[str, ...] = ()
+    compile_cache_env: dict[str, str] = field(default_factory=dict)
 
     def load(self):
         return getattr(importlib.import_module(self.module), self.class_name)
@@ -34,6 +38,8 @@ def load_registry(path: Path = REGISTRY_FILE) -> dict[str, FrameworkEntry]:
             devices=tuple(entry["devices"]), variants=tuple(entry["variants"]),
             measures=tuple(entry["measures"]),
             requirements={d: tuple(r) for d, r in entry["requirements"].items()},
-            description=entry.get("description", ""))
+            description=entry.get("description", ""),
+            compile_cache_variants=tuple(entry.get("compile_cache", {}).get("variants", ())),
+            compile_cache_env=dict(entry.get("compile_cache", {}).get("env", {})))
         for name, entry in data.items()
     }
