@@ -15,19 +15,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from adapters.measures import EPOCH_MEASURES, MEASURES, PRECISIONS, PROFILE  # noqa: F401
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
-
-# "epoch_forward"/"epoch_gradient": one pass over a fixed sequence of variable-length
-# batches (Bahrampour et al. 2016, 4.4: an LSTM timed over an epoch of IMDB batches).
-# "profile": the framework's own profiler over a few iterations, broken down by layer type
-# and kernel (Li et al. 2016, Fig. 2 and Fig. 4).
-EPOCH_MEASURES = ("epoch_forward", "epoch_gradient")
-PROFILE = "profile"
-MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer", *EPOCH_MEASURES,
-            PROFILE)
-PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 class Unsupported(Exception):

@@ -32,6 +32,9 @@ class Settings:
     threads: int                # CPU intra-op threads (host threads for a GPU run)
     interop_threads: int
     execution: str = ""         # what the variant means for this framework, in words
+    # "cold": a fresh process with an empty persistent compilation cache; "warm": a fresh
+    # process with the cache the cold run filled (Bahrampour et al. Table 8); "": not managed.
+    compile_cache: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,9 @@ class CaseKey:
 
     def id(self) -> str:
         s = self.settings
+        cache = f"/cache-{s.compile_cache}" if s.compile_cache else ""
         return (f"{self.suite}/{s.framework}/{s.device}/{self.model}/b{self.batch}/"
-                f"{self.measure}/{s.precision}/{s.variant}/t{s.threads}")
+                f"{self.measure}/{s.precision}/{s.variant}/t{s.threads}{cache}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Row:
     memory: dict[str, Any] | None = None        # {"peak_bytes": int, "kind": "allocator"|"rss"}
     model_info: dict[str, Any] = field(default_factory=dict)  # params, flops, input shape
     fingerprint: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None       # adapters.base.Profile, for "profile" rows
     env: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     wall_s: float = 0.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,13 @@ def results_path(out: Path, suite: str, framework: str, device: str) -> Path:
 def case_key(suite: str, framework: str, device: str, job: Job, measure: str) -> CaseKey:
     return CaseKey(suite, job.model, job.batch, measure,
                    Settings(framework, device, job.precision, job.variant, job.threads,
-                            job.interop_threads))
+                            job.interop_threads, compile_cache=job.compile_cache))
+
+
+def compile_cache_dir(results: Path, job: Job) -> Path:
+    """One cache per job: its cold run starts it empty, its warm run reads it."""
+    return results.parent / "compile-cache" / results.stem / (
+        f"{job.model}_b{job.batch}_{job.precision}_{job.variant}_t{job.threads}")
 
 
 def framework_entry(name: str, device: str) -> FrameworkEntry:
@@ -62,8 +69,8 @@ def framework_entry(name: str, device: str) -> FrameworkEntry:
     return entry
 
 
-def plan_jobs(request: RunRequest) -> tuple[str, Path, list[Job], dict]:
-    """Validate everything and return the suite name, results path, jobs and timer."""
+def plan_jobs(request: RunRequest) -> tuple[str, Path, list[Job]]:
+    """Validate everything and return the suite name, results path and jobs."""
     entry = framework_entry(request.framework, request.device)
     suite = load_suite(resolve_suite_path(request.suite), load_registry())
     jobs = expand(suite, entry, request.device, usable_cpus(), physical_cores())
@@ -73,13 +80,14 @@ def plan_jobs(request: RunRequest) -> tuple[str, Path, list[Job], dict]:
     jobs = [Job(**{**asdict(j), "variant": default_variant if j.variant == "default" else j.variant})
             for j in jobs]
     path = results_path(request.out, suite.name, entry.name, request.device)
-    return suite.name, path, jobs, asdict(suite.timer)
+    return suite.name, path, jobs
 
 
 class Runner:
     def __init__(self, request: RunRequest):
         self.request = request
-        self.suite, self.path, jobs, self.timer = plan_jobs(request)
+        self.suite, self.path, jobs = plan_jobs(request)
+        self.entry = load_registry()[request.framework]
         self.results = ResultsFile(self.path)
         done = self.results.finished_case_ids() if request.resume else set()
         self.pending: list[tuple[Job, list[str]]] = []
@@ -104,15 +112,17 @@ class Runner:
                       f"{self.request.device} · {self.total} measurements"
                       + (f" ({self.skipped} already done)" if self.skipped else "")
                       + f" → {self.path}")
-        by_threads: dict[int, list[tuple[Job, list[str]]]] = defaultdict(list)
-        for job, names in self.pending:
-            by_threads[job.threads].append((job, names))
+        # One worker per thread setting; a job with a compile-cache setting gets a fresh
+        # process of its own, so that nothing compiled earlier in the process is reused.
+        groups: dict[tuple, list[tuple[Job, list[str]]]] = defaultdict(list)
+        for index, (job, names) in enumerate(self.pending):
+            groups[(job.threads, index if job.compile_cache else -1)].append((job, names))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("starting", total=self.total)
             try:
-                for threads, items in by_threads.items():
+                for (threads, _), items in groups.items():
                     code = self.run_group(threads, items, progress, task)
                     if code:
                         return code
@@ -127,11 +137,26 @@ class Runner:
 
     def run_group(self, threads: int, items, progress, task) -> int:
         remaining = list(items)
+        cache_dir = ""
+        if remaining[0][0].compile_cache:
+            job, names = remaining[0]
+            if job.variant not in self.entry.compile_cache_variants:
+                cached = ", ".join(self.entry.compile_cache_variants) or "none"
+                self.record_without_worker(job, names, "unsupported",
+                                           f"{self.entry.name} variant '{job.variant}' keeps no "
+                                           f"persistent compilation cache (variants that do: {cached})",
+                                           progress, task)
+                return 0
+            directory = compile_cache_dir(self.path, job)
+            if job.compile_cache == "cold":
+                shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True, exist_ok=True)
+            cache_dir = str(directory.resolve())
         while remaining:
             plan = Plan(self.suite, self.request.framework, self.request.device, threads,
                         remaining[0][0].interop_threads, str(self.path), self.request.seed,
-                        self.timer,
-                        [{**asdict(job), "pending": names} for job, names in remaining])
+                        [{**asdict(job), "pending": names} for job, names in remaining],
+                        cache_dir)
             finished, code, fatal = self.run_worker(plan, progress, task)
             if fatal:
                 console.print(f"[red]error[/]: {fatal}")
@@ -145,12 +170,16 @@ class Runner:
                 # The worker died inside the first unfinished job: record that, go on.
                 job, names = remaining.pop(0)
                 reason = f"worker process died (exit code {code}); see {self.log_path}"
-                for name in names:
-                    self.results.append(Row(self.key(job, name), "failed", reason))
-                    self.statuses["failed"] += 1
-                    progress.advance(task)
+                self.record_without_worker(job, names, "failed", reason, progress, task)
                 console.print(f"[red]failed[/] {job.model} b{job.batch}: {reason}")
         return 0
+
+    def record_without_worker(self, job: Job, names: list[str], status: str, reason: str,
+                              progress, task) -> None:
+        for name in names:
+            self.results.append(Row(self.key(job, name), status, reason))
+            self.statuses[status] += 1
+            progress.advance(task)
 
     def run_worker(self, plan: Plan, progress, task) -> tuple[set[str], int, str | None]:
         finished: set[str] = set()

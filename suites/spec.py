@@ -16,6 +16,12 @@ A suite is TOML::
     precisions = ["fp32"]   # optional
     variants = ["default"]  # optional; "default" is each framework's standard fast path
     frameworks = ["torch"]  # optional filter
+    epoch_batches = 124     # optional: batches per epoch for epoch_forward/epoch_gradient
+    profile_iterations = 10 # optional: profiled iterations for the "profile" measure
+    compile_cache = ["cold", "warm"]  # optional: first calls with an empty persistent
+                            # compilation cache, then with the one the cold run filled;
+                            # each such job runs in a fresh process
+    timer = { min_samples = 3 }  # optional: this group's overrides of the suite's [timer]
 
 Everything is checked before anything runs: unknown keys (with a suggestion), wrong
 types, unknown models, impossible shapes and batches all raise ``SuiteError`` with one
@@ -26,11 +32,11 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from adapters.base import MEASURES, PRECISIONS
+from adapters.measures import MEASURES, PRECISIONS
 from adapters.registry import FrameworkEntry
 from models.analysis import ModelError, analyse
 from models.zoo import UnknownModel, get_model
@@ -38,6 +44,7 @@ from suites.timer import TimerSettings
 
 SUITES_DIR = Path(__file__).parent
 DEVICES = ("cpu", "gpu")
+COMPILE_CACHES = ("cold", "warm")
 MAX_BATCH = 1 << 20
 
 
@@ -56,6 +63,12 @@ class CaseGroup:
     precisions: tuple[str, ...] = ("fp32",)
     variants: tuple[str, ...] = ("default",)
     frameworks: tuple[str, ...] = ()
+    # Bahrampour et al. 2016, 4.4: "124 iterations, one entire epoch".
+    epoch_batches: int = 124
+    # Li et al. 2016, 4.A: per-layer runtime "averaged over 10 training iterations".
+    profile_iterations: int = 10
+    compile_cache: tuple[str, ...] = ("",)
+    timer: TimerSettings = TimerSettings()   # the suite's [timer], with this group's overrides
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,10 @@ class Job:
     precision: str
     variant: str
     measures: tuple[str, ...]
+    epoch_batches: int = 124
+    profile_iterations: int = 10
+    compile_cache: str = ""     # "", "cold" or "warm"
+    timer: TimerSettings = TimerSettings()
 
 
 def suggest(word: str, options) -> str:
@@ -124,7 +141,8 @@ def check_model(where: str, name: str) -> None:
         raise SuiteError(f"{where}: {error}") from None
 
 
-def _group(where: str, table: dict[str, Any], registry: dict[str, FrameworkEntry]) -> CaseGroup:
+def _group(where: str, table: dict[str, Any], registry: dict[str, FrameworkEntry],
+           suite_timer: TimerSettings) -> CaseGroup:
     allowed = [f.name for f in fields(CaseGroup)]
     _check_keys(where, table, allowed)
     for key in ("models", "batches", "measures"):
@@ -144,9 +162,17 @@ def _group(where: str, table: dict[str, Any], registry: dict[str, FrameworkEntry
                 isinstance(value, int) and value < 1:
             raise SuiteError(f"{where}: threads {value!r} must be a positive integer, "
                              f"'all' or 'physical'")
-    interop = table.get("interop_threads", 1)
-    if not isinstance(interop, int) or isinstance(interop, bool) or interop < 1:
-        raise SuiteError(f"{where}: 'interop_threads' must be a positive integer, got {interop!r}")
+    interop = _positive_int(where, table, "interop_threads", 1)
+    epoch_batches = _positive_int(where, table, "epoch_batches", 124)
+    profile_iterations = _positive_int(where, table, "profile_iterations", 10)
+    caches = ("",)
+    if "compile_cache" in table:
+        caches = _list_of(where, "compile_cache", table["compile_cache"], str)
+        _one_of(where, "compile_cache", caches, COMPILE_CACHES)
+        if "warm" in caches and "cold" not in caches:
+            raise SuiteError(f"{where}: compile_cache 'warm' needs 'cold' in the same group "
+                             f"(the cold run fills the cache the warm run reads)")
+        caches = tuple(sorted(caches, key=COMPILE_CACHES.index))
     precisions = _list_of(where, "precisions", table.get("precisions", ["fp32"]), str)
     _one_of(where, "precision", precisions, PRECISIONS)
     frameworks = _list_of(where, "frameworks", table["frameworks"], str) \
@@ -155,8 +181,16 @@ def _group(where: str, table: dict[str, Any], registry: dict[str, FrameworkEntry
     variants = _list_of(where, "variants", table.get("variants", ["default"]), str)
     known = {"default"} | {v for entry in registry.values() for v in entry.variants}
     _one_of(where, "variant", variants, sorted(known))
+    timer = _timer(f"{where} timer", table.get("timer", {}), suite_timer)
     return CaseGroup(models, batches, measures, devices, threads, interop, precisions,
-                     variants, frameworks)
+                     variants, frameworks, epoch_batches, profile_iterations, caches, timer)
+
+
+def _positive_int(where: str, table: dict[str, Any], key: str, default: int) -> int:
+    value = table.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SuiteError(f"{where}: '{key}' must be a positive integer, got {value!r}")
+    return value
 
 
 def load_suite(path: Path, registry: dict[str, FrameworkEntry]) -> Suite:
@@ -171,22 +205,27 @@ def load_suite(path: Path, registry: dict[str, FrameworkEntry]) -> Suite:
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
         raise SuiteError(f"{where}: 'name' must be letters, digits, '-' or '_', got {name!r}")
-    timer_table = data.get("timer", {})
-    if not isinstance(timer_table, dict):
-        raise SuiteError(f"{where}: [timer] must be a table")
-    timer_fields = {f.name: f.type for f in fields(TimerSettings)}
-    _check_keys(f"{where} [timer]", timer_table, list(timer_fields))
-    for key, value in timer_table.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
-                timer_fields[key] == "int" and not isinstance(value, int):
-            raise SuiteError(f"{where} [timer]: '{key}' must be a non-negative "
-                             f"{timer_fields[key]}, got {value!r}")
+    timer = _timer(f"{where} [timer]", data.get("timer", {}), TimerSettings())
     cases = data.get("cases")
     if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) for c in cases):
         raise SuiteError(f"{where}: needs at least one [[cases]] table")
-    groups = tuple(_group(f"{where} cases[{i}]", table, registry) for i, table in enumerate(cases))
-    return Suite(name, str(data.get("description", "")), path, TimerSettings(**timer_table),
-                 groups)
+    groups = tuple(_group(f"{where} cases[{i}]", table, registry, timer)
+                   for i, table in enumerate(cases))
+    return Suite(name, str(data.get("description", "")), path, timer, groups)
+
+
+def _timer(where: str, table: Any, base: TimerSettings) -> TimerSettings:
+    """``base`` with the overrides of a [timer] table."""
+    if not isinstance(table, dict):
+        raise SuiteError(f"{where}: must be a table")
+    timer_fields = {f.name: f.type for f in fields(TimerSettings)}
+    _check_keys(where, table, list(timer_fields))
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
+                timer_fields[key] == "int" and not isinstance(value, int):
+            raise SuiteError(f"{where}: '{key}' must be a non-negative "
+                             f"{timer_fields[key]}, got {value!r}")
+    return replace(base, **table)
 
 
 def resolve_suite_path(name_or_path: str) -> Path:
@@ -223,7 +262,9 @@ def expand(suite: Suite, framework: FrameworkEntry, device: str, usable_cpus: in
                 for batch in group.batches:
                     for precision in group.precisions:
                         for variant in group.variants:
-                            jobs.append(Job(model, batch, device, threads,
-                                            group.interop_threads, precision, variant,
-                                            group.measures))
+                            for cache in group.compile_cache:
+                                jobs.append(Job(model, batch, device, threads,
+                                                group.interop_threads, precision, variant,
+                                                group.measures, group.epoch_batches,
+                                                group.profile_iterations, cache, group.timer))
     return jobs

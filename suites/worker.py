@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from adapters.measures import EPOCH_MEASURES, PROFILE
 from suites.environment import host_environment, limit_cpus
 from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings, timing_fields
 
@@ -53,8 +55,10 @@ class Plan:
     interop_threads: int
     results: str
     seed: int
-    timer: dict[str, Any]
     jobs: list[dict[str, Any]]      # suites.spec.Job fields plus "pending": [measures]
+    # Where the framework's persistent compilation cache lives for this process (jobs
+    # with a compile_cache setting run one to a process); "" leaves the framework's own.
+    compile_cache_dir: str = ""
 
     def to_file(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -80,12 +84,13 @@ class Worker:
         # Imported only now: the affinity mask must be in place before a framework starts.
         from adapters.base import RunConfig
         from adapters.registry import load_registry
-        from suites.timer import TimerSettings
-
         self.entry = load_registry()[plan.framework]
+        if plan.compile_cache_dir:
+            # Before the framework is imported: some read their cache settings only then.
+            for name, value in self.entry.compile_cache_env.items():
+                os.environ[name] = value.replace("{dir}", plan.compile_cache_dir)
         self.adapter = self.entry.load()(RunConfig(plan.device, plan.threads, plan.interop_threads))
         self.env = {**host_environment(plan.threads, self.affinity), **self.adapter.environment()}
-        self.timer = TimerSettings(**plan.timer)
         self.results = ResultsFile(Path(plan.results))
 
     def write(self, key: CaseKey, status: str, reason: str = "", started: float = 0.0,
@@ -104,11 +109,12 @@ class Worker:
         from models.inputs import make_batch
         from models.weights import canonical_weights
         from models.zoo import get_model
-        from suites.timer import measure
+        from suites.timer import TimerSettings, measure
 
         case = CaseConfig(job["precision"], job["variant"])
         settings = Settings(self.plan.framework, self.plan.device, job["precision"],
-                            job["variant"], self.plan.threads, self.plan.interop_threads)
+                            job["variant"], self.plan.threads, self.plan.interop_threads,
+                            compile_cache=job["compile_cache"])
         model = get_model(job["model"])
         stats = analyse(model)
         info = {"family": model.family, "params": stats.params,
@@ -146,12 +152,19 @@ class Worker:
                     self.fingerprint_row(prepared, key(name), info, started, Unsupported)
                     continue
                 try:
-                    step = prepared.step(name)
+                    if name == PROFILE:
+                        profile = prepared.profile(self.profiled_measure(),
+                                                   job["profile_iterations"])
+                        self.write(key(name), "ok", "", started, profile=asdict(profile),
+                                   model_info=info)
+                        continue
+                    step, extra = self.timed_step(prepared, name, model, job)
                     prepared.reset_peak_memory()
-                    timing = measure(step, prepared.sync, self.timer)
+                    timing = measure(step, prepared.sync, TimerSettings(**job["timer"]))
                     memory = prepared.peak_memory()
                     fields = timing_fields(timing)
                     fields.update(prepared.extra)
+                    fields.update(extra(timing))
                     self.write(key(name), "ok", "", started, timing=fields,
                                memory=asdict(memory), model_info=info)
                 except KeyboardInterrupt:
@@ -163,6 +176,29 @@ class Worker:
             prepared.close()
             del prepared
             gc.collect()
+
+    def timed_step(self, prepared, name: str, model, job: dict[str, Any]):
+        """The callable to time, and the extra timing fields its row gets."""
+        if name not in EPOCH_MEASURES:
+            return prepared.step(name), lambda timing: {}
+        from models.inputs import make_epoch
+
+        count = job["epoch_batches"]
+        batches = make_epoch(model, job["batch"], count, self.plan.seed)
+        step = prepared.epoch_step(name.removeprefix("epoch_"), batches)
+        padded = [int(b.x.shape[1]) for b in batches] if batches[0].lengths is not None else []
+        del batches
+
+        def extra(timing) -> dict[str, Any]:
+            # Bahrampour et al. report the epoch's time per batch (Table 6).
+            return {"epoch_batches": count, "per_batch_median_ms": timing.median_s * 1e3 / count,
+                    **({"mean_padded_length": sum(padded) / len(padded)} if padded else {})}
+        return step, extra
+
+    def profiled_measure(self) -> str:
+        # Li et al. profile training iterations (forward and backward); an inference
+        # engine profiles its forward pass.
+        return "gradient" if "gradient" in self.entry.measures else "forward"
 
     def fingerprint_row(self, prepared, case_key: CaseKey, info, started, unsupported) -> None:
         try:

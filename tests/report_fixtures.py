@@ -44,7 +44,8 @@ def make_row(model: str, batch: int, measure: str, framework: str, device: str,
              threads: int = 8, status: str = "ok", reason: str = "", unstable: bool = False,
              fp_scale: float = 1.0, started: str = "2026-01-10T10:00:00",
              peak_bytes: int | None = None, suite: str = "test", env: dict | None = None,
-             first_call: float | None = None) -> dict:
+             first_call: float | None = None, compile_cache: str = "",
+             profile: dict | None = None, timing_extra: dict | None = None) -> dict:
     variant = variant or VARIANT.get(framework, "default")
     env = dict(env or (GPU_HOST if device == "gpu" else CPU_HOST))
     env["framework_version"] = VERSIONS.get(framework, "1.0")
@@ -57,20 +58,25 @@ def make_row(model: str, batch: int, measure: str, framework: str, device: str,
                   "ci_high_ms": median * 1.01, "mean_ms": median, "min_ms": samples[0],
                   "samples": len(samples), "samples_ms": samples, "inner_loops": 1,
                   "unstable": unstable,
-                  "unstable_reason": "IQR 14.0% of median" if unstable else ""}
+                  "unstable_reason": "IQR 14.0% of median" if unstable else "",
+                  **(timing_extra or {})}
         memory = {"peak_bytes": peak_bytes or int(batch * 50e6),
                   "kind": "allocator" if device == "gpu" else "rss"}
         fp = fingerprint(measure, fp_scale)
     case_id = f"{suite}/{framework}/{device}/{model}/b{batch}/{measure}/{precision}/{variant}/t{threads}"
+    case_id += f"/cache-{compile_cache}" if compile_cache else ""
+    if profile is not None:
+        timing = memory = None
     return {"schema": 1, "case_id": case_id, "suite": suite, "model": model, "batch": batch,
             "measure": measure,
             "settings": {"framework": framework, "device": device, "precision": precision,
                          "variant": variant, "threads": threads, "interop_threads": 1,
-                         "execution": f"{framework} {variant}"},
+                         "execution": f"{framework} {variant}", "compile_cache": compile_cache},
             "status": status, "reason": reason, "timing": timing, "memory": memory,
             "model_info": {"family": model.rstrip("0123456789"), "params": params,
                            "flops_per_example": flops, "input_shape": shape},
-            "fingerprint": fp, "env": env, "started_at": started, "wall_s": 3.0}
+            "fingerprint": fp, "profile": profile, "env": env, "started_at": started,
+            "wall_s": 3.0}
 
 
 def cpu_rows() -> list[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,13 @@ from adapters.base import (
     DeviceUnavailable,
     Memory,
     Prepared,
+    Profile,
     RunConfig,
     Unsupported,
 )
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.torch.network import Lengths, build
+from adapters.torch.profile import profile_steps
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
@@ -36,6 +39,15 @@ def apply_precision(precision: str, on_gpu: bool) -> None:
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """One batch on the device."""
+
+    x: torch.Tensor
+    labels: torch.Tensor | None
+    lengths: Lengths | None
 
 
 class TorchPrepared(Prepared):
@@ -61,38 +73,47 @@ class TorchPrepared(Prepared):
         if variant == "compile":
             self.run_frozen = torch.compile(self.frozen)
             self.run_body = torch.compile(self.body)
+        self.memory_format = memory_format
         self.host_x = torch.from_numpy(batch.x)
-        x = self.host_x.long() if model.input.kind == "tokens" else self.host_x
-        self.x = x.to(self.device, memory_format=memory_format) if x.dim() == 4 \
-            else x.to(self.device)
-        self.labels = None if batch.labels is None \
-            else torch.from_numpy(batch.labels).long().to(self.device)
-        self.lengths = None if batch.lengths is None \
-            else Lengths.of(batch.lengths, batch.x.shape[1], self.device)
+        self.inputs = self._place(batch)
+        self.x = self.inputs.x
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) \
             if case.precision == "bf16" else contextlib.nullcontext
 
-    # --- the computations ---------------------------------------------------------
-    def _features(self) -> torch.Tensor:
-        with torch.no_grad():
-            return self.run_frozen(self.x, self.lengths) if self.model.frozen else self.x
+    def _place(self, batch: Batch) -> Inputs:
+        host_x = torch.from_numpy(batch.x)
+        x = host_x.long() if self.model.input.kind == "tokens" else host_x
+        x = x.to(self.device, memory_format=self.memory_format) if x.dim() == 4 \
+            else x.to(self.device)
+        labels = None if batch.labels is None \
+            else torch.from_numpy(batch.labels).long().to(self.device)
+        lengths = None if batch.lengths is None \
+            else Lengths.of(batch.lengths, batch.x.shape[1], self.device)
+        return Inputs(x, labels, lengths)
 
-    def _loss(self, out: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    # --- the computations ---------------------------------------------------------
+    def _features(self, inputs: Inputs) -> torch.Tensor:
+        with torch.no_grad():
+            return self.run_frozen(inputs.x, inputs.lengths) if self.model.frozen else inputs.x
+
+    def _loss(self, out: torch.Tensor, features: torch.Tensor, labels) -> torch.Tensor:
         kind = self.model.loss.kind
         if kind == "softmax_xent":
-            return F.cross_entropy(out.float(), self.labels)
+            return F.cross_entropy(out.float(), labels)
         if kind == "mse_reconstruction":
             return F.mse_loss(out.float(), features.float())
         return out.float().sum()
 
-    def _forward(self) -> torch.Tensor:
+    def _forward(self, inputs: Inputs | None = None) -> torch.Tensor:
+        inputs = inputs or self.inputs
         with torch.inference_mode(), self.autocast():
-            return self.run_body(self._features(), self.lengths)
+            return self.run_body(self._features(inputs), inputs.lengths)
 
-    def _gradient(self) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    def _gradient(self, inputs: Inputs | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        inputs = inputs or self.inputs
         with self.autocast():
-            features = self._features()
-            loss = self._loss(self.run_body(features, self.lengths), features)
+            features = self._features(inputs)
+            loss = self._loss(self.run_body(features, inputs.lengths), features, inputs.labels)
         return loss, torch.autograd.grad(loss, list(self.params.values()))
 
     def _single_layer_graph(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,6 +148,26 @@ class TorchPrepared(Prepared):
             return lambda: self.host_x.to(self.device)
         raise Unsupported(f"unknown measure '{measure}'")
 
+    def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
+        if measure not in ("forward", "gradient"):
+            raise Unsupported(f"no epoch of {measure}")
+        placed = [self._place(batch) for batch in batches]
+        self.body.train(measure == "gradient")
+        run = self._forward if measure == "forward" else (lambda inputs: self._gradient(inputs)[1])
+
+        def epoch() -> Any:
+            handle = None
+            for inputs in placed:
+                handle = run(inputs)
+            return handle
+        return epoch
+
+    def profile(self, measure: str, iterations: int) -> Profile:
+        run = self.step(measure)
+        for _ in range(2):      # cuDNN autotune and compilation stay out of the profile
+            self.sync(run())
+        return profile_steps(run, self.sync, measure, iterations, self.on_gpu)
+
     def sync(self, handle: Any) -> None:
         if self.on_gpu:
             torch.cuda.synchronize(self.device)
@@ -153,7 +194,7 @@ class TorchPrepared(Prepared):
                                       for name, g in zip(self.params, grads)}
 
     def close(self) -> None:
-        del self.frozen, self.body, self.run_frozen, self.run_body, self.params, self.x
+        del self.frozen, self.body, self.run_frozen, self.run_body, self.params, self.x, self.inputs
         if self.on_gpu:
             torch.cuda.empty_cache()
 
