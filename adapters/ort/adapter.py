@@ -3,23 +3,38 @@ full graph optimisation and IOBinding (device-resident input and output), ONNX R
 standard fast path; lower optimisation levels and cuDNN algorithm searches as variants.
 
 ONNX Runtime's training API ships in other packages (onnxruntime-training), so this
-adapter times forward and the host-to-device copy only.
+adapter times forward, the host-to-device copy and an epoch of forward passes, and profiles
+forward with ONNX Runtime's own profiler.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from adapters.base import Adapter, CaseConfig, DeviceUnavailable, Memory, Prepared, RunConfig, Unsupported
+from adapters.base import (
+    Adapter,
+    CaseConfig,
+    DeviceUnavailable,
+    Memory,
+    Prepared,
+    Profile,
+    RunConfig,
+    Unsupported,
+)
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.ort.network import INPUT, LENGTHS, OUTPUT, build
+from adapters.profiling import summarise
 from models import ir
 from models.inputs import Batch
 from models.ir import Model
@@ -32,6 +47,18 @@ NO_GRADIENTS = ("ONNX Runtime runs here as an inference engine: its training API
 NO_GPU_PEAK = ("ONNX Runtime's Python API exposes no statistics of its CUDA memory arena, "
                "and nvidia-smi's per-process figure (CUDA context plus arena reservation, "
                "never released) is not an allocator peak, so none is reported")
+# Release builds of onnxruntime-gpu leave CUDA kernel tracing (CUPTI) out: it is the build
+# option --enable_cuda_profiling, off by default (onnxruntime PR #9875). Without it the
+# profiler only times each node's Compute call on the host, which on the CUDA EP launches
+# kernels asynchronously and returns: a launch time, not the GPU time Li et al. split.
+NO_KERNEL_EVENTS = ("this onnxruntime build records no CUDA kernel events (built without "
+                    "--enable_cuda_profiling); its node times on the CUDA EP are host-side "
+                    "launch times, not GPU time")
+PROFILER = "onnxruntime profiler (SessionOptions.enable_profiling)"
+# Runs before the profiled ones, left out of the profile: the first allocates the arena
+# and, on GPU, runs cuDNN's algorithm search; the second runs as every later one does.
+PROFILE_WARMUP_RUNS = 2
+US_PER_MS = 1e3
 
 
 @dataclass(frozen=True)
@@ -125,36 +152,137 @@ def needs_lengths(model: Model, batch: Batch) -> bool:
         isinstance(node, (ir.LSTM, ir.MeanOverTime)) for node in ir.all_nodes(model))
 
 
+def graph_inputs(model: Model, batch: Batch) -> dict[str, np.ndarray]:
+    """The graph's inputs for one batch as contiguous host arrays, keyed by input name."""
+    inputs = {INPUT: np.ascontiguousarray(batch.x)}
+    if needs_lengths(model, batch):
+        inputs[LENGTHS] = np.ascontiguousarray(batch.lengths, dtype=np.int32)
+    return inputs
+
+
+def input_signature(inputs: dict[str, np.ndarray]) -> tuple:
+    """What a static-shape graph is built for: each input's name, shape and type."""
+    return tuple((name, array.shape, array.dtype.str) for name, array in inputs.items())
+
+
+@dataclass
+class BoundBatch:
+    """One batch resident on the device and bound to the session that runs it. The inputs
+    are copied to the device once, when bound; the output is bound to the device, so ORT
+    allocates it from its arena and nothing is copied back inside a timed run."""
+
+    session: ort.InferenceSession
+    binding: ort.IOBinding
+    device_inputs: dict[str, ort.OrtValue]
+
+    @classmethod
+    def place(cls, session: ort.InferenceSession, inputs: dict[str, np.ndarray],
+              device: str) -> BoundBatch:
+        device_inputs = {name: ort.OrtValue.ortvalue_from_numpy(array, device, 0)
+                         for name, array in inputs.items()}
+        binding = session.io_binding()
+        for name, value in device_inputs.items():
+            binding.bind_ortvalue_input(name, value)
+        binding.bind_output(OUTPUT, device, 0)
+        return cls(session, binding, device_inputs)
+
+    def run(self, run_options: ort.RunOptions) -> ort.IOBinding:
+        self.session.run_with_iobinding(self.binding, run_options)
+        return self.binding
+
+
+# --- reading ONNX Runtime's profile ---------------------------------------------------------
+# The profile is a Chrome trace: a JSON list of complete events ("ph": "X") with "ts" and
+# "dur" in microseconds since profiling began. Per Run, ORT writes one "model_run" event
+# (cat "Session") and per node one "<node>_kernel_time" event (cat "Node") whose
+# args.op_name is the kernel's op type (FusedConv, not the node's name); older releases
+# also write "<node>_fence_before"/"_fence_after", the wait on other streams, no
+# computation (onnxruntime core/framework/sequential_executor.cc). Builds with CUDA kernel
+# tracing add one cat "Kernel" event per kernel, stamped with the launching node's ts and
+# op_name (core/common/gpu_profiler_common.cc, MergeEvents).
+
+def read_trace(path: str | Path) -> list[dict[str, Any]]:
+    with open(path) as file:
+        trace = json.load(file)
+    # ORT writes a bare list; the Chrome trace format also allows {"traceEvents": [...]}.
+    return trace["traceEvents"] if isinstance(trace, dict) else trace
+
+
+def profiled_events(events: list[dict[str, Any]], warmup: int,
+                    iterations: int) -> list[dict[str, Any]]:
+    """The events of the last ``iterations`` runs: everything from the start of the first
+    run after the ``warmup`` ones. A Run returns only when its work is done (ORT waits for
+    the device at the end of Run), so no earlier run's kernel can start after that."""
+    starts = sorted(event["ts"] for event in events
+                    if event.get("cat") == "Session" and event.get("name") == "model_run")
+    if len(starts) != warmup + iterations:
+        raise RuntimeError(f"the profile holds {len(starts)} runs, expected "
+                           f"{warmup} warm-up and {iterations} profiled")
+    begin = starts[warmup]
+    return [event for event in events if event.get("ts", -1) >= begin]
+
+
+def totals(timed: Iterable[tuple[str, float]]) -> list[tuple[str, float, float]]:
+    """(name, µs) pairs → (name, total ms, calls)."""
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for name, us in timed:
+        sums[name][0] += us / US_PER_MS
+        sums[name][1] += 1
+    return [(name, ms, calls) for name, (ms, calls) in sums.items()]
+
+
+def node_times(events: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    """Per op type, the nodes' compute time. Each node event is one kernel call with no
+    nested nodes (these graphs have no If/Loop/Scan, whose events would hold their
+    subgraphs'), so the times are self times."""
+    return totals((event["args"]["op_name"], event.get("dur", 0)) for event in events
+                  if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"))
+
+
+def kernel_events(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [event for event in events if event.get("cat") == "Kernel"]
+
+
+def profile_from_trace(events: list[dict[str, Any]], measure: str, warmup: int,
+                       iterations: int, on_gpu: bool) -> Profile:
+    """On CPU, the nodes' own times per op type. On GPU, the device's time: each kernel's
+    duration, attributed to the op type of the node that launched it (a kernel with no
+    node, such as a copy, under its own name), and the kernels themselves for Li et al.'s
+    Fig. 4; a node event there times only the launch."""
+    profiled = profiled_events(events, warmup, iterations)
+    if not on_gpu:
+        return summarise(PROFILER, measure, iterations, node_times(profiled))
+    kernels = kernel_events(profiled)
+    if not kernels:
+        raise Unsupported(NO_KERNEL_EVENTS)
+    by_op = totals((kernel.get("args", {}).get("op_name") or kernel["name"], kernel.get("dur", 0))
+                   for kernel in kernels)
+    by_kernel = totals((kernel["name"], kernel.get("dur", 0)) for kernel in kernels)
+    return summarise(f"{PROFILER}, CUDA kernels", measure, iterations, by_op, by_kernel)
+
+
 class OrtPrepared(Prepared):
     def __init__(self, adapter: OrtAdapter, model: Model, weights: Weights, batch: Batch,
                  case: CaseConfig, variant: str):
         super().__init__()
         self.on_gpu = adapter.config.device == "gpu"
         self.device = "cuda" if self.on_gpu else "cpu"
-        with_lengths = needs_lengths(model, batch)
-        proto = build(model, weights, batch.x.shape, with_lengths)
-        providers = [(CUDA, cuda_provider_options(variant, case.precision)), CPU] \
+        # Kept to build more sessions of the same graph, options and providers: one per
+        # input shape of an epoch, and a profiled one.
+        self.model, self.weights = model, weights
+        self.config, self.variant = adapter.config, variant
+        self.providers = [(CUDA, cuda_provider_options(variant, case.precision)), CPU] \
             if self.on_gpu else [CPU]
-        self.session = ort.InferenceSession(proto.SerializeToString(),
-                                            session_options(adapter.config, variant),
-                                            providers=providers)
-        del proto
+        self.inputs = graph_inputs(model, batch)
+        self.session = self.new_session(self.inputs)
         if self.on_gpu and CUDA not in self.session.get_providers():
             raise DeviceUnavailable("onnxruntime created no CUDA execution provider")
         # The batch goes to the device once, here; the forward step reads it in place.
-        self.host_x = np.ascontiguousarray(batch.x)
-        self.inputs = {INPUT: self.host_x}
-        if with_lengths:
-            self.inputs[LENGTHS] = np.ascontiguousarray(batch.lengths, dtype=np.int32)
-        self.device_inputs = {name: ort.OrtValue.ortvalue_from_numpy(array, self.device, 0)
-                              for name, array in self.inputs.items()}
-        self.binding = self.session.io_binding()
-        for name, value in self.device_inputs.items():
-            self.binding.bind_ortvalue_input(name, value)
-        # Bound to the device: ORT allocates the output from its arena, and nothing is
-        # copied back inside the timed step.
-        self.binding.bind_output(OUTPUT, self.device, 0)
+        self.host_x = self.inputs[INPUT]
+        self.bound = BoundBatch.place(self.session, self.inputs, self.device)
+        self.binding, self.device_inputs = self.bound.binding, self.bound.device_inputs
         self.run_options = ort.RunOptions()
+        self.epoch: list[BoundBatch] = []
         self.extra = {
             "providers": self.session.get_providers(),
             "graph_optimization": VARIANT_SETTINGS[variant].optimization.name,
@@ -169,9 +297,19 @@ class OrtPrepared(Prepared):
             self.extra["nodes_on_cpu"] = nodes_on_cpu(self.session)
             self.extra["peak_memory_note"] = NO_GPU_PEAK
 
+    def new_session(self, inputs: dict[str, np.ndarray],
+                    options: ort.SessionOptions | None = None) -> ort.InferenceSession:
+        """A session of the graph built for these inputs' shapes, with this case's options
+        (or ``options``, made by ``session_options``) and providers."""
+        proto = build(self.model, self.weights, inputs[INPUT].shape, LENGTHS in inputs)
+        return ort.InferenceSession(proto.SerializeToString(),
+                                    options if options is not None
+                                    else session_options(self.config, self.variant),
+                                    providers=self.providers)
+
     # --- the computations ---------------------------------------------------------
-    def _forward(self) -> None:
-        self.session.run_with_iobinding(self.binding, self.run_options)
+    def _forward(self) -> ort.IOBinding:
+        return self.bound.run(self.run_options)
 
     def _transfer(self) -> None:
         # A copy into the already allocated device input: the copy, not an allocation.
@@ -188,10 +326,71 @@ class OrtPrepared(Prepared):
             return self._transfer
         raise Unsupported(f"unknown measure '{measure}'")
 
+    def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
+        """Forward over every batch in order, each resident on the device and bound to a
+        session of its input shape (Bahrampour et al. 2016, 4.4).
+
+        One session per distinct shape rather than one graph with a dynamic time axis: the
+        epoch then runs the very graph the forward measure runs (static shapes that ORT
+        folds and plans memory for, at the same optimisation level), and an IMDB epoch has
+        few distinct padded lengths (14 in 124 batches of 16). Batches of the prepared
+        batch's shape reuse its session; every batch has its own binding, device inputs
+        and output, so no two batches share anything a run writes."""
+        if measure == "gradient":
+            raise Unsupported(NO_GRADIENTS)
+        if measure != "forward":
+            raise Unsupported(f"unknown measure '{measure}'")
+        if not batches:
+            raise ValueError("an epoch needs at least one batch")
+        self.epoch = []   # a previous epoch's device memory goes first
+        sessions = {input_signature(self.inputs): self.session}
+        for batch in batches:
+            inputs = graph_inputs(self.model, batch)
+            signature = input_signature(inputs)
+            if signature not in sessions:
+                sessions[signature] = self.new_session(inputs)
+            self.epoch.append(BoundBatch.place(sessions[signature], inputs, self.device))
+        epoch, run_options = self.epoch, self.run_options
+
+        def run_epoch() -> ort.IOBinding:
+            for bound in epoch:
+                bound.run(run_options)
+            return epoch[-1].binding
+
+        return run_epoch
+
+    def profile(self, measure: str, iterations: int) -> Profile:
+        """ONNX Runtime's own profiler, in a session of its own so that the timed session
+        stays unprofiled; same graph, options and providers otherwise. Profiling runs from
+        the session's creation (the Python API has no later start), so the warm-up runs
+        are traced too and left out by their "model_run" events' timestamps."""
+        if measure == "gradient":
+            raise Unsupported(NO_GRADIENTS)
+        if measure != "forward":
+            raise Unsupported(f"unknown measure '{measure}'")
+        folder = tempfile.mkdtemp(prefix="ort-profile-")
+        try:
+            options = session_options(self.config, self.variant)
+            options.enable_profiling = True
+            options.profile_file_prefix = str(Path(folder) / "profile")
+            bound = BoundBatch.place(self.new_session(self.inputs, options), self.inputs,
+                                     self.device)
+            for _ in range(PROFILE_WARMUP_RUNS + iterations):
+                self.sync(bound.run(self.run_options))
+            events = read_trace(bound.session.end_profiling())
+            del bound   # the profiled session and its device memory
+            return profile_from_trace(events, measure, PROFILE_WARMUP_RUNS, iterations,
+                                      self.on_gpu)
+        finally:
+            # The trace file exists from the session's creation on: removed also where a
+            # run failed.
+            shutil.rmtree(folder, ignore_errors=True)
+
     def sync(self, handle: Any) -> None:
         if self.on_gpu:
-            self.binding.synchronize_outputs()
-            self.binding.synchronize_inputs()
+            binding = handle if isinstance(handle, ort.IOBinding) else self.binding
+            binding.synchronize_outputs()
+            binding.synchronize_inputs()
 
     def reset_peak_memory(self) -> None:
         if not self.on_gpu:
@@ -210,7 +409,7 @@ class OrtPrepared(Prepared):
         raise Unsupported(NO_GRADIENTS)
 
     def close(self) -> None:
-        del self.binding, self.device_inputs, self.session
+        del self.epoch, self.bound, self.binding, self.device_inputs, self.session
 
 
 class OrtAdapter(Adapter):

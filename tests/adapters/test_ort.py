@@ -1,7 +1,8 @@
 """ONNX Runtime adapter: settings really reach the session, variants change the optimised
 graph, the ONNX mapping holds where the conformance kit does not look (ceil-mode pooling
-edge cases, the tied decoder, LSTM gate order), unsupported cases say why, OOM errors are
-recognised, and more threads really run on more cores.
+edge cases, the tied decoder, LSTM gate order), an epoch runs one static-shape session per
+input shape, the profile reads ORT's trace by op type, unsupported cases say why, OOM errors
+are recognised, and more threads really run on more cores.
 
 Runs inside the ``tests(ort)`` nox session (``--framework=ort``)."""
 
@@ -24,11 +25,17 @@ onnx = pytest.importorskip("onnx")
 
 from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported  # noqa: E402
 from adapters.ort import OrtAdapter  # noqa: E402
-from adapters.ort.adapter import VARIANT_SETTINGS, cuda_provider_options, nodes_on_cpu, session_options  # noqa: E402
+from adapters.ort.adapter import (  # noqa: E402
+    VARIANT_SETTINGS,
+    cuda_provider_options,
+    nodes_on_cpu,
+    profile_from_trace,
+    session_options,
+)
 from adapters.ort.network import IR_VERSION, OPSET, Builder, Value, build, lstm_weights  # noqa: E402
 from adapters.registry import load_registry  # noqa: E402
 from models import ir  # noqa: E402
-from models.inputs import make_batch  # noqa: E402
+from models.inputs import make_batch, make_epoch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
 from tests import reference_numpy  # noqa: E402
@@ -136,6 +143,138 @@ def test_cuda_options_make_fp32_strict_and_set_the_algorithm_search():
     assert set(VARIANT_SETTINGS) == set(OrtAdapter.variants)
 
 
+# --- epochs: one static-shape session per input shape ------------------------------------
+
+def test_epoch_builds_one_session_per_shape_and_matches_forward(cpu_adapter):
+    model = get_model("lstm_tiny")
+    batches = make_epoch(model, 3, 6)
+    shapes = [b.x.shape for b in batches]
+    assert len(set(shapes)) > 1, "the epoch must vary the padded length"
+    prepared = prepare(cpu_adapter, "lstm_tiny", batch=3)
+    try:
+        prepared.sync(prepared.epoch_step("forward", batches)())
+        bound = prepared.epoch
+        # One session per distinct shape, each built for that shape; the prepared batch's
+        # shape reuses the forward session. Bindings and device inputs are per batch.
+        sessions = {id(b.session) for b in bound}
+        assert len(sessions) == len(set(shapes))
+        for batch, b in zip(batches, bound):
+            assert b.session.get_inputs()[0].shape == list(batch.x.shape)
+            assert (b.session is prepared.session) == (batch.x.shape == prepared.host_x.shape)
+        assert len({id(b.binding) for b in bound}) == len(batches)
+        epoch_outputs = [np.asarray(b.binding.copy_outputs_to_cpu()[0]) for b in bound]
+    finally:
+        prepared.close()
+    # Batches of two different shapes give what a forward pass prepared on them gives.
+    picked = [0, shapes.index(next(s for s in shapes if s != shapes[0]))]
+    for index in picked:
+        single = cpu_adapter.prepare(model, canonical_weights(model), batches[index],
+                                     CaseConfig())
+        try:
+            expected = single.forward_output()
+        finally:
+            single.close()
+        np.testing.assert_allclose(epoch_outputs[index], expected, rtol=1e-6, atol=1e-7)
+
+
+def test_epoch_of_one_shape_runs_in_the_forward_session(cpu_adapter):
+    """Image batches all have the prepared batch's shape: no second session."""
+    model = get_model("lenet_tiny")
+    prepared = prepare(cpu_adapter, "lenet_tiny", CaseConfig("fp32", "ort_basic"))
+    try:
+        run = prepared.epoch_step("forward", make_epoch(model, 2, 3))
+        prepared.sync(run())
+        assert all(b.session is prepared.session for b in prepared.epoch)
+        assert prepared.session.get_session_options().graph_optimization_level == \
+            LEVELS.ORT_ENABLE_BASIC
+    finally:
+        prepared.close()
+
+
+# --- profiles: ORT's trace by op type ------------------------------------------------------
+
+def test_profile_of_a_convnet_names_real_op_types(cpu_adapter, tmp_path, monkeypatch):
+    profile_dir = tmp_path / "profiles"
+    profile_dir.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(profile_dir))
+    prepared = prepare(cpu_adapter, "lenet_tiny")
+    try:
+        profile = prepared.profile("forward", iterations=3)
+    finally:
+        prepared.close()
+    assert not any(profile_dir.iterdir()), "the trace file must be deleted"
+    assert profile.iterations == 3 and not profile.kernel_level
+    assert profile.by_layer_type["conv"] > 0 and profile.by_layer_type["fc"] > 0
+    # The operations are the op types of the graph ORT runs, not its node names, and each
+    # is counted once per profiled iteration: the warm-up runs are left out.
+    model = get_model("lenet_tiny")
+    proto = build(model, canonical_weights(model), (2, *model.input.shape), False)
+    ran = optimised_ops(proto.SerializeToString(),
+                        session_options(RunConfig("cpu", 2, 1), "ort_all"), tmp_path)
+    op_types = {key.rsplit(":", 1)[-1]: 0 for key in ran}
+    for key, count in ran.items():
+        op_types[key.rsplit(":", 1)[-1]] += count
+    names = {op.name for op in profile.top_kernels}
+    assert "Conv" in names and names & {"Gemm", "FusedGemm", "MatMul"}
+    for op in profile.top_kernels:
+        assert op.name in op_types, op.name
+        assert op.calls == op_types[op.name], op
+
+
+def event(cat: str, name: str, ts: int, dur: int, op_name: str | None = None) -> dict:
+    return {"cat": cat, "name": name, "ts": ts, "dur": dur, "ph": "X",
+            "args": {} if op_name is None else {"op_name": op_name}}
+
+
+# One warm-up run, then one profiled run, as a CUDA build with kernel tracing writes them:
+# node events time the launch, kernel events the device; fence events are bookkeeping.
+TRACE = [
+    event("Node", "conv1_kernel_time", 1, 900, "FusedConv"),
+    event("Kernel", "sm90_xmma_fprop_implicit_gemm_tf32", 2, 500, "FusedConv"),
+    event("Session", "model_run", 0, 1000),
+    event("Node", "conv1_fence_before", 11, 7, "FusedConv"),
+    event("Node", "conv1_kernel_time", 11, 3, "FusedConv"),
+    event("Kernel", "sm90_xmma_fprop_implicit_gemm_tf32", 12, 400, "FusedConv"),
+    event("Node", "fc1_kernel_time", 13, 2, "Gemm"),
+    event("Kernel", "sm90_xmma_gemm_f32f32_tf32f32", 14, 200, "Gemm"),
+    event("Kernel", "MemcpyDeviceToDevice", 15, 10, ""),
+    event("Session", "model_run", 10, 700),
+]
+
+
+def test_trace_on_cpu_counts_node_times_after_the_warm_up():
+    profile = profile_from_trace(TRACE, "forward", warmup=1, iterations=1, on_gpu=False)
+    assert not profile.kernel_level
+    # The profiled run's node times only: no fence (7 µs), no warm-up (900 µs).
+    assert profile.by_layer_type["conv"] == pytest.approx(0.003)
+    assert profile.by_layer_type["fc"] == pytest.approx(0.002)
+    assert {op.name for op in profile.top_kernels} == {"FusedConv", "Gemm"}
+
+
+def test_trace_on_gpu_splits_device_time_by_the_launching_op():
+    profile = profile_from_trace(TRACE, "forward", warmup=1, iterations=1, on_gpu=True)
+    assert profile.kernel_level
+    assert profile.by_layer_type["conv"] == pytest.approx(0.4)
+    assert profile.by_layer_type["fc"] == pytest.approx(0.2)
+    assert profile.by_layer_type["other"] == pytest.approx(0.01)   # the copy, by its name
+    assert [k.name for k in profile.top_kernels] == [
+        "sm90_xmma_fprop_implicit_gemm_tf32", "sm90_xmma_gemm_f32f32_tf32f32",
+        "MemcpyDeviceToDevice"]
+    assert profile.total_ms == pytest.approx(0.61)
+
+
+def test_trace_without_kernel_events_on_gpu_is_unsupported():
+    """Release builds have no CUDA kernel tracing: launch times are no GPU profile."""
+    launches_only = [e for e in TRACE if e["cat"] != "Kernel"]
+    with pytest.raises(Unsupported, match="no CUDA kernel events"):
+        profile_from_trace(launches_only, "forward", warmup=1, iterations=1, on_gpu=True)
+
+
+def test_trace_with_other_runs_than_asked_is_refused():
+    with pytest.raises(RuntimeError, match="2 runs"):
+        profile_from_trace(TRACE, "forward", warmup=2, iterations=1, on_gpu=False)
+
+
 # --- unsupported cases say why ---------------------------------------------------------
 
 @pytest.mark.parametrize("case, reason", [
@@ -150,12 +289,16 @@ def test_unsupported_cases_give_reasons(cpu_adapter, case, reason):
 
 
 def test_gradients_are_unsupported_and_not_listed(cpu_adapter):
-    assert load_registry()["ort"].measures == ("forward", "transfer")
+    assert load_registry()["ort"].measures == ("forward", "transfer", "epoch_forward", "profile")
     prepared = prepare(cpu_adapter, "conv_tiny")
     try:
         for measure in ("gradient", "grad_input", "grad_weight"):
             with pytest.raises(Unsupported, match="inference engine"):
                 prepared.step(measure)
+        with pytest.raises(Unsupported, match="inference engine"):
+            prepared.epoch_step("gradient", [make_batch(get_model("conv_tiny"), 2)])
+        with pytest.raises(Unsupported, match="inference engine"):
+            prepared.profile("gradient", 1)
         with pytest.raises(Unsupported, match="inference engine"):
             prepared.loss_and_gradients()
         with pytest.raises(Unsupported, match="same on cpu"):
@@ -367,3 +510,29 @@ def test_gpu_out_of_memory_is_recognised(gpu_adapter):
     finally:
         prepared.close()
     assert gpu_adapter.is_out_of_memory(caught.value), str(caught.value)[:500]
+
+
+def test_gpu_epoch_and_profile(gpu_adapter):
+    """The epoch matches forward on the GPU too; the profile is a GPU one (kernel events)
+    or, in a build without CUDA kernel tracing, unsupported with its reason."""
+    model = get_model("lstm_tiny")
+    batches = make_epoch(model, 4, 4)
+    prepared = prepare(gpu_adapter, "lstm_tiny", batch=4)
+    try:
+        prepared.sync(prepared.epoch_step("forward", batches)())
+        first = np.asarray(prepared.epoch[0].binding.copy_outputs_to_cpu()[0])
+        expected = reference_numpy.forward(model, canonical_weights(model), batches[0])
+        scale = float(np.abs(expected).max())
+        np.testing.assert_allclose(first, expected, rtol=1e-4, atol=1e-4 * scale)
+    finally:
+        prepared.close()
+    prepared = prepare(gpu_adapter, "alexnet_tiny", batch=4)
+    try:
+        profile = prepared.profile("forward", iterations=2)
+    except Unsupported as error:
+        assert "no CUDA kernel events" in str(error)
+        return
+    finally:
+        prepared.close()
+    assert profile.kernel_level
+    assert profile.by_layer_type["conv"] > 0 and profile.by_layer_type["fc"] > 0
