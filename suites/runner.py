@@ -92,11 +92,11 @@ class Runner:
         done = self.results.finished_case_ids() if request.resume else set()
         self.pending: list[tuple[Job, list[str]]] = []
         for job in jobs:
-            names = [m for m in (*job.measures, FINGERPRINT)
+            names = [m for m in (*job.measures, *([FINGERPRINT] if job.fingerprint else []))
                      if self.key(job, m).id() not in done]
             if names:
                 self.pending.append((job, names))
-        self.skipped = sum(len(j.measures) + 1 for j in jobs) - self.total
+        self.skipped = sum(len(j.measures) + j.fingerprint for j in jobs) - self.total
         self.statuses: dict[str, int] = defaultdict(int)
         self.log_path = self.path.with_suffix(".log")
 

@@ -96,6 +96,7 @@ class Job:
     profile_iterations: int = 10
     compile_cache: str = ""     # "", "cold" or "warm"
     timer: TimerSettings = TimerSettings()
+    fingerprint: bool = True    # False where another job of the same case takes it
 
 
 def suggest(word: str, options) -> str:
@@ -250,7 +251,8 @@ def resolve_threads(value: int | str, usable: int, physical: int) -> int:
 
 def expand(suite: Suite, framework: FrameworkEntry, device: str, usable_cpus: int,
            physical_cores: int) -> list[Job]:
-    """The jobs this framework runs on this device, in suite order."""
+    """The jobs this framework runs on this device, in suite order; a job two groups
+    share (Li et al.'s sweeps all pass through their base configuration) runs once."""
     jobs: list[Job] = []
     for group in suite.groups:
         if device not in group.devices or group.frameworks and framework.name not in group.frameworks:
@@ -267,4 +269,29 @@ def expand(suite: Suite, framework: FrameworkEntry, device: str, usable_cpus: in
                                                 group.interop_threads, precision, variant,
                                                 group.measures, group.epoch_batches,
                                                 group.profile_iterations, cache, group.timer))
-    return jobs
+    return _merge_duplicates(jobs)
+
+
+def _merge_duplicates(jobs: list[Job]) -> list[Job]:
+    """A case is one (model, batch, settings, measure): it runs once. Jobs of one case
+    that differ only in measures merge; a job whose timer or epoch/profile settings
+    differ stays apart with only the measures not yet covered, and without a second
+    fingerprint."""
+    def case(job: Job) -> tuple:
+        return (job.model, job.batch, job.device, job.threads, job.interop_threads,
+                job.precision, job.variant, job.compile_cache)
+
+    merged: dict[Job, Job] = {}
+    covered: dict[tuple, set[str]] = {}
+    for job in jobs:
+        seen = covered.setdefault(case(job), set())
+        fresh = tuple(m for m in job.measures if m not in seen)
+        if not fresh:
+            continue
+        key = replace(job, measures=())
+        if key in merged:
+            merged[key] = replace(merged[key], measures=merged[key].measures + fresh)
+        else:
+            merged[key] = replace(job, measures=fresh, fingerprint=not seen)
+        seen.update(fresh)
+    return list(merged.values())

@@ -56,6 +56,12 @@ def test_bundled_suites_validate(path):
     (GOOD.replace('"lenet"', '"conv:c=3,i=4,f=8,k=11"'), "empty output"),
     (GOOD + "[[cases\n", "malformed TOML"),
     ('name = "t"\n', "needs at least one [[cases]] table"),
+    (GOOD + 'compile_cache = ["warm"]\n', "compile_cache 'warm' needs 'cold'"),
+    (GOOD + 'compile_cache = ["hot"]\n', "compile_cache 'hot' is not one of cold, warm"),
+    (GOOD + "epoch_batches = 0\n", "'epoch_batches' must be a positive integer"),
+    (GOOD + "profile_iterations = 1.5\n", "'profile_iterations' must be a positive integer"),
+    (GOOD + "timer = { min_sample = 3 }\n", "cases[0] timer: unknown key 'min_sample' (did you mean"),
+    (GOOD + "timer = 3\n", "cases[0] timer: must be a table"),
 ])
 def test_bad_suites_name_the_problem(tmp_path, text, message):
     path = write(tmp_path, text)
@@ -104,3 +110,26 @@ def test_cli_list_names_the_bundled_suites():
     result = run_cli("list")
     assert result.returncode == 0
     assert "default-cpu" in result.stdout and "default-gpu" in result.stdout
+
+
+def test_group_timer_overrides_the_suite_timer(tmp_path):
+    path = write(tmp_path, GOOD + "timer = { min_samples = 1 }\n")
+    suite = load_suite(path, load_registry())
+    (job,) = expand(suite, load_registry()["torch"], "cpu", 2, 2)
+    assert job.timer.min_samples == 1 and job.timer.budget_s == 1.0
+
+
+def test_a_case_two_groups_share_runs_once(tmp_path):
+    text = GOOD + GOOD[GOOD.index("[[cases]]"):].replace('["forward"]', '["forward", "gradient"]')
+    text += GOOD[GOOD.index("[[cases]]"):].replace('["forward"]', '["profile"]') + \
+        "profile_iterations = 2\n"
+    suite = load_suite(write(tmp_path, text), load_registry())
+    jobs = expand(suite, load_registry()["torch"], "cpu", 2, 2)
+    assert [(j.measures, j.fingerprint) for j in jobs] == [
+        (("forward", "gradient"), True), (("profile",), False)]
+
+
+def test_cold_and_warm_compile_cache_jobs_come_in_that_order(tmp_path):
+    path = write(tmp_path, GOOD + 'compile_cache = ["warm", "cold"]\n')
+    jobs = expand(load_suite(path, load_registry()), load_registry()["torch"], "cpu", 2, 2)
+    assert [j.compile_cache for j in jobs] == ["cold", "warm"]

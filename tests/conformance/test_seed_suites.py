@@ -1,0 +1,74 @@
+"""The seed suites' quick variants, end to end with this session's framework: every case
+the suite expands to leaves a row, nothing fails, and each kind of row (timed, epoch,
+profile, compile cache) carries what the report reads. Every full seed suite is
+checked against the quick one so that neither drifts from the other."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from adapters.registry import load_registry
+from suites.environment import physical_cores, usable_cpus
+from suites.results import FINGERPRINT
+from suites.spec import SUITES_DIR, expand, load_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED_SUITES = ("convnet-benchmarks", "cnn-benchmarks", "bahrampour2016", "li2016")
+
+
+def measures_of(name: str) -> set[str]:
+    suite = load_suite(SUITES_DIR / f"{name}.toml", load_registry())
+    return {m for group in suite.groups for m in group.measures}
+
+
+@pytest.mark.parametrize("name", SEED_SUITES)
+def test_quick_variant_covers_the_kinds_of_cpu_cases_of_its_suite(name):
+    full, quick = measures_of(name), measures_of(f"{name}-quick")
+    assert full - {"transfer"} <= quick, "transfer exists on GPU only"
+
+
+@pytest.mark.parametrize("name", SEED_SUITES)
+def test_quick_suite_runs_end_to_end(tmp_path, framework, entry, name):
+    suite_name = f"{name}-quick"
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "suites", "run", suite_name, "--framework",
+                             framework, "--device", "cpu", "--out", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (path,) = out.rglob("*.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+
+    suite = load_suite(SUITES_DIR / f"{suite_name}.toml", load_registry())
+    jobs = expand(suite, entry, "cpu", usable_cpus(), physical_cores())
+    assert len(rows) == sum(len(job.measures) + job.fingerprint for job in jobs)
+    assert len({row["case_id"] for row in rows}) == len(rows)
+
+    failed = [(row["case_id"], row["reason"]) for row in rows if row["status"] == "failed"]
+    assert not failed
+    for row in rows:
+        measure = row["measure"]
+        if row["status"] != "ok":
+            assert row["status"] == "unsupported" and row["reason"], row["case_id"]
+            continue
+        if measure == "profile":
+            assert row["profile"]["total_ms"] > 0 and row["profile"]["top_kernels"]
+        elif measure.startswith("epoch_"):
+            assert row["timing"]["epoch_batches"] > 1
+            assert row["timing"]["per_batch_median_ms"] > 0
+        elif measure != FINGERPRINT:
+            assert row["timing"]["median_ms"] > 0
+    # What the framework declares it measures is measured, not refused.
+    ok = {row["measure"] for row in rows if row["status"] == "ok"}
+    wanted = {m for job in jobs for m in job.measures if m in entry.measures}
+    cached = [row for row in rows if row["settings"]["compile_cache"]]
+    if any(job.compile_cache for job in jobs) and entry.compile_cache_variants:
+        assert all(row["status"] == "ok" for row in cached)
+        assert {row["settings"]["compile_cache"] for row in cached} == {"cold", "warm"}
+    elif cached:
+        assert all(row["status"] == "unsupported" for row in cached)
+    assert wanted <= ok
