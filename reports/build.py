@@ -15,6 +15,7 @@ from reports import tables_bahrampour as tb
 from reports import tables_layers as tl
 from reports import tables_misc as tm
 from reports import tables_models as tmod
+from reports import tables_profiles as tp
 from reports.load import Loaded, load
 from reports.naming import BAHRAMPOUR_SETS
 from reports.table import Cell, Table
@@ -38,7 +39,9 @@ CONVENTIONS = (
     "batch-normalised networks amplify rounding there), else ✗ with the worst relative "
     "difference.",
     "Rows whose settings differ (precision, variant, threads, layout, hardware, framework "
-    "version, …) are never merged or averaged; reruns of identical settings keep the latest.",
+    "version, compile-cache state, …) are never merged or averaged; reruns of identical "
+    "settings keep the latest. [cache cold] / [cache warm] after a variant: a fresh process "
+    "with an empty / a filled persistent compilation cache (Bahrampour Table 8).",
 )
 
 
@@ -138,13 +141,18 @@ def make_report(loaded: Loaded) -> Report:
     if layer:
         sections.append(Section("layers", "Convolution layers (convnet-benchmarks format)",
                                 tables=tuple(layer)))
-    bahr = tb.bahrampour_tables(frame, hist) + tb.sae_tables(frame, hist)
+    bahr = (tb.bahrampour_tables(frame, hist) + tb.epoch_tables(frame, hist)
+            + tb.sae_tables(frame, hist) + tb.compile_tables(frame, hist))
     if bahr:
         sections.append(Section("bahrampour", "Bahrampour et al. format", tables=tuple(bahr)))
     misc = [t for t in (tm.sweep_table(frame), tm.transfer_table(frame)) if t is not None]
     if misc:
         sections.append(Section("layers-misc", "Single layers and transfers",
                                 tables=tuple(misc)))
+    profiles = tp.hotspot_tables(frame) + tp.top_kernel_tables(frame)
+    if profiles:
+        sections.append(Section("profiles", "Hotspot layers and kernels (Li et al. format)",
+                                tables=tuple(profiles), plots=tuple(plots.profile_plots(frame))))
     figures = plots.all_plots(frame)
     if figures:
         sections.append(Section("figures", "Figures", plots=tuple(figures)))

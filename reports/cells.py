@@ -72,6 +72,31 @@ def time_cell(row, ci: bool = True) -> Cell:
     return Cell(text, title=title)
 
 
+def fmt_seconds(ms: float) -> str:
+    """Milliseconds shown in seconds, with fmt_ms's digits (Bahrampour Table 8 uses s)."""
+    return fmt_ms(ms / 1e3) if is_num(ms) else MISSING
+
+
+def per_batch_cell(row) -> Cell:
+    """An epoch row's time per batch: the epoch's median ÷ its batches (Bahrampour Table 6
+    averages over one epoch); the whole epoch's median and CI in the hover text."""
+    if row is None:
+        return Cell(MISSING, kind="muted")
+    if row["status"] != "ok":
+        return failure_cell(row)
+    text = fmt_ms(row["per_batch_median_ms"])
+    title = (f"epoch median {fmt_ms(row['median_ms'])} ms (95% CI {fmt_ms(row['ci_low_ms'])}–"
+             f"{fmt_ms(row['ci_high_ms'])}) over {fmt_count(row['epoch_batches'])} batches")
+    if row["unstable"]:
+        text += f" {UNSTABLE}"
+        title += f"; unstable: {row['unstable_reason']}"
+    return Cell(text, title=title)
+
+
+def fmt_count(value: float) -> str:
+    return f"{value:.0f}" if is_num(value) else MISSING
+
+
 def value_cell(value: float, title: str = "") -> Cell:
     return Cell(fmt_ms(value), title=title, kind="" if is_num(value) else "muted")
 

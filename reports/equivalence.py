@@ -127,7 +127,8 @@ def compare(fa: dict, fb: dict) -> tuple[float, str]:
 
 
 def _who(row: dict) -> str:
-    return f"{row['framework']} {row['variant']}/{row['device']}"
+    cache = f" cache {row['compile_cache']}" if row.get("compile_cache") else ""
+    return f"{row['framework']} {row['variant']}{cache}/{row['device']}"
 
 
 def check(frame: pd.DataFrame) -> Equivalence:

@@ -26,13 +26,15 @@ class Setting:
     cpu_model: str
     gpu_model: str
     framework_version: str
+    compile_cache: str = ""     # "", "cold" or "warm" (Bahrampour Table 8)
 
     @property
     def fw_variant(self) -> str:
         return f"{self.framework} {self.variant}".strip()
 
 
-SHOWN = ("device", "hardware", "framework", "variant", "precision", "threads")
+# compile_cache is shown with the variant wherever a setting is named (variant_text).
+SHOWN = ("device", "hardware", "framework", "variant", "precision", "threads", "compile_cache")
 HIDDEN = ("layout", "interop_threads", "framework_version", "host", "execution")
 assert set(SETTING_KEY) | {"hardware"} == {f.name for f in fields(Setting)}
 
@@ -69,8 +71,15 @@ def extras(settings: list[Setting]) -> dict[Setting, str]:
     return out
 
 
+def variant_name(variant: str, compile_cache: str, extra: str = "") -> str:
+    """``compile [cache cold]``: a cold and a warm run of one variant never read alike."""
+    tags = [f"cache {compile_cache}"] if compile_cache else []
+    tags += [extra] if extra else []
+    return f"{variant} [{', '.join(tags)}]" if tags else variant
+
+
 def variant_text(setting: Setting, extra: str) -> str:
-    return f"{setting.variant} [{extra}]" if extra else setting.variant
+    return variant_name(setting.variant, setting.compile_cache, extra)
 
 
 def label(setting: Setting, extra: str = "", hardware: bool = True) -> str:

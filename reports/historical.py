@@ -3,8 +3,9 @@ rows for the same model and batch, always labelled historical.
 
 Transcribed by hand from the seeds: convnet-benchmarks' Titan Black tables (seed 000),
 cnn-benchmarks' GTX 1080 / Titan X / CPU tables (001), its cloud fork's GPUs (002) and
-Bahrampour et al.'s Tables 3–7 (004). Li et al. (003) publish figures only, no numbers.
-Values are as published (ms); the seeds' own inconsistencies are kept and noted.
+Bahrampour et al.'s Tables 3–8 (004). Li et al. (003) publish figures only, no numbers.
+Values are as published, in ms (Table 8's compile times, published in s, × 1000); the seeds'
+own inconsistencies are kept and noted.
 """
 
 from __future__ import annotations

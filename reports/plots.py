@@ -4,7 +4,9 @@
 * time and peak memory vs each of Li et al.'s sweep parameters b, i, f, k, s (Figs. 3, 5),
   from parametric layer names ``conv:c=..,i=..,f=..,k=..,s=..``;
 * CPU thread scaling;
-* per-model bars by setting, forward + backward stacked (= total).
+* per-model bars by setting, forward + backward stacked (= total);
+* the share of profiled time per layer type, stacked to 100% (Li et al. Fig. 2), shown in
+  the hotspot section rather than under "Figures".
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend first: no display on CI)
 import pandas as pd  # noqa: E402
 
-from reports.grouping import records  # noqa: E402
+from reports.grouping import records, variant_name  # noqa: E402
 from reports.naming import is_detail_model, parse_conv, sort_key  # noqa: E402
+from reports.tables_profiles import layer_shares, profile_rows  # noqa: E402
+from reports.tidy import LAYER_TYPES  # noqa: E402
 
 DPI = 80
 SWEEP = {"b": "mini-batch size b", "i": "input size i", "f": "filters f", "k": "kernel size k",
@@ -57,9 +61,13 @@ def _main_batch(rows: list[dict], model: str) -> int | None:
     return min(counts, key=lambda b: (-counts[b], b))
 
 
+def _variant(r: dict) -> str:
+    return variant_name(r["variant"], r["compile_cache"])
+
+
 def _line_label(r: dict) -> str:
     where = f"cpu {r['threads']}t" if r["device"] == "cpu" else "gpu"
-    return _safe(f"{r['framework']} {r['variant']} {r['precision']} {where} {r['hardware']}")
+    return _safe(f"{r['framework']} {_variant(r)} {r['precision']} {where} {r['hardware']}")
 
 
 def _legend(fig, axes) -> None:
@@ -84,8 +92,14 @@ def _ok(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["status"] == "ok" and r["median_ms"] > 0]
 
 
+def _single_batch(rows: list[dict]) -> list[dict]:
+    """Ok forward and gradient rows: one batch per timed call. Epoch rows (a whole epoch per
+    call), transfers and profiles are other quantities and stay off these axes."""
+    return [r for r in _ok(rows) if r["measure"] in ("forward", "gradient")]
+
+
 def _no_threads(r: dict) -> str:
-    return _safe(f"{r['framework']} {r['variant']} {r['precision']} {r['hardware']}")
+    return _safe(f"{r['framework']} {_variant(r)} {r['precision']} {r['hardware']}")
 
 
 def _lines(ax, rows: list[dict], x: str, y: str = "median_ms", scale: float = 1.0,
@@ -106,7 +120,7 @@ def _lines(ax, rows: list[dict], x: str, y: str = "median_ms", scale: float = 1.
 def batch_plots(rows: list[dict]) -> list[Plot]:
     out = []
     for model in sorted({r["model"] for r in rows if is_detail_model(r["model"])}, key=sort_key):
-        mine = _ok([r for r in rows if r["model"] == model])
+        mine = _single_batch([r for r in rows if r["model"] == model])
         batches: dict[tuple, set] = defaultdict(set)
         for r in mine:
             batches[(_line_label(r), r["measure"])].add(r["batch"])
@@ -166,7 +180,7 @@ def sweep_plots(rows: list[dict]) -> list[Plot]:
 
 
 def thread_plots(rows: list[dict]) -> list[Plot]:
-    cpu = _ok([r for r in rows if r["device"] == "cpu"])
+    cpu = _single_batch([r for r in rows if r["device"] == "cpu"])
     out = []
     for model in sorted({r["model"] for r in cpu}, key=sort_key):
         # the batch with the most thread counts measured (ties: the smallest batch)
@@ -252,6 +266,55 @@ def bar_plots(rows: list[dict]) -> list[Plot]:
         out.append(Plot(slug(f"bars_{model}_b{batch}"), f"{model}, batch {batch}: by setting",
                         _png(fig), "Forward and backward stacked; bar length = total. "
                         "GPU and CPU on separate axes."))
+    return out
+
+
+def _profile_label(r: dict) -> str:
+    where = f" {r['threads']}t" if r["device"] == "cpu" else ""
+    return _safe(f"{r['model']} b{r['batch']} · {r['framework']} {_variant(r)} "
+                 f"{r['precision']}{where}")
+
+
+def _distinct(bars: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """Bars named alike (two hosts with one CPU model) would share a row of the axis."""
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for name, value in bars:
+        seen[name] += 1
+        out.append((name if seen[name] == 1 else f"{name} ({seen[name]})", value))
+    return out
+
+
+def profile_plots(frame: pd.DataFrame) -> list[Plot]:
+    """Li et al. Fig. 2: per device and hardware, one bar per model and setting, its
+    profiled time split by layer type and stacked to 100%."""
+    shown = [(r, layer_shares(r)) for r in profile_rows(frame) if r["status"] == "ok"]
+    shown = [(r, shares) for r, shares in shown if shares]
+    out = []
+    for device, hw in sorted({(r["device"], r["hardware"]) for r, _ in shown},
+                             key=lambda k: (k[0] != "gpu", k[1])):
+        mine = sorted(((r, shares) for r, shares in shown
+                       if (r["device"], r["hardware"]) == (device, hw)),
+                      key=lambda rs: (sort_key(rs[0]["model"]), rs[0]["batch"],
+                                      _profile_label(rs[0])))
+        bars = _distinct([(_profile_label(r), shares) for r, shares in mine])
+        names = [name for name, _ in bars]
+        fig, ax = plt.subplots(figsize=(8.5, 0.4 * len(bars) + 1.4))
+        left = [0.0] * len(bars)
+        colours = plt.get_cmap("tab10").colors
+        for i, kind in enumerate(LAYER_TYPES):
+            widths = [shares[kind] for _, shares in bars]
+            ax.barh(names, widths, left=left, label=kind, color=colours[i % len(colours)])
+            left = [a + b for a, b in zip(left, widths)]
+        ax.invert_yaxis()           # the first model on top, as a table reads
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("% of profiled time per iteration")
+        ax.set_title(_safe(f"share of time per layer type: {device} {hw}"), fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+        out.append(Plot(slug(f"hotspots_{device}_{hw}"), f"Hotspot layers, {device} {hw}",
+                        _png(fig), "Share of the profiled time per layer type, stacked to "
+                        "100% (Li et al. Fig. 2)."))
     return out
 
 

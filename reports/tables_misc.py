@@ -1,5 +1,6 @@
-"""Smaller tables: failures (never dropped), host→device transfers (Li et al. Fig. 7),
-the parametric convolution sweeps (Li et al. Fig. 3 and 5, as numbers) and the ratios."""
+"""Smaller tables: failures (never dropped), host→device transfers and their share of a
+training step (Li et al. Fig. 7), the parametric convolution sweeps (Li et al. Fig. 3 and 5,
+as numbers) and the ratios."""
 
 from __future__ import annotations
 
@@ -30,23 +31,62 @@ def failures_table(frame: pd.DataFrame) -> Table | None:
                  notes=("Kept as rows, like convnet-benchmarks' Limitations column.",))
 
 
+def _gradient_rows(frame: pd.DataFrame) -> dict[tuple, dict]:
+    """(model, batch, setting) → its gradient row, to set a transfer beside."""
+    return {(r["model"], r["batch"], setting_of(r)): r for r in records(frame)
+            if r["measure"] == "gradient"}
+
+
+def transfer_share(transfer: dict, gradient: dict | None) -> float:
+    """Li et al. Fig. 7: transfer / (transfer + one gradient computation), with total = one
+    gradient computation plus the host → device transfer of its input batch."""
+    if gradient is None or transfer["status"] != "ok" or gradient["status"] != "ok":
+        return math.nan
+    total = transfer["median_ms"] + gradient["median_ms"]
+    return transfer["median_ms"] / total if total > 0 else math.nan
+
+
+def _share_cell(transfer: dict, gradient: dict | None) -> Cell:
+    if gradient is None:
+        return Cell(cells.MISSING, kind="muted", title="no gradient row of this setting")
+    if gradient["status"] != "ok":
+        return Cell(cells.MISSING, kind="muted", title=f"gradient {cells.status_text(gradient)}")
+    share = transfer_share(transfer, gradient)
+    if not cells.is_num(share):
+        return Cell(cells.MISSING, kind="muted")
+    return Cell(f"{share:.1%}", title=f"{cells.fmt_ms(transfer['median_ms'])} / "
+                f"({cells.fmt_ms(transfer['median_ms'])} + "
+                f"{cells.fmt_ms(gradient['median_ms'])} gradient) ms")
+
+
 def transfer_table(frame: pd.DataFrame) -> Table | None:
     rows = [r for r in records(frame) if r["measure"] == "transfer"]
     if not rows:
         return None
+    gradients = _gradient_rows(frame)
+    paired = [(r, gradients.get((r["model"], r["batch"], setting_of(r)))) for r in rows]
+    with_share = any(g is not None for _, g in paired)
     body = []
-    for r in sorted(rows, key=lambda r: (sort_key(r["model"]), r["batch"], r["framework"])):
+    for r, grad in sorted(paired, key=lambda rg: (sort_key(rg[0]["model"]), rg[0]["batch"],
+                                                  rg[0]["framework"])):
         shape = json.loads(r["input_shape"] or "[]")
         size = r["batch"] * math.prod(shape) * (2 if r["precision"] == "bf16" else 4)
         rate = (size / (r["median_ms"] / 1e3) / 1e9 if r["status"] == "ok" and shape
                 and r["median_ms"] > 0 else math.nan)
         body.append((Cell(r["model"]), Cell(str(r["batch"])), Cell(label(setting_of(r))),
                      cells.time_cell(r), cells.value_cell(size / 2**20),
-                     Cell(f"{rate:.3g}" if cells.is_num(rate) else cells.MISSING)))
+                     Cell(f"{rate:.3g}" if cells.is_num(rate) else cells.MISSING),
+                     *((_share_cell(r, grad),) if with_share else ())))
+    notes = ["Size = batch × input shape × 4 bytes (2 for bf16)."]
+    if with_share:
+        notes.append("Share of total = transfer / (transfer + gradient), as in Li et al. "
+                     "Fig. 7: total = one gradient computation of the same model, batch and "
+                     "setting plus the host → device transfer of its input batch.")
     return Table("transfer", "Host → device transfer of one input batch",
-                 ("Model", "Batch", "Setting", "Time (ms)", "Size (MiB)", "GB/s"), tuple(body),
-                 (False, True, False, True, True, True),
-                 notes=("Size = batch × input shape × 4 bytes (2 for bf16).",))
+                 ("Model", "Batch", "Setting", "Time (ms)", "Size (MiB)", "GB/s",
+                  *(("Share of total",) if with_share else ())), tuple(body),
+                 (False, True, False, True, True, True, *((True,) if with_share else ())),
+                 notes=tuple(notes))
 
 
 def sweep_table(frame: pd.DataFrame) -> Table | None:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from reports import cells
 from reports.equivalence import FINGERPRINT, Equivalence
-from reports.grouping import by_setting, extras, records, variant_text
+from reports.grouping import by_setting, extras, records, variant_name, variant_text
 from reports.naming import is_detail_model, sort_key
 from reports.table import Cell, Table
 
@@ -80,8 +80,8 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
             grad_cell = Cell(grad_cell.text, grad_cell.kind, grad_cell.title, "bold")
         for r in (fwd, grad):
             if r is not None and r["status"] == "ok" and r["unstable"]:
-                notes.append(f"⚠ {s.framework} {s.variant} {s.precision} {s.device} "
-                             f"{r['measure']}: {r['unstable_reason']}")
+                notes.append(f"⚠ {s.framework} {variant_text(s, extra[s])} {s.precision} "
+                             f"{s.device} {r['measure']}: {r['unstable_reason']}")
         body.append((
             Cell(s.hardware), Cell(s.framework), Cell(variant_text(s, extra[s])),
             Cell(s.precision), Cell(str(s.threads)), fwd_cell, cells.backward_cell(grad, fwd),
@@ -125,7 +125,8 @@ def _best_cell(rows: list[dict]) -> tuple[Cell, float]:
     ok = [r for r in rows if r["status"] == "ok"]
     if ok:
         r = min(ok, key=lambda r: r["median_ms"])
-        where = r["variant"] + (f", {r['threads']} thr" if r["device"] == "cpu" else "")
+        where = (variant_name(r["variant"], r["compile_cache"])
+                 + (f", {r['threads']} thr" if r["device"] == "cpu" else ""))
         text = f"{cells.fmt_ms(r['median_ms'])} ({where})"
         if r["unstable"]:
             text += f" {cells.UNSTABLE}"

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from reports import cells
 from reports.equivalence import FINGERPRINT
-from reports.grouping import by_setting, records
+from reports.grouping import by_setting, records, variant_text
 from reports.naming import sort_key
 
 HEADER = ("model", "batch", "hardware", "framework", "variant", "prec", "thr", "forward ms",
           "total ms", "equiv")
-WIDTHS = (18, 5, 24, 10, 12, 5, 3, 16, 16, 10)
+WIDTHS = (18, 5, 24, 10, 20, 5, 3, 16, 16, 10)
 
 
 def _clip(text: str, width: int) -> str:
@@ -46,7 +46,7 @@ def render(report) -> str:
             checks = [c for c in checks if c is not None and c.agree is not None]
             equiv = ("—" if not checks else "✓" if all(c.agree for c in checks)
                      else f"✗ {max(c.worst for c in checks):.0e}")
-            lines.append((model, batch, s.hardware, s.framework, s.variant, s.precision,
+            lines.append((model, batch, s.hardware, s.framework, variant_text(s, ""), s.precision,
                           s.threads, _time(fwd), _time(grad), equiv))
     fmt = "  ".join(f"{{:<{w}}}" for w in WIDTHS)
     out = [fmt.format(*HEADER), fmt.format(*("-" * w for w in WIDTHS))]

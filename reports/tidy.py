@@ -15,12 +15,20 @@ import pandas as pd
 
 from reports.load import Loaded
 
+# compile_cache ("", "cold", "warm"; Bahrampour Table 8) is part of the identity: a cold and a
+# warm run of one case are two measurements, never one.
 SETTING_FIELDS = ("framework", "device", "precision", "variant", "threads", "interop_threads",
-                  "layout", "execution")
+                  "layout", "execution", "compile_cache")
 ENV_FIELDS = ("host", "os", "python", "cpu_model", "physical_cores", "logical_cores",
               "gpu_model", "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit")
 TIMING_FIELDS = ("first_call_ms", "median_ms", "iqr_ms", "ci_low_ms", "ci_high_ms", "mean_ms",
                  "min_ms", "samples", "inner_loops")
+# Extra timing fields of the epoch measures (Bahrampour Table 6: one epoch of variable-length
+# batches): median_ms is the whole epoch, these say how it divides into batches.
+EPOCH_FIELDS = ("epoch_batches", "per_batch_median_ms", "mean_padded_length")
+# Li et al. Fig. 2's layer types (and norm, other): adapters.profiling.LAYER_TYPES. A type this
+# report does not know is counted as "other", so the shares still sum to the whole.
+LAYER_TYPES = ("conv", "pool", "relu", "fc", "concat", "norm", "other")
 # What makes two rows "the same measurement": a table row (a "setting") is this minus measure,
 # model and batch.
 SETTING_KEY = (*SETTING_FIELDS, "host", "cpu_model", "gpu_model", "framework_version")
@@ -29,7 +37,8 @@ STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", 
                   "precision", "variant", "layout", "execution", "unstable_reason",
                   "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
                   "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
-                  "started_at", "case_id", "source", "hardware")
+                  "started_at", "case_id", "source", "hardware", "compile_cache",
+                  "profile_tool", "profile_measure", "profile_top_kernels")
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,29 @@ class Tidy:
 
 def _text(value) -> str:
     return "" if value is None else str(value)
+
+
+def _number(value) -> float:
+    return float(value) if value is not None else float("nan")
+
+
+def flatten_profile(profile: dict | None) -> dict:
+    """A "profile" row's profile (adapters.base.Profile) as flat columns: per-iteration ms
+    per layer type, the top kernels as JSON. NaN / empty for every other row."""
+    profile = profile or {}
+    layers = {kind: 0.0 for kind in LAYER_TYPES} if profile else {}
+    for kind, ms in (profile.get("by_layer_type") or {}).items():
+        kind = kind if kind in LAYER_TYPES else "other"
+        layers[kind] = layers.get(kind, 0.0) + float(ms)
+    return {
+        "profile_tool": _text(profile.get("tool")),
+        "profile_measure": _text(profile.get("measure")),
+        "profile_iterations": _number(profile.get("iterations")),
+        "profile_total_ms": _number(profile.get("total_ms")),
+        **{f"profile_{kind}_ms": layers.get(kind, float("nan")) for kind in LAYER_TYPES},
+        "profile_top_kernels": json.dumps(profile.get("top_kernels") or []),
+        "profile_kernel_level": bool(profile.get("kernel_level", False)),
+    }
 
 
 def flatten(raw) -> dict:
@@ -55,12 +87,11 @@ def flatten(raw) -> dict:
         "model": _text(data.get("model")), "batch": int(data.get("batch") or 0),
         "measure": _text(data.get("measure")),
         **{k: _text(settings.get(k)) for k in ("framework", "device", "precision", "variant",
-                                               "layout", "execution")},
+                                               "layout", "execution", "compile_cache")},
         "threads": int(settings.get("threads") or 0),
         "interop_threads": int(settings.get("interop_threads") or 0),
         "status": _text(data.get("status")), "reason": _text(data.get("reason")),
-        **{k: (float(timing[k]) if timing.get(k) is not None else float("nan"))
-           for k in TIMING_FIELDS},
+        **{k: _number(timing.get(k)) for k in TIMING_FIELDS + EPOCH_FIELDS},
         "unstable": bool(timing.get("unstable", False)),
         "unstable_reason": _text(timing.get("unstable_reason")),
         "samples_ms": json.dumps(timing.get("samples_ms") or []),
@@ -74,6 +105,7 @@ def flatten(raw) -> dict:
         "seq_len": float(info.get("seq_len") or "nan"),
         **{k: _text(env.get(k)) for k in ENV_FIELDS},
         "fingerprint": json.dumps(data.get("fingerprint")),
+        **flatten_profile(data.get("profile")),
         "started_at": _text(data.get("started_at")),
         "wall_s": float(data.get("wall_s") or 0.0),
         "source": f"{raw.path}:{raw.line}", "order": raw.order,

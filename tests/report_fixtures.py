@@ -51,7 +51,7 @@ def make_row(model: str, batch: int, measure: str, framework: str, device: str,
     env["framework_version"] = VERSIONS.get(framework, "1.0")
     params, flops, shape = INFO.get(model, (1000, 1e6, [3, 32, 32]))
     timing = memory = fp = None
-    if status == "ok":
+    if status == "ok" and profile is None:   # the runner's profile rows: no timing, no memory
         samples = [median * (1 + d) for d in (-0.01, -0.005, 0, 0, 0.003, 0.006, 0.01)]
         timing = {"first_call_ms": first_call or median * 40, "median_ms": median,
                   "iqr_ms": median * 0.01, "ci_low_ms": median * 0.99,
@@ -65,8 +65,6 @@ def make_row(model: str, batch: int, measure: str, framework: str, device: str,
         fp = fingerprint(measure, fp_scale)
     case_id = f"{suite}/{framework}/{device}/{model}/b{batch}/{measure}/{precision}/{variant}/t{threads}"
     case_id += f"/cache-{compile_cache}" if compile_cache else ""
-    if profile is not None:
-        timing = memory = None
     return {"schema": 1, "case_id": case_id, "suite": suite, "model": model, "batch": batch,
             "measure": measure,
             "settings": {"framework": framework, "device": device, "precision": precision,
@@ -159,6 +157,98 @@ def gpu_rows() -> list[dict]:
     # transfer
     rows.append(make_row("resnet50", 16, "transfer", "torch", "gpu", 1.2, threads=4))
     return rows
+
+
+def compile_cache_rows() -> list[dict]:
+    """Bahrampour Table 8: cold and warm runs of torch compile (CPU and GPU), an ORT variant
+    that only has a forward pass, one that keeps no cache, and an unmanaged run."""
+    rows = []
+    for device, threads, k in (("cpu", 6, 1.0), ("gpu", 4, 2.0)):
+        for cache, fwd, grad in (("cold", 2000.0, 5000.0), ("warm", 300.0, 700.0)):
+            rows.append(make_row("lenet", 64, "forward", "torch", device, 1.0, variant="compile",
+                                 threads=threads, compile_cache=cache, first_call=fwd * k))
+            rows.append(make_row("lenet", 64, "gradient", "torch", device, 3.0,
+                                 variant="compile", threads=threads, compile_cache=cache,
+                                 first_call=grad * k))
+    rows.append(make_row("lenet", 64, "forward", "torch", "cpu", 1.0, variant="compile",
+                         threads=6, first_call=9999.0))          # cache not managed
+    for cache, fwd in (("cold", 1500.0), ("warm", 400.0)):
+        rows.append(make_row("lenet", 64, "forward", "ort", "cpu", 0.8, variant="ort_basic",
+                             threads=6, compile_cache=cache, first_call=fwd))
+        rows.append(make_row("lenet", 64, "forward", "ort", "cpu", None, variant="ort_all",
+                             threads=6, compile_cache=cache, status="unsupported",
+                             reason="ort variant 'ort_all' keeps no persistent compilation "
+                                    "cache"))
+    return rows
+
+
+def epoch_rows() -> list[dict]:
+    """Bahrampour Table 6: LSTM at batch 16 over an epoch of 124 batches, beside the
+    single-batch rows, plus a framework whose epoch is unsupported."""
+    epoch = {"epoch_batches": 124, "mean_padded_length": 231.5}
+    rows = [make_row("lstm", 16, "forward", "torch", "cpu", 5.0, threads=6),
+            make_row("lstm", 16, "gradient", "torch", "cpu", 15.0, threads=6)]
+    for measure, per_batch in (("epoch_forward", 8.0), ("epoch_gradient", 20.0)):
+        rows.append(make_row("lstm", 16, measure, "torch", "cpu", per_batch * 124, threads=6,
+                             timing_extra={**epoch, "per_batch_median_ms": per_batch}))
+        rows.append(make_row("lstm", 16, measure, "jax", "cpu", None, threads=6,
+                             status="unsupported", reason="no epoch of masked batches"))
+    # an epoch-only model measured at two thread counts and two batches: no plot may treat
+    # these whole-epoch times as single-batch times
+    for threads in (1, 2):
+        for batch in (16, 32):
+            rows.append(make_row("lenet", batch, "epoch_gradient", "torch", "cpu", 50.0 * batch,
+                                 threads=threads,
+                                 timing_extra={"epoch_batches": 10,
+                                               "per_batch_median_ms": 5.0 * batch}))
+    return rows
+
+
+def profile(conv: float, pool: float, relu: float, fc: float, concat: float, norm: float,
+            other: float, kernels: list[tuple[str, float, float]], kernel_level: bool,
+            tool: str = "torch.profiler (CUDA kernels)") -> dict:
+    layers = {"conv": conv, "pool": pool, "relu": relu, "fc": fc, "concat": concat,
+              "norm": norm, "other": other}
+    return {"tool": tool, "measure": "gradient", "iterations": 5,
+            "total_ms": sum(layers.values()), "by_layer_type": layers,
+            "top_kernels": [{"name": n, "ms": ms, "calls": c} for n, ms, c in kernels],
+            "kernel_level": kernel_level}
+
+
+LONG_KERNEL = "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32" * 2
+
+
+def profile_rows() -> list[dict]:
+    """Li et al. Figs. 2 and 4: GPU kernel profiles of AlexNet and GoogLeNet, a CPU profile
+    of framework operations, and a framework without a profiler."""
+    alexnet = profile(60.0, 10.0, 5.0, 20.0, 0.0, 0.0, 5.0, [
+        (LONG_KERNEL, 30.0, 5.0), ("sgemm_128x64_nn", 15.0, 3.0), ("dgrad_kernel", 12.0, 5.0),
+        ("maxpool_fwd", 6.0, 3.0), ("relu_kernel", 5.0, 7.0), ("softmax_kernel", 2.0, 1.0),
+        ("copy_kernel", 1.0, 2.0)], kernel_level=True)
+    googlenet = profile(40.0, 15.0, 10.0, 2.0, 8.0, 0.0, 5.0, [
+        ("implicit_convolve_sgemm", 20.0, 57.0), ("concat_kernel", 8.0, 9.0)],
+        kernel_level=True)
+    cpu = profile(300.0, 40.0, 1.0, 50.0, 0.0, 0.0, 9.0, [
+        ("aten::convolution_backward", 180.0, 5.0), ("aten::mkldnn_convolution", 120.0, 5.0)],
+        kernel_level=False, tool="torch.profiler (CPU)")
+    return [make_row("alexnet", 128, "profile", "torch", "gpu", None, threads=4, profile=alexnet),
+            make_row("googlenet", 128, "profile", "torch", "gpu", None, threads=4,
+                     profile=googlenet),
+            make_row("alexnet", 128, "profile", "torch", "cpu", None, threads=6, profile=cpu),
+            make_row("alexnet", 128, "profile", "tf", "gpu", None, threads=4,
+                     status="unsupported", reason="tf variant 'graph' has no profiler hook")]
+
+
+def transfer_rows() -> list[dict]:
+    """Li et al. Fig. 7: transfers of Table I's layers, with and without a gradient row of
+    the same setting."""
+    return [make_row("li_conv1", 64, "transfer", "torch", "gpu", 2.0, threads=4),
+            make_row("li_conv1", 64, "gradient", "torch", "gpu", 6.0, threads=4),
+            make_row("li_conv1", 64, "gradient", "torch", "gpu", 3.0, threads=4, precision="tf32"),
+            make_row("li_conv2", 64, "transfer", "torch", "gpu", 1.0, threads=4),
+            make_row("li_conv3", 64, "transfer", "torch", "gpu", 1.0, threads=4),
+            make_row("li_conv3", 64, "gradient", "torch", "gpu", None, threads=4, status="oom",
+                     reason="CUDA out of memory")]
 
 
 def reruns() -> list[dict]:

@@ -367,7 +367,7 @@ def test_historical_csv_columns_and_counts():
         rows = list(reader)
     counts = pd.Series([r["study"] for r in rows]).value_counts().to_dict()
     assert counts == {"cnn-benchmarks": 348, "convnet-benchmarks": 340,
-                      "Bahrampour et al. 2016": 212, "cnn-benchmarks cloud fork": 198}
+                      "Bahrampour et al. 2016": 226, "cnn-benchmarks cloud fork": 198}
 
 
 def test_historical_transcription_is_self_consistent():
@@ -556,3 +556,188 @@ def test_text_summary_drops_control_characters(tmp_path):
     proc = run_cli(str(tmp_path), "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "evil[2Jmodel" in proc.stdout
+
+
+# --- compile cache (Bahrampour Table 8) -----------------------------------------------------
+
+def report_of(tmp_path, rows):
+    fx._write(tmp_path / "r.jsonl", rows)
+    return make_report(load([tmp_path]))
+
+
+def test_compile_cache_table_first_compile_vs_recompile(tmp_path):
+    report = report_of(tmp_path, fx.compile_cache_rows())
+    f = report.frame
+    torch_fwd = f[(f.framework == "torch") & (f.device == "cpu") & (f.measure == "forward")]
+    assert sorted(torch_fwd.compile_cache) == ["", "cold", "warm"]     # never merged
+    assert report.superseded == 0
+    titles = [t.title for s in report.sections for t in s.tables if "Table 8" in t.title]
+    assert titles == ["Table 8: first compile vs re-compile (s), CPU Intel(R) Xeon(R) "
+                      "Platinum 8480+", "Table 8: first compile vs re-compile (s), GPU NVIDIA "
+                      "H100 80GB HBM3", "Historical (published, not measured here): "
+                      "Bahrampour Table 8, Theano compile times"]
+    cpu = find_table(report, "Table 8: first compile vs re-compile (s), CPU")
+    torch = row_where(cpu, Setting="torch compile fp32")
+    assert (torch["First compile (s)"], torch["Re-compile (s)"]) == ("7.00", "1.00")
+    assert torch["First compile fwd / grad (s)"] == "2.00 / 5.00"
+    assert torch["Re-compile fwd / grad (s)"] == "0.30 / 0.70"
+    gpu = find_table(report, "Table 8: first compile vs re-compile (s), GPU")
+    assert row_where(gpu, Setting="torch compile fp32")["First compile (s)"] == "14.00"
+    # forward only (ORT): the sum is what exists, and a note says so
+    ort = row_where(cpu, Setting="ort ort_basic fp32")
+    assert (ort["First compile (s)"], ort["Re-compile (s)"]) == ("1.50", "0.40")
+    assert ort["First compile fwd / grad (s)"] == "1.50 / —"
+    forward_only = [n for n in cpu.notes if n.startswith("Forward only")]
+    assert len(forward_only) == 1 and "ort ort_basic fp32" in forward_only[0]
+    assert "ort_all" not in forward_only[0] and "torch" not in forward_only[0]
+    # a variant without a persistent cache is a failure cell with its reason, never dropped
+    none = row_where(cpu, Setting="ort ort_all fp32")
+    assert none["First compile (s)"] == none["Re-compile (s)"]
+    assert none["First compile (s)"].startswith("unsupported (ort variant 'ort_all' keeps no")
+    # the unmanaged run is no Table 8 row; in the model table cold and warm read apart
+    assert len(cpu.rows) == 3
+    lenet = find_table(report, "lenet (input 64")
+    variants = sorted(r[2].text for r in lenet.rows if r[1].text == "torch" and
+                      r[0].text.startswith("Intel"))
+    assert variants == ["compile", "compile [cache cold]", "compile [cache warm]"]
+    failures = find_table(report, "Failures")
+    assert {r[3].text for r in failures.rows} == {
+        "ort ort_all [cache cold] fp32 · cpu 6 threads · Intel(R) Xeon(R) Platinum 8480+",
+        "ort ort_all [cache warm] fp32 · cpu 6 threads · Intel(R) Xeon(R) Platinum 8480+"}
+    hist = find_table(report, "Bahrampour Table 8")
+    assert row_where(hist, Hardware="CPU: Xeon E5-1650 v2", Network="lenet")[
+        "First compile (s)"] == "25.2"
+    gpu_alexnet = row_where(hist, Hardware="GTX Titan X (Maxwell)", Network="alexnet_bvlc")
+    assert (gpu_alexnet["First compile (s)"], gpu_alexnet["Re-compile (s)"]) == ("212", "6.1")
+
+
+def test_historical_table8_is_in_ms():
+    hist = load_historical()
+    table8 = hist[hist.source_table == "Table 8"]
+    assert len(table8) == 14 and set(table8.measure) == {"first_compile", "recompile"}
+    lstm = table8[(table8.model == "lstm") & (table8.hardware == "GTX Titan X (Maxwell)")]
+    assert dict(zip(lstm.measure, lstm.value_ms)) == {"first_compile": 283500.0,
+                                                      "recompile": 19700.0}
+
+
+# --- epoch (Bahrampour Table 6 over an epoch) -----------------------------------------------
+
+def test_epoch_rows_fill_table6_over_an_epoch_per_batch(tmp_path):
+    report = report_of(tmp_path, fx.epoch_rows())
+    f = report.frame
+    epoch = f[(f.model == "lstm") & (f.measure == "epoch_gradient") & (f.framework == "torch")]
+    assert list(epoch.per_batch_median_ms) == [20.0] and list(epoch.epoch_batches) == [124]
+    assert list(epoch.mean_padded_length) == [231.5] and list(epoch.median_ms) == [2480.0]
+    table = find_table(report, "Table 6 over an epoch: lstm, batch 16")
+    torch = row_where(table, Setting="torch eager fp32")
+    assert (torch["Gradient (ms)"], torch["Forward (ms)"]) == ("20.00", "8.00")
+    assert row_where(table, Setting="jax jit fp32")["Gradient (ms)"] == (
+        "unsupported (no epoch of masked batches)")
+    assert "One epoch: 124 batches, mean padded length 231.5 tokens." in table.notes
+    # the single-batch Table 6 keeps the single-batch rows and says what it is
+    single = find_table(report, "Table 6: LSTM, batch 16")
+    assert row_where(single, Setting="torch eager fp32")["Gradient (ms)"] == "15.00"
+    assert any("Table 6 over an epoch" in n for n in single.notes)
+    # whole-epoch times are in no single-batch summary, model table or plot
+    summary = find_table(report, "Summary: Total (ms), cpu")
+    assert [(r[0].text, r[2].text) for r in summary.rows] == [("lstm", "15.00 (eager, 6 thr)")]
+    assert row_where(find_table(report, "lstm (input 16"), Framework="torch")[
+        "Total (ms)"].startswith("15.00")
+    assert not any("lenet" in t.title for s in report.sections for t in s.tables
+                   if not t.title.startswith("Table 6 over an epoch"))
+    keys = {p.key for s in report.sections for p in s.plots}
+    assert not any("lenet" in k for k in keys)
+    lenet = find_table(report, "Table 6 over an epoch: lenet, batch 32")
+    assert [r[3].text for r in lenet.rows] == ["160.0", "160.0"]       # 1 and 2 threads
+    assert "One epoch: 10 batches." in lenet.notes
+
+
+# --- profiles (Li et al. Figs. 2 and 4) -----------------------------------------------------
+
+def shares_of(row) -> list[float]:
+    return [float(row[c]) for c in ("conv %", "pool %", "ReLU %", "FC %", "concat %", "norm %",
+                                    "other %")]
+
+
+def test_profile_hotspot_and_top_kernel_tables(tmp_path):
+    report = report_of(tmp_path, fx.profile_rows())
+    section = [s for s in report.sections if s.key == "profiles"][0]
+    assert section.title == "Hotspot layers and kernels (Li et al. format)"
+    gpu = find_table(report, "Hotspot layers: share of profiled time per layer type, GPU")
+    alexnet = row_where(gpu, Model="alexnet", Setting="torch eager fp32 · gpu")
+    assert shares_of(alexnet) == [60.0, 10.0, 5.0, 20.0, 0.0, 0.0, 5.0]
+    assert alexnet["Profiled (ms/iter)"] == "100.0" and alexnet["Profiled"] == "gradient"
+    assert alexnet["Tool"] == "torch.profiler (CUDA kernels)"
+    googlenet = row_where(gpu, Model="googlenet")
+    assert sum(shares_of(googlenet)) == pytest.approx(100.0, abs=0.35)
+    assert googlenet["concat %"] == "10.0"                     # 8 of 80 ms
+    bold = {r[0].text: [c.text for c in r if c.emphasis == "bold"] for r in gpu.rows}
+    assert bold == {"alexnet": ["60.0"], "googlenet": ["50.0"]}   # conv dominates both
+    failed = row_where(gpu, Setting="tf graph fp32 · gpu")
+    assert failed["conv %"] == "unsupported (tf variant 'graph' has no profiler hook)"
+    cpu = find_table(report, "Hotspot layers: share of profiled time per layer type, CPU")
+    cpu_shares = shares_of(row_where(cpu, Model="alexnet"))      # of 400 ms
+    assert cpu_shares == [75.0, 10.0, 0.2, 12.5, 0.0, 0.0, 2.2]
+    assert sum(cpu_shares) == pytest.approx(100.0, abs=0.35)
+
+    kernels = find_table(report, "Top kernels: the 5 most expensive per model and setting, GPU")
+    index = {c: i for i, c in enumerate(kernels.columns)}
+    lines = list(kernels.rows)
+    first = [r for r in lines if r[index["Model"]].text == "alexnet"
+             and r[index["Setting"]].text == "torch eager fp32 · gpu"][0]
+    start = lines.index(first)
+    top = lines[start:start + 5]
+    assert [r[index["#"]].text for r in top] == ["1", "2", "3", "4", "5"]
+    assert [r[index["% of profiled"]].text for r in top] == ["30.0", "15.0", "12.0", "6.0",
+                                                             "5.0"]
+    assert top[0][index["Kernel or operation"]].title == fx.LONG_KERNEL
+    assert top[0][index["Kernel or operation"]].text.endswith("…")
+    assert {r[index["Kind"]].text for r in top} == {"GPU kernel"}
+    after = lines[start + 5:start + 6]                        # the 6th and 7th are left out
+    assert all(r[index["Model"]].text != "" for r in after)
+    assert sum(1 for r in lines if r[index["Kernel or operation"]].title in (
+        "softmax_kernel", "copy_kernel")) == 0
+    assert row_where(kernels, Model="alexnet", Setting="tf graph fp32 · gpu")[
+        "Kernel or operation"].startswith("unsupported (")
+    cpu_kernels = find_table(report, "Top kernels: the 5 most expensive per model and "
+                             "setting, CPU")
+    assert {r[5].text for r in cpu_kernels.rows} == {"framework op"}
+    keys = {p.key for p in section.plots}
+    assert keys == {"hotspots_gpu_NVIDIA_H100_80GB_HBM3",
+                    "hotspots_cpu_Intel_R_Xeon_R_Platinum_8480"}
+
+
+def test_profile_rows_stay_out_of_timed_tables(tmp_path):
+    rows = fx.profile_rows() + [fx.make_row("resnet50", 16, "forward", "torch", "gpu", 10.0)]
+    report = report_of(tmp_path, rows)
+    f = report.frame
+    assert f[f.measure == "profile"].median_ms.isna().all()
+    summary = find_table(report, "Summary: Forward (ms), gpu")
+    assert [r[0].text for r in summary.rows] == ["resnet50"]
+    assert not any(t.title.startswith(("alexnet", "googlenet"))
+                   for s in report.sections for t in s.tables)
+    assert not any(m in ("alexnet", "googlenet") for m, _, _ in report.equivalence.verdicts)
+    failures = find_table(report, "Failures")
+    assert [(r[0].text, r[2].text, r[4].text) for r in failures.rows] == [
+        ("alexnet", "profile", "unsupported")]
+    from reports import text
+    assert "alexnet" not in text.render(report)
+    assert not report.ratios
+
+
+# --- transfer share (Li et al. Fig. 7) ------------------------------------------------------
+
+def test_transfer_share_of_total(tmp_path):
+    report = report_of(tmp_path, fx.transfer_rows())
+    table = find_table(report, "Host → device transfer")
+    assert table.columns[-1] == "Share of total"
+    assert row_where(table, Model="li_conv1")["Share of total"] == "25.0%"   # 2 / (2 + 6)
+    assert row_where(table, Model="li_conv2")["Share of total"] == "—"       # no gradient row
+    assert row_where(table, Model="li_conv3")["Share of total"] == "—"       # gradient OOM
+    assert any("Li et al. Fig. 7" in n and "one gradient computation" in n for n in table.notes)
+
+
+def test_transfer_share_in_the_fixture_report(built):
+    report, _, _ = built
+    table = find_table(report, "Host → device transfer")
+    assert row_where(table, Model="resnet50")["Share of total"] == "3.8%"    # 1.2 / 31.2
