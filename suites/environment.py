@@ -46,15 +46,20 @@ def limit_cpus(threads: int) -> list[int]:
 
 
 @cache
-def gpu_driver() -> str | None:
+def nvidia_smi(field: str) -> str | None:
+    """One ``nvidia-smi --query-gpu`` field of the first GPU, or None without one."""
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20, check=True).stdout
         return out.strip().splitlines()[0] if out.strip() else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def gpu_driver() -> str | None:
+    return nvidia_smi("driver_version")
 
 
 @cache

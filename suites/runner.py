@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from adapters.registry import FrameworkEntry, load_registry
-from suites.environment import host_environment, physical_cores, usable_cpus
+from suites.environment import host_environment, nvidia_smi, physical_cores, usable_cpus
 from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings
 from suites.spec import Job, SuiteError, expand, load_suite, resolve_suite_path, suggest
 from suites.worker import EVENT_PREFIX, Plan
@@ -179,6 +179,8 @@ class Runner:
         # The host's description, so that the report files these rows beside the ones
         # a worker wrote (the framework's version and GPU name are known only there).
         env = host_environment(job.threads, [])
+        if job.device == "gpu":
+            env["gpu_model"] = nvidia_smi("name")
         for name in names:
             self.results.append(Row(self.key(job, name), status, reason, env=env))
             self.statuses[status] += 1
