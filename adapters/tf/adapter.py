@@ -1,19 +1,34 @@
 """TensorFlow adapter: ``tf.function`` graphs by default (TensorFlow's standard fast path:
 Grappler with oneDNN kernels on CPU, cuDNN on GPU), eager execution and XLA
-(``jit_compile=True``) as variants."""
+(``jit_compile=True``) as variants. Epochs pass their batches to one traced function;
+profiles come from TensorFlow's own profiler (tf.profiler.experimental), read from the
+XPlane trace it writes."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from adapters.base import Adapter, CaseConfig, DeviceUnavailable, Memory, Prepared, RunConfig, Unsupported
+from adapters.base import (
+    Adapter,
+    CaseConfig,
+    DeviceUnavailable,
+    Memory,
+    Prepared,
+    Profile,
+    RunConfig,
+    Unsupported,
+)
 from adapters.memory import peak_rss, reset_peak_rss
+from adapters.profiling import summarise
 from adapters.tf.network import Context, Conv2d, Dense, Lengths, build
 from models.inputs import Batch
 from models.ir import Model
@@ -31,12 +46,13 @@ class _CasesTraceOnPurpose(logging.Filter):
 
 tf.get_logger().addFilter(_CasesTraceOnPurpose())
 
-# How each variant runs a step. Nothing is traced in prepare(): a tf.function traces (and
-# XLA compiles) on its first call, which the harness times as the first call.
-COMPILE: dict[str, Callable[[Callable], Callable]] = {
-    "graph": tf.function,
-    "eager": lambda fn: fn,
-    "xla": lambda fn: tf.function(fn, jit_compile=True),
+# How each variant runs a step; keyword arguments (an input signature) go to tf.function.
+# Nothing is traced in prepare(): a tf.function traces (and XLA compiles) on its first
+# call, which the harness times as the first call.
+COMPILE: dict[str, Callable[..., Callable]] = {
+    "graph": lambda fn, **options: tf.function(fn, **options),
+    "eager": lambda fn, **options: fn,
+    "xla": lambda fn, **options: tf.function(fn, jit_compile=True, **options),
 }
 
 
@@ -88,6 +104,36 @@ def cudnn_lstm(on_gpu: bool, variant: str, precision: str) -> bool:
 def _placed(device: str, array: np.ndarray) -> tf.Tensor:
     with tf.device(device):
         return tf.identity(tf.constant(array))
+
+
+def place_batch(model: Model, batch: Batch, device: str) -> dict[str, Any]:
+    """A batch as the computations take it: "x" (NHWC for images), and "labels" and
+    "lengths" where the batch has them. A dict, because tf.function input signatures
+    cannot hold None for the parts a model has no use for."""
+    x = batch.x
+    if model.input.kind == "image":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))  # NCHW -> NHWC, once
+    inputs: dict[str, Any] = {"x": _placed(device, x)}
+    if batch.labels is not None:
+        inputs["labels"] = _placed(device, batch.labels)
+    if batch.lengths is not None:
+        with tf.device(device):
+            inputs["lengths"] = Lengths.of(batch.lengths, batch.x.shape[1])
+    return inputs
+
+
+def epoch_signature(epoch: list[dict[str, Any]]) -> dict[str, Any]:
+    """The input signature that fits every batch of an epoch: a dimension that differs
+    between batches (the padded length T of token batches) is None, every other one
+    stays static, so fixed-size inputs trace the same graph as the single-batch step."""
+
+    def fitting(*tensors: tf.Tensor) -> tf.TensorSpec:
+        shapes = [tensor.shape.as_list() for tensor in tensors]
+        dims = [size if all(shape[axis] == size for shape in shapes) else None
+                for axis, size in enumerate(shapes[0])]
+        return tf.TensorSpec(dims, tensors[0].dtype)
+
+    return tf.nest.map_structure(fitting, *epoch)
 
 
 class ConvBackward:
@@ -143,6 +189,179 @@ class DenseBackward:
             return (dw, tf.reduce_sum(self.g, axis=0)) if self.has_bias else (dw,)
 
 
+# --- TensorFlow's profiler: the XPlane it writes, reduced to op and kernel times -----------
+#
+# tf.profiler.experimental writes one XSpace protobuf (<logdir>/plugins/profile/<run>/
+# <host>.xplane.pb), the format TensorBoard's profile plugin reads. Its own reduction to
+# per-op times (xprof's "framework_op_stats", in tensorflow.python.profiler.internal)
+# sees nothing of eager ops and only one op per XLA cluster on the CPU in TF 2.21, so the
+# events are reduced here. What the events look like (read from traces of this adapter):
+# * the host plane ("/host:CPU") has a line per thread. A graph op is an event named
+#   "<op name>:<op type>" whose metadata's display name is the op type (TraceMe's
+#   TraceMeOpOverride); an eager op is an "EagerExecute" event with the op type in its
+#   "eager_op" stat; an XLA:CPU thunk carries an "hlo_op" stat and is named after its
+#   HLO instruction ("convolution.7", "wrapped_reduce-window.3"). A thunk's completion is
+#   a second event, "end: <instruction>", linked to it by a flow id (stats "_p", "_c"):
+#   nested in it where the thunk ran synchronously, later and often on another thread
+#   where it handed its work to the intra-op pool (convolutions, dots), so such a
+#   thunk's own event times only the hand-off.
+# * a GPU plane ("/device:GPU:<n>") has a line per CUDA stream ("Stream #<id>...",
+#   cupti_collector.cc) whose events are kernels and copies, each with a "tf_op" stat
+#   ("<op name>:<op type>", the TensorFlow op that launched it) or, under XLA, "hlo_op".
+
+PROFILE_WARMUP = 2
+HOST_PLANE = "/host:CPU"
+GPU_PLANE_PREFIX = "/device:GPU:"
+STREAM_LINE_PREFIX = "Stream #"
+PS_PER_MS = 1e9
+# Ops that only call other ops, each traced as its own event: counting the caller too
+# would count the same time twice. Traced functions are ops named "__inference_<name>_<n>"
+# (and "__forward_"/"__backward_" for their gradients): registered op types never start
+# with "__".
+CALLER_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall", "While", "StatelessWhile",
+                        "If", "StatelessIf", "Case", "StatelessCase", "XlaLaunch", "XlaLaunchV2",
+                        "_XlaRun"})
+# HLO instruction names end in ".<unique id>"; the rest names the instruction's kind.
+HLO_ID = re.compile(r"\.\d+$")
+
+Times = list[tuple[str, float, float]]   # (name, total ms, calls), as summarise takes them
+
+
+def read_xplanes(logdir: Path) -> list[Any]:
+    # The XSpace protobuf module ships inside the tensorflow package (tsl/profiler/protobuf).
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    planes = []
+    for path in sorted(logdir.glob("plugins/profile/*/*.xplane.pb")):
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(path.read_bytes())
+        planes.extend(space.planes)
+    return planes
+
+
+def _stats(plane: Any, metadata: Any, event: Any) -> dict[str, Any]:
+    """An event's stats by name, its metadata's first; references resolved to strings."""
+    values: dict[str, Any] = {}
+    for stat in (*metadata.stats, *event.stats):
+        kind = stat.WhichOneof("value")
+        value = getattr(stat, kind) if kind else None
+        if kind == "ref_value":
+            value = plane.stat_metadata[value].name
+        values[plane.stat_metadata[stat.metadata_id].name] = value
+    return values
+
+
+def _events(plane: Any, line: Any) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+    for event in line.events:
+        metadata = plane.event_metadata[event.metadata_id]
+        yield event, metadata, _stats(plane, metadata, event)
+
+
+def host_op_type(name: str, display_name: str, stats: dict[str, Any]) -> str | None:
+    """The op one host event runs (its type; an XLA instruction's kind), or None where
+    the event is not one op's own work (runtime bookkeeping, a call of other ops)."""
+    if stats.get("hlo_op"):
+        return HLO_ID.sub("", name)
+    if name == "EagerExecute":
+        op = stats.get("eager_op")
+        return op if op and not stats.get("is_func") else None   # a function: its ops count
+    if display_name and name.endswith(f":{display_name}"):
+        return None if display_name.startswith("__") or display_name in CALLER_OPS else display_name
+    return None
+
+
+def self_times(spans: Iterable[tuple[int, int, str]]) -> Iterator[tuple[str, float]]:
+    """(op, self ms) for the (start ps, end ps, op) spans of one thread: each span less
+    the spans nested in it, so that nested events are not counted twice."""
+    open_spans: list[list] = []   # [end, op, self ps], innermost last
+
+    def close_until(time_ps: float) -> Iterator[tuple[str, float]]:
+        while open_spans and open_spans[-1][0] <= time_ps:
+            _, op, own = open_spans.pop()
+            yield op, own / PS_PER_MS
+
+    for start, end, op in sorted(spans, key=lambda span: (span[0], -span[1])):
+        yield from close_until(start)
+        if open_spans:
+            open_spans[-1][2] -= end - start
+        open_spans.append([end, op, end - start])
+    yield from close_until(float("inf"))
+
+
+def thunk_completions(plane: Any) -> dict[int, tuple[int, int]]:
+    """Flow id -> (line id, end ps) of every XLA:CPU "end: <instruction>" event."""
+    return {stats["_c"]: (line.id, event.offset_ps + event.duration_ps)
+            for line in plane.lines for event, metadata, stats in _events(plane, line)
+            if metadata.name.startswith("end: ") and "_c" in stats}
+
+
+def host_op_times(plane: Any) -> Times:
+    """Ops' self times per thread; an XLA thunk that completed asynchronously counts from
+    its start to its completion (busy time, as concurrent ops on two threads both count)
+    and stays out of its thread's nesting, since that thread went on with other work."""
+    completions = thunk_completions(plane)
+    times = []
+    for line in plane.lines:
+        spans = []
+        for event, metadata, stats in _events(plane, line):
+            op = host_op_type(metadata.name, metadata.display_name, stats)
+            if op is None:
+                continue
+            start, end = event.offset_ps, event.offset_ps + event.duration_ps
+            done_line, done = completions.get(stats.get("_p"), (line.id, end))
+            if done_line != line.id or done > end:
+                times.append((op, (done - start) / PS_PER_MS, 1))
+            else:
+                spans.append((start, end, op))
+        times += [(op, ms, 1) for op, ms in self_times(spans)]
+    return times
+
+
+def device_op_type(kernel: str, stats: dict[str, Any]) -> str:
+    """The op a GPU kernel belongs to: its XLA instruction, or the type of the TensorFlow
+    op that launched it, or else the kernel itself (a copy outside any op, or a kernel
+    whose outermost annotation, the one "tf_op" keeps, names a function, not an op)."""
+    if stats.get("hlo_op"):
+        return HLO_ID.sub("", str(stats["hlo_op"]).split(",")[0])
+    op_type = str(stats.get("tf_op") or "").rpartition(":")[2]
+    return op_type if op_type and not op_type.startswith("__") else kernel
+
+
+def device_times(plane: Any) -> tuple[Times, Times]:
+    """(ops, kernels) of one GPU plane. Kernels on one stream run one after another, so
+    their times add up without overlap; the derived lines xprof adds (TensorFlow ops,
+    XLA modules, steps) repeat the same time and are left out."""
+    ops, kernels = [], []
+    for line in plane.lines:
+        if not line.name.startswith(STREAM_LINE_PREFIX):
+            continue
+        for event, metadata, stats in _events(plane, line):
+            ms = event.duration_ps / PS_PER_MS
+            kernels.append((metadata.name, ms, 1))
+            ops.append((device_op_type(metadata.name, stats), ms, 1))
+    return ops, kernels
+
+
+def profiled_times(planes: list[Any], on_gpu: bool) -> tuple[Times, Times | None]:
+    """(ops, kernels) for summarise. On a GPU both come from the device: the host's op
+    events there only time the launches (Li et al. 2016 split GPU time)."""
+    if not on_gpu:
+        ops = [time for plane in planes if plane.name == HOST_PLANE for time in host_op_times(plane)]
+        if not ops:
+            raise RuntimeError("TensorFlow's profiler recorded no op events on the host")
+        return ops, None
+    ops, kernels = [], []
+    for plane in planes:
+        if plane.name.startswith(GPU_PLANE_PREFIX):
+            plane_ops, plane_kernels = device_times(plane)
+            ops += plane_ops
+            kernels += plane_kernels
+    if not kernels:
+        raise RuntimeError("TensorFlow's profiler recorded no GPU kernels (is CUPTI loadable? "
+                           "tensorflow[and-cuda] installs it)")
+    return ops, kernels
+
+
 class TFPrepared(Prepared):
     def __init__(self, adapter: TFAdapter, model: Model, weights: Weights, batch: Batch,
                  case: CaseConfig, variant: str):
@@ -159,16 +378,9 @@ class TFPrepared(Prepared):
             self.frozen, self.body, self.params = build(
                 model, weights, cudnn_lstm(self.on_gpu, variant, case.precision),
                 "mixed_bfloat16" if bf16 else "float32")
-        x = batch.x
-        if model.input.kind == "image":
-            x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))  # NCHW -> NHWC, once
-        self.x = _placed(self.device, x)
-        self.host_x = _placed("/CPU:0", x)
-        self.labels = None if batch.labels is None else _placed(self.device, batch.labels)
-        self.lengths = None
-        if batch.lengths is not None:
-            with tf.device(self.device):
-                self.lengths = Lengths.of(batch.lengths, batch.x.shape[1])
+        self.inputs = place_batch(model, batch, self.device)
+        self.x = self.inputs["x"]
+        self.host_x = _placed("/CPU:0", self.x.numpy())
         self.variables = list(self.params.values())
         # Recorded in every row: the thread pools in force, and the activation layout.
         self.extra = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
@@ -177,37 +389,47 @@ class TFPrepared(Prepared):
         compile_fn = COMPILE[variant]
         self.run_forward = compile_fn(self._forward)
         self.run_gradient = compile_fn(self._gradient)
+        self.epoch_runs: dict[str, Callable] = {}   # epoch_step's compiled computations
 
-    # --- the computations ---------------------------------------------------------
-    def _context(self, training: bool) -> Context:
-        return Context(training, self.dtype, self.lengths)
+    # --- the computations, on a batch placed by place_batch ---------------------------
+    def _context(self, training: bool, inputs: dict[str, Any]) -> Context:
+        return Context(training, self.dtype, inputs.get("lengths"))
 
-    def _features(self) -> tf.Tensor:
+    def _features(self, inputs: dict[str, Any]) -> tf.Tensor:
         """The body's input: the frozen prefix's output (inference mode, outside any
         tape, so it gets no gradient), or the batch itself."""
-        x = self.x if self.model.input.kind == "tokens" else tf.cast(self.x, self.dtype)
-        return self.frozen(x, self._context(False)) if self.model.frozen else x
+        x = inputs["x"]
+        x = x if self.model.input.kind == "tokens" else tf.cast(x, self.dtype)
+        return self.frozen(x, self._context(False, inputs)) if self.model.frozen else x
 
-    def _loss(self, out: tf.Tensor, features: tf.Tensor) -> tf.Tensor:
+    def _loss(self, out: tf.Tensor, features: tf.Tensor, inputs: dict[str, Any]) -> tf.Tensor:
         out = tf.cast(out, tf.float32)  # the loss in float32, also under mixed precision
         kind = self.model.loss.kind
         if kind == "softmax_xent":
             return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=self.labels, logits=out))
+                labels=inputs["labels"], logits=out))
         if kind == "mse_reconstruction":
             return tf.reduce_mean(tf.square(out - tf.cast(features, tf.float32)))
         return tf.reduce_sum(out)
 
-    def _forward(self) -> tf.Tensor:
+    def _forward_on(self, inputs: dict[str, Any]) -> tf.Tensor:
         with tf.device(self.device):
-            return self.body(self._features(), self._context(False))
+            return self.body(self._features(inputs), self._context(False, inputs))
+
+    def _gradient_on(self, inputs: dict[str, Any]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        with tf.device(self.device):
+            features = self._features(inputs)
+            with tf.GradientTape() as tape:
+                out = self.body(features, self._context(True, inputs))
+                loss = self._loss(out, features, inputs)
+            return loss, tape.gradient(loss, self.variables)
+
+    # The single-batch steps capture the seeded batch (no arguments to trace).
+    def _forward(self) -> tf.Tensor:
+        return self._forward_on(self.inputs)
 
     def _gradient(self) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        with tf.device(self.device):
-            features = self._features()
-            with tf.GradientTape() as tape:
-                loss = self._loss(self.body(features, self._context(True)), features)
-            return loss, tape.gradient(loss, self.variables)
+        return self._gradient_on(self.inputs)
 
     def _single_layer_step(self, measure: str) -> Callable[[], Any]:
         if len(self.model.body) != 1 or self.model.frozen:
@@ -240,6 +462,50 @@ class TFPrepared(Prepared):
             return transfer
         raise Unsupported(f"unknown measure '{measure}'")
 
+    def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
+        computations = {"forward": self._forward_on, "gradient": self._gradient_on}
+        if measure not in computations:
+            raise Unsupported(f"no epoch of {measure}")
+        # The whole epoch in device memory, placed once (Bahrampour et al. 2016, 4.4).
+        epoch = [place_batch(self.model, batch, self.device) for batch in batches]
+        # The batches are arguments, not captured tensors, and the signature leaves the
+        # padded length open: the epoch traces one graph on its first batch and every
+        # later batch and epoch reuses it. (Without a signature tf.function would trace
+        # once per distinct length, each a full LSTM graph, which the second epoch would
+        # still reuse but the first would pay for many times over.) XLA needs static
+        # shapes and compiles the traced graph once per length it meets, also cached.
+        run = COMPILE[self.variant](computations[measure],
+                                    input_signature=[epoch_signature(epoch)])
+        self.epoch_runs[measure] = run
+
+        def run_epoch():
+            handle = None
+            for inputs in epoch:
+                handle = run(inputs)
+            return handle
+        return run_epoch
+
+    def profile(self, measure: str, iterations: int) -> Profile:
+        step = self.step(measure)
+        for _ in range(PROFILE_WARMUP):  # traced (and compiled) before profiling starts
+            self.sync(step())
+        with tempfile.TemporaryDirectory() as logdir:
+            # host_tracer_level 2 records every TensorFlow op (1: user annotations only);
+            # the device tracer (CUPTI) records GPU kernels (tf.profiler.experimental docs).
+            options = tf.profiler.experimental.ProfilerOptions(
+                host_tracer_level=2, python_tracer_level=0, device_tracer_level=1)
+            tf.profiler.experimental.start(logdir, options)
+            try:
+                handle = None
+                for _ in range(iterations):
+                    handle = step()
+                self.sync(handle)
+            finally:
+                tf.profiler.experimental.stop()
+            planes = read_xplanes(Path(logdir))
+        ops, kernels = profiled_times(planes, self.on_gpu)
+        return summarise("tf.profiler", measure, iterations, ops, kernels)
+
     def sync(self, handle: Any) -> None:
         # GPU kernels run asynchronously; sync_devices waits for them (its docs name
         # benchmarking as the use). On the CPU an eager call or a tf.function call
@@ -271,7 +537,7 @@ class TFPrepared(Prepared):
 
     def close(self) -> None:
         del self.frozen, self.body, self.params, self.variables, self.x, self.host_x
-        del self.run_forward, self.run_gradient
+        del self.inputs, self.run_forward, self.run_gradient, self.epoch_runs
 
 
 class TFAdapter(Adapter):

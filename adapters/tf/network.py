@@ -11,6 +11,7 @@ NCHW inputs and OIHW weights are converted once, when the network is built.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -21,9 +22,10 @@ from models.analysis import analyse
 from models.weights import Weights
 
 
-@dataclass(frozen=True)
-class Lengths:
-    """Sequence lengths in the forms the LSTM and the masked mean need, made once."""
+class Lengths(NamedTuple):
+    """Sequence lengths in the forms the LSTM and the masked mean need, made once. A
+    named tuple, so that tf.function takes it as an argument made of three tensors (a
+    nest structure) rather than as a Python object keyed by identity."""
 
     mask: tf.Tensor     # bool (N, T): the Keras LSTM's mask, True where a step is valid
     weight: tf.Tensor   # float (N, T, 1): the same mask as numbers, for the masked mean

@@ -2,8 +2,9 @@
 precision, variants, tracing in the first call), the graphs run TensorFlow's fast path
 (NHWC, fused batch norm, one grouped convolution, backward kernels alone), the IR mapping
 holds where the conformance kit does not look (pooling and padding edge cases, LRN
-arguments, the tied decoder), unsupported cases say why, OOM errors are recognised, and
-more threads really run on more cores.
+arguments, the tied decoder), epochs trace once and profiles name TensorFlow's ops,
+unsupported cases say why, OOM errors are recognised, and more threads really run on
+more cores.
 
 Runs inside the ``tests(tf)`` nox session (``--framework=tf``). The GPU tests at the end
 are skipped where TensorFlow sees no GPU."""
@@ -20,10 +21,18 @@ tf = pytest.importorskip("tensorflow")
 
 from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported  # noqa: E402
 from adapters.tf import TFAdapter  # noqa: E402
-from adapters.tf.adapter import apply_precision, cudnn_lstm, has_kernel  # noqa: E402
+from adapters.tf.adapter import (  # noqa: E402
+    apply_precision,
+    cudnn_lstm,
+    epoch_signature,
+    has_kernel,
+    place_batch,
+    profiled_times,
+    self_times,
+)
 from adapters.tf.network import BatchNorm, Context, build  # noqa: E402
 from models import ir  # noqa: E402
-from models.inputs import Batch, make_batch  # noqa: E402
+from models.inputs import Batch, make_batch, make_epoch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
 from tests import reference_numpy  # noqa: E402
@@ -334,6 +343,128 @@ def test_lrn_arguments_map_caffe_to_tensorflow(size, alpha, beta, k):
     np.testing.assert_allclose(run_body(model, {}, x), expected, rtol=1e-5, atol=1e-6)
 
 
+# --- epochs and the profiler -----------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["graph", "xla"])
+def test_an_epoch_traces_once_and_the_next_epoch_reuses_it(adapter, variant):
+    """Token batches of different padded lengths share one trace (the signature leaves
+    the length open), so neither a new length nor a second epoch traces again; the last
+    batch's loss is the one a single-batch gradient step computes for it."""
+    model = get_model("lstm_tiny")
+    batches = make_epoch(model, 4, 5)
+    assert len({b.x.shape[1] for b in batches}) > 1
+    prepared = prepare(adapter, "lstm_tiny", variant=variant)
+    last = adapter.prepare(model, canonical_weights(model), batches[-1], CaseConfig(variant=variant))
+    try:
+        run = prepared.epoch_step("gradient", batches)
+        traced = prepared.epoch_runs["gradient"]
+        assert traced.experimental_get_tracing_count() == 0   # nothing traced before the call
+        run()
+        assert traced.experimental_get_tracing_count() == 1
+        loss, _ = run()
+        assert traced.experimental_get_tracing_count() == 1
+        assert np.isclose(float(loss), last.loss_and_gradients()[0], rtol=1e-5)
+    finally:
+        prepared.close()
+        last.close()
+
+
+def test_epoch_signature_opens_only_the_dimensions_that_vary():
+    lstm, lenet = get_model("lstm_tiny"), get_model("lenet_tiny")
+    tokens = epoch_signature([place_batch(lstm, b, "/CPU:0") for b in make_epoch(lstm, 4, 5)])
+    assert tokens["x"].shape.as_list() == [4, None]
+    assert tokens["lengths"].mask.shape.as_list() == [4, None]
+    assert tokens["lengths"].count.shape.as_list() == [4, 1]
+    images = epoch_signature([place_batch(lenet, b, "/CPU:0") for b in make_epoch(lenet, 4, 3)])
+    assert images["x"].shape.is_fully_defined() and images["labels"].shape.as_list() == [4]
+
+
+@pytest.mark.parametrize("variant", ["graph", "eager", "xla"])
+def test_a_convnet_profile_is_mostly_convolution_and_names_tensorflow_ops(adapter, variant):
+    """Shares, not times (the machine is shared). Graph and eager ops are reported by
+    type: every name in the top list is a registered TensorFlow op (oneDNN's rewrites
+    such as _MklNativeFusedConv2D included), never an instance like "gradient_tape/...";
+    XLA reports its HLO instructions (convolution, reduce-window ...)."""
+    from tensorflow.python.framework import op_def_registry
+
+    prepared = prepare(adapter, "lenet_tiny", variant=variant)
+    try:
+        profile = prepared.profile("gradient", iterations=3)
+    finally:
+        prepared.close()
+    shares = {kind: ms / profile.total_ms for kind, ms in profile.by_layer_type.items()}
+    assert shares["conv"] + shares["fc"] > 0.5, shares
+    assert shares["conv"] > shares["pool"] and not profile.kernel_level
+    names = [kernel.name for kernel in profile.top_kernels]
+    if variant == "xla":
+        assert "convolution" in names
+    else:
+        assert all(op_def_registry.get(name) is not None for name in names), names
+        assert any("Conv2DBackpropFilter" in name for name in names)
+
+
+def test_nested_host_events_count_once():
+    """Self time: an event less the events nested in it on the same thread."""
+    ms = 1_000_000_000  # picoseconds
+    spans = [(0, 10 * ms, "outer"), (2 * ms, 5 * ms, "inner"), (3 * ms, 4 * ms, "innermost"),
+             (6 * ms, 8 * ms, "second")]
+    assert dict(self_times(spans)) == {"outer": 5.0, "inner": 2.0, "innermost": 1.0,
+                                       "second": 2.0}
+
+
+def _xspace_plane(xplane_pb2, space, name: str, lines: dict[str, list[tuple]]):
+    """A plane of ``lines``: line name -> [(event name, start ps, duration ps, stats)]."""
+    plane = space.planes.add(name=name)
+    metadata_ids: dict[str, int] = {}
+
+    def metadata_id(table, key: str) -> int:
+        if key not in metadata_ids:
+            metadata_ids[key] = len(metadata_ids) + 1
+            table[metadata_ids[key]].id = metadata_ids[key]
+            table[metadata_ids[key]].name = key
+        return metadata_ids[key]
+
+    for line_id, (line_name, events) in enumerate(lines.items()):
+        line = plane.lines.add(id=line_id, name=line_name)
+        for event_name, start, duration, stats in events:
+            event = line.events.add(metadata_id=metadata_id(plane.event_metadata, event_name),
+                                    offset_ps=start, duration_ps=duration)
+            for stat_name, value in stats.items():
+                event.stats.add(metadata_id=metadata_id(plane.stat_metadata, stat_name),
+                                ref_value=metadata_id(plane.stat_metadata, value))
+    return plane
+
+
+def test_gpu_profiles_take_op_and_kernel_times_from_the_device_streams():
+    """The GPU branch on a hand-made trace (the shape cupti_collector.cc writes): kernels
+    count by the type of the op that launched them, kernels and copies by name, and
+    lines other than the streams (xprof's derived "TensorFlow Ops") are not counted."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    conv = {"tf_op": "conv1/Conv2D:Conv2D"}
+    grad = {"tf_op": "gradient_tape/conv1/Conv2DBackpropFilter:Conv2DBackpropFilter"}
+    plane = _xspace_plane(xplane_pb2, space, "/device:GPU:0", {
+        "Stream #7(Kernel,MemcpyH2D)": [
+            ("sm90_xmma_fprop_implicit_gemm", 0, 3_000_000_000, conv),
+            ("nchwToNhwcKernel", 3_000_000_000, 1_000_000_000, conv),
+            ("sm90_xmma_wgrad_implicit_gemm", 4_000_000_000, 4_000_000_000, grad),
+            ("MemcpyH2D", 8_000_000_000, 1_000_000_000, {})],
+        "TensorFlow Ops": [("conv1/Conv2D", 0, 4_000_000_000, {})],
+    })
+    host = _xspace_plane(xplane_pb2, space, "/host:CPU", {
+        "tf_Compute": [("conv1/Conv2D:Conv2D", 0, 5_000_000_000, {})]})
+    host.event_metadata[1].display_name = "Conv2D"   # launch time only: not counted on a GPU
+    ops, kernels = profiled_times([plane, host], on_gpu=True)
+    totals: dict[str, float] = {}
+    for name, ms, _ in ops:
+        totals[name] = totals.get(name, 0.0) + ms
+    assert totals == {"Conv2D": 4.0, "Conv2DBackpropFilter": 4.0, "MemcpyH2D": 1.0}
+    assert sorted(name for name, _, _ in kernels) == [
+        "MemcpyH2D", "nchwToNhwcKernel", "sm90_xmma_fprop_implicit_gemm",
+        "sm90_xmma_wgrad_implicit_gemm"]
+
+
 # --- unsupported cases say why --------------------------------------------------------------
 
 @pytest.mark.parametrize("name, precision, measure, reason", [
@@ -481,6 +612,18 @@ def test_gpu_out_of_memory_is_recognised(gpu_adapter):
     finally:
         prepared.close()
     assert gpu_adapter.is_out_of_memory(caught.value), caught.value
+
+
+def test_gpu_profile_is_kernel_level(gpu_adapter):
+    prepared = prepare(gpu_adapter, "alexnet_tiny")
+    try:
+        profile = prepared.profile("gradient", iterations=3)
+    finally:
+        prepared.close()
+    assert profile.kernel_level
+    shares = {kind: ms / profile.total_ms for kind, ms in profile.by_layer_type.items()}
+    assert shares["conv"] + shares["fc"] > 0.5, shares
+    print("top kernels:", [(k.name, round(k.ms, 3)) for k in profile.top_kernels])
 
 
 def test_gpu_tf32_variant_is_accepted(gpu_adapter):
