@@ -31,7 +31,9 @@ _PATTERNS = (
     ("fc", re.compile(r"addmm|\bmm\b|aten::mm|matmul|gemm|gemv|linear|dense|\bdot\b|"
                       r"^dot|batchmatmul|einsum")),
     ("concat", re.compile(r"\bcat\b|aten::cat|concat")),
-    ("norm", re.compile(r"batch_?norm|fusedbatchnorm|\blrn\b|local_?response|"
+    # "lrn" starts TensorFlow's LRNGrad and cuDNN's lrnForward kernels; "bn_" cuDNN's
+    # batch-norm kernels (bn_fw_inf_...).
+    ("norm", re.compile(r"batch_?norm|fusedbatchnorm|\blrn|local_?response|\bbn_|"
                         r"layer_?norm|instance_?norm")),
 )
 

@@ -34,6 +34,9 @@ from adapters.profiling import LAYER_TYPES, layer_type, summarise
     ("aten::native_batch_norm", "norm"),
     ("FusedBatchNormV3", "norm"),
     ("LRN", "norm"),
+    ("LRNGrad", "norm"),
+    ("lrnForward_evenC", "norm"),
+    ("bn_fw_inf_1C11_kernel_NCHW", "norm"),
     ("aten::add_", "other"),
     ("loop_fusion", "other"),
 ])
