@@ -9,6 +9,7 @@ variable-collection machinery. Each realisation is a function ``(params, x, ctx)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -92,6 +93,41 @@ def sequence(layers: list[Apply]) -> Apply:
     return run
 
 
+# Each layer's operations carry the layer's kind in the op_name of their HLO metadata
+# ("jit(_loss)/jvp(conv)/conv_general_dilated", the ReLU's backward
+# "transpose(jvp(relu))/select_n"), which profiles read to split a step's time by layer type
+# (Li et al. 2016, Fig. 2) where XLA's instruction names do not tell ("compare_select_fusion").
+# The names are those adapters.profiling.layer_type knows.
+_SCOPES: dict[type, str] = {
+    ir.Conv2d: "conv", ir.GlobalAvgPool: "global_avg_pool", ir.LRN: "lrn",
+    ir.BatchNorm: "batch_norm", ir.Dense: "dense", ir.TiedDense: "dense",
+    ir.Embedding: "embedding", ir.LSTM: "lstm", ir.MeanOverTime: "mean_over_time",
+}
+
+
+def layer_scope(node: ir.Node) -> str | None:
+    """The scope of a node's operations; None for nodes made of other nodes (Residual,
+    Concat, whose branches keep their own) and for no-ops."""
+    if isinstance(node, ir.Pool2d):
+        return f"{node.kind}_pool"
+    if isinstance(node, ir.Activation):
+        return node.kind
+    return _SCOPES.get(type(node))
+
+
+def layer_context(scope: str, x: Any) -> contextlib.AbstractContextManager:
+    """The layer's named scope while jax traces it. Called op by op (the eager variant)
+    there is no program to annotate, and the scope would only add its cost to dispatch."""
+    return jax.named_scope(scope) if isinstance(x, jax.core.Tracer) else contextlib.nullcontext()
+
+
+def scoped(scope: str, apply: Apply) -> Apply:
+    def run(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+        with layer_context(scope, x):
+            return apply(params, x, ctx)
+    return run
+
+
 class Builder:
     """Turns IR nodes into functions and collects the parameters they read."""
 
@@ -125,7 +161,8 @@ class Builder:
     def node(self, node: ir.Node) -> Apply:
         for kind, method in _LEAVES:
             if isinstance(node, kind):
-                return method(self, node)
+                scope = layer_scope(node)
+                return method(self, node) if scope is None else scoped(scope, method(self, node))
         raise TypeError(f"no JAX realisation for {type(node).__name__}")
 
     # --- leaves -----------------------------------------------------------------------
@@ -272,8 +309,13 @@ class Builder:
     def concat(self, node: ir.Concat) -> Apply:
         branches = [self.sequence(branch) for branch in node.branches]
         axis = self.num.channel_axis
-        return lambda params, x, ctx: jnp.concatenate([b(params, x, ctx) for b in branches],
-                                                      axis=axis)
+
+        def concat(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            outputs = [branch(params, x, ctx) for branch in branches]
+            # Only the concatenation is the concat layer: the branches keep their own scopes.
+            with layer_context("concat", x):
+                return jnp.concatenate(outputs, axis=axis)
+        return concat
 
     def embedding(self, node: ir.Embedding) -> Apply:
         table = self._param(f"{node.name}.table")
@@ -285,27 +327,31 @@ class Builder:
         bias = self._param(f"{node.name}.bias")
         precision, dtype = self.num.precision, self.num.dtype
 
+        # One step function for every call: lax.scan caches the loop body it traces by
+        # the function, so a closure made per call would have the eager variant trace and
+        # compile the loop again at every step. The recurrent weights therefore travel in
+        # the carry (unchanged): XLA's while loop carries a closed-over constant anyway, and
+        # the jitted program's optimised HLO is the same as with a closure.
+        def step(carry, inputs):
+            h, c, recurrent = carry
+            gates_x, live = inputs
+            gates = gates_x + jnp.dot(h, recurrent, precision=precision)
+            i, f, g, o = jnp.split(gates, 4, axis=-1)  # gate order (i, f, g, o)
+            c_next = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h_next = jax.nn.sigmoid(o) * jnp.tanh(c_next)
+            # Past its length a sequence holds its state (the masked LISA Lab LSTM).
+            live = live[:, None]
+            h, c = jnp.where(live, h_next, h), jnp.where(live, c_next, c)
+            return (h, c, recurrent), h
+
         def lstm(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
             n = x.shape[0]
-            recurrent = self._cast(params, w_hh)
             # The input projection of every step at once, time-major for the scan.
             projected = jnp.dot(x, self._cast(params, w_ih), precision=precision)
             projected = jnp.swapaxes(projected + self._cast(params, bias), 0, 1)
-
-            def step(carry, inputs):
-                h, c = carry
-                gates_x, live = inputs
-                gates = gates_x + jnp.dot(h, recurrent, precision=precision)
-                i, f, g, o = jnp.split(gates, 4, axis=-1)  # gate order (i, f, g, o)
-                c_next = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-                h_next = jax.nn.sigmoid(o) * jnp.tanh(c_next)
-                # Past its length a sequence holds its state (the masked LISA Lab LSTM).
-                live = live[:, None]
-                h, c = jnp.where(live, h_next, h), jnp.where(live, c_next, c)
-                return (h, c), h
-
             zeros = jnp.zeros((n, node.hidden_size), dtype)
-            _, outputs = lax.scan(step, (zeros, zeros), (projected, ctx.lengths.live))
+            _, outputs = lax.scan(step, (zeros, zeros, self._cast(params, w_hh)),
+                                  (projected, ctx.lengths.live))
             return jnp.swapaxes(outputs, 0, 1)
         return lstm
 

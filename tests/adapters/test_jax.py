@@ -1,7 +1,9 @@
 """JAX-specific checks: precision and layout really reach the traced program, variants
-compute the same function, single-layer measures time only their backward kernel, the
-memory and environment settings hold, unsupported cases say why, OOM errors are
-recognised, a Ctrl-C is not lost, and more CPUs really run on more cores.
+compute the same function, single-layer measures time only their backward kernel, an epoch
+compiles each padded length once, profiles split XLA's operations by layer and the trace
+reduction handles XLA:CPU's asynchronous thunks and CUDA kernels, the memory and
+environment settings hold, unsupported cases say why, OOM errors are recognised, a Ctrl-C
+is not lost, and more CPUs really run on more cores.
 
 Runs inside the ``tests(jax)`` nox session (``--framework=jax``)."""
 
@@ -13,6 +15,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +27,16 @@ import jax.numpy as jnp  # noqa: E402
 
 from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported  # noqa: E402
 from adapters.jax import JaxAdapter  # noqa: E402
+from adapters.jax.adapter import (  # noqa: E402
+    HloOp,
+    cpu_operation_times,
+    gpu_times,
+    hlo_ops,
+    operation_label,
+)
+from adapters.profiling import layer_type, summarise  # noqa: E402
 from models import ir  # noqa: E402
-from models.inputs import make_batch  # noqa: E402
+from models.inputs import make_batch, make_epoch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
 from tests import reference_numpy  # noqa: E402
@@ -249,6 +260,272 @@ def test_the_last_handle_ready_means_every_step_is_done(adapter):
         prepared.close()
 
 
+# --- epochs -----------------------------------------------------------------------------------
+
+class CompileCounter:
+    """XLA compilations while it is open, as jax.monitoring reports them."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self):
+        self.count = 0
+
+    def _listen(self, event, duration, **kwargs):
+        self.count += event == self.EVENT
+
+    def __enter__(self):
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+
+@pytest.mark.parametrize("name, variant, measure", [
+    ("lstm_tiny", "jit", "forward"), ("lstm_tiny", "jit", "gradient"),
+    ("lstm_tiny", "eager", "forward"), ("conv_tiny", "eager", "gradient"),
+    # Not ("lstm_tiny", "eager", "gradient"): outside jit, JAX differentiates lax.scan anew
+    # at every call and compiles the new forward and transposed loops (two per batch).
+])
+def test_a_second_epoch_compiles_nothing(adapter, name, variant, measure):
+    """Each padded length compiles once, in the first epoch (with jit, one executable per
+    length); the second finds everything in JAX's caches (Bahrampour et al. 4.4 time the
+    epoch after that first pass)."""
+    model = get_model(name)
+    batches = make_epoch(model, 4, 5)
+    prepared = adapter.prepare(model, canonical_weights(model), batches[0],
+                               CaseConfig("fp32", variant))
+    try:
+        run = prepared.epoch_step(measure, batches)
+        with CompileCounter() as first:
+            prepared.sync(run())
+        with CompileCounter() as second:
+            prepared.sync(run())
+    finally:
+        prepared.close()
+    lengths = {batch.x.shape[1] for batch in batches}
+    if variant == "jit":
+        assert first.count == len(lengths), (first.count, lengths)
+    assert first.count > 0 and second.count == 0, (first.count, second.count)
+
+
+@pytest.mark.parametrize("name", ["lstm_tiny", "conv_tiny"])
+def test_an_epoch_computes_what_the_step_computes_on_each_batch(adapter, name):
+    """The epoch's last result is the single-batch step's on the last batch: the same
+    functions, the same layout conversion of each batch, nothing carried over."""
+    model = get_model(name)
+    weights = canonical_weights(model)
+    batches = make_epoch(model, 4, 3)
+    epoch = adapter.prepare(model, weights, batches[0], CaseConfig())
+    single = adapter.prepare(model, weights, batches[-1], CaseConfig())
+    try:
+        forward = epoch.epoch_step("forward", batches)()
+        np.testing.assert_allclose(forward, single.step("forward")(), rtol=1e-6, atol=1e-7)
+        loss, grads = epoch.epoch_step("gradient", batches)()
+        expected_loss, expected_grads = single.step("gradient")()
+        assert np.isclose(loss, expected_loss, rtol=1e-6)
+        for key, value in expected_grads.items():
+            np.testing.assert_allclose(grads[key], value, rtol=1e-5, atol=1e-7)
+    finally:
+        epoch.close()
+        single.close()
+
+
+def test_epochs_of_other_measures_are_unsupported(adapter):
+    prepared = prepare(adapter, "lenet_tiny")
+    try:
+        with pytest.raises(Unsupported, match="no epoch of grad_input"):
+            prepared.epoch_step("grad_input", [make_batch(get_model("lenet_tiny"), 4)])
+    finally:
+        prepared.close()
+
+
+# --- profiles --------------------------------------------------------------------------------
+
+def test_a_convnet_profile_splits_time_by_layer_and_names_xla_operations(adapter):
+    prepared = prepare(adapter, "alexnet_tiny")
+    try:
+        profile = prepared.profile("gradient", iterations=2)
+        fn, args = prepared.measured
+        instructions = hlo_ops(fn.lower(*args).compile().as_text())
+    finally:
+        prepared.close()
+    assert profile.tool == "jax.profiler (XLA:CPU thunks)" and not profile.kernel_level
+    shares = profile.by_layer_type
+    assert all(shares[kind] > 0 for kind in ("conv", "pool", "relu", "fc")), shares
+    # Li et al. 2016, Fig. 2: convolutions take most of a convnet's training iteration.
+    assert max(shares, key=shares.get) == "conv", shares
+    # Every operation is an instruction of the step's optimised HLO, labelled with the
+    # JAX operation and layer it came from where XLA recorded one.
+    assert all(op.name.split(" (")[0] in instructions for op in profile.top_kernels)
+    assert any("jvp(conv)/conv_general_dilated" in op.name for op in profile.top_kernels)
+
+
+def test_an_eager_profile_names_each_primitive(adapter):
+    prepared = prepare(adapter, "alexnet_tiny", variant="eager")
+    try:
+        profile = prepared.profile("forward", iterations=1)
+    finally:
+        prepared.close()
+    # Without one optimised module, the trace's module names say which primitive ran.
+    assert any("(jit_conv_general_dilated)" in op.name for op in profile.top_kernels)
+    assert profile.by_layer_type["conv"] > 0
+
+
+HLO = """
+%fused_computation.6 (param_0.6: f32[4,16], param_1.6: f32[16,32]) -> f32[4,32] {
+  %param_0.6 = f32[4,16]{1,0} parameter(0)
+  %param_1.6 = f32[16,32]{1,0} parameter(1)
+  ROOT %dot_general.5 = f32[4,32]{1,0} dot(%param_0.6, %param_1.6), lhs_contracting_dims={1}, \
+rhs_contracting_dims={0}, metadata={op_name="jit(_loss)/jvp(dense)/dot_general"}
+}
+
+%fused_computation.47 (param_0: f32[4,16,16,8], param_1: f32[8]) -> f32[4,16,16,8] {
+  %param_0 = f32[4,16,16,8]{3,2,1,0} parameter(0)
+  %param_1 = f32[8]{0} parameter(1)
+  %broadcast.1 = f32[4,16,16,8]{3,2,1,0} broadcast(%param_1), dimensions={3}
+  %add.1 = f32[4,16,16,8]{3,2,1,0} add(%param_0, %broadcast.1)
+  %constant.1 = f32[] constant(0)
+  %broadcast.2 = f32[4,16,16,8]{3,2,1,0} broadcast(%constant.1), dimensions={}
+  ROOT %max.1 = f32[4,16,16,8]{3,2,1,0} maximum(%add.1, %broadcast.2)
+}
+
+%fused_computation.9 (p: f32[8]) -> (f32[8], f32[8]) {
+  %p = f32[8]{0} parameter(0)
+  %negate.1 = f32[8]{0} negate(%p)
+  ROOT %tuple.1 = (f32[8]{0}, f32[8]{0}) tuple(%p, %negate.1)
+}
+
+ENTRY %main.99 (x.1: f32[4,16], w.1: f32[16,32], c.1: f32[4,16,16,8], b.1: f32[8]) -> f32[4,32] {
+  %x.1 = f32[4,16]{1,0} parameter(0), metadata={op_name="x"}
+  %ynn_fusion.6 = f32[4,32]{1,0} fusion(%x.1, %w.1), kind=kCustom, calls=%fused_computation.6, \
+metadata={op_name="jit(_loss)/jvp(dense)/dot_general" stack_frame_id=18}
+  %broadcast_maximum_fusion.3 = f32[4,16,16,8]{3,2,1,0} fusion(%c.1, %b.1), kind=kLoop, \
+calls=%fused_computation.47, metadata={op_name="jit(_loss)/jvp(relu)/jit(relu)/max"}
+  %multi = (f32[8]{0}, f32[8]{0}) fusion(%b.1), kind=kLoop, calls=%fused_computation.9
+  %cudnn-conv.1 = (f32[4,16,16,8]{3,2,1,0}, u8[0]{0}) custom-call(%c.1, %c.1), \
+custom_call_target="__cudnn$convForward", metadata={op_name="jit(_loss)/jvp(conv)/conv_general_dilated"}
+  ROOT %convolution.4 = f32[4,32]{1,0} convolution(%x.1, %w.1), window={size=1}, dim_labels=bf_io->bf
+}
+""".replace("\\\n", "")
+
+
+def test_hlo_instructions_tell_what_fusions_compute_and_where_they_came_from():
+    ops = hlo_ops(HLO)
+    assert ops["ynn_fusion.6"] == HloOp("dot", "jit(_loss)/jvp(dense)/dot_general")
+    assert ops["broadcast_maximum_fusion.3"] == HloOp("maximum", "jit(_loss)/jvp(relu)/jit(relu)/max")
+    assert ops["multi"] == HloOp("", "")           # a tuple root tells nothing
+    assert ops["cudnn-conv.1"].kind == "__cudnn$convForward"
+    assert ops["convolution.4"] == HloOp("convolution", "")
+    assert operation_label("ynn_fusion.6", {}, ops) == \
+        "ynn_fusion.6 (dot; jit(_loss)/jvp(dense)/dot_general)"
+    assert operation_label("convolution.4", {}, ops) == "convolution.4"
+    assert [layer_type(operation_label(name, {}, ops)) for name in
+            ("ynn_fusion.6", "broadcast_maximum_fusion.3", "multi", "cudnn-conv.1")] == \
+        ["fc", "relu", "other", "conv"]
+
+
+def xspace(planes: dict[str, dict[str, list[tuple]]]) -> jax.profiler.ProfileData:
+    """A trace from {plane: {line: [(event name, start µs, duration µs, stats)]}}."""
+    names: dict[str, int] = {}
+    stats: dict[str, int] = {}
+
+    def stat(key, value):
+        kind = "str_value" if isinstance(value, str) else "int64_value"
+        shown = f'"{value}"' if isinstance(value, str) else value
+        return f"stats {{ metadata_id: {stats.setdefault(key, len(stats) + 1)} {kind}: {shown} }}"
+
+    text = []
+    for plane_id, (plane, lines) in enumerate(planes.items(), 1):
+        names.clear()
+        stats.clear()
+        body = []
+        for line_id, (line, events) in enumerate(lines.items(), 1):
+            rows = [f"events {{ metadata_id: {names.setdefault(name, len(names) + 1)} "
+                    f"offset_ps: {int(start * 1e6)} duration_ps: {int(duration * 1e6)} "
+                    + " ".join(stat(k, v) for k, v in event_stats.items()) + " }"
+                    for name, start, duration, event_stats in events]
+            body.append(f'lines {{ id: {line_id} name: "{line}" timestamp_ns: 0 {" ".join(rows)} }}')
+        body += [f'event_metadata {{ key: {i} value {{ id: {i} name: "{n}" }} }}' for n, i in names.items()]
+        body += [f'stat_metadata {{ key: {i} value {{ id: {i} name: "{n}" }} }}' for n, i in stats.items()]
+        text.append(f'planes {{ id: {plane_id} name: "{plane}" {" ".join(body)} }}')
+    return jax.profiler.ProfileData.from_text_proto("\n".join(text))
+
+
+START, STOP = "ThreadpoolListener::StartRegion", "ThreadpoolListener::StopRegion"
+
+
+def test_cpu_thunks_run_until_they_finish_and_loops_keep_only_their_own_time():
+    """Modelled on jax 0.10.2's XLA:CPU traces: a convolution handed to the thread pool
+    ends its event at once and finishes in a pool task, whose callbacks run the next
+    thunks (a "ThunkExecutor::Execute") before recording "end: <op>"."""
+    space = xspace({"/host:CPU": {
+        "tf_XLAEigen/1": [
+            (START, 0, 0, {}),
+            ("convolution.4", 10, 5, {"hlo_op": "convolution.4", "_p": 1}),
+            ("copy.1", 16, 4, {"hlo_op": "copy.1", "_p": 2}),
+            ("end: copy.1", 20, 0.1, {"_c": 2}),
+            (STOP, 25, 0, {}),
+        ],
+        "tf_XLAEigen/2": [
+            (START, 30, 0, {}),          # the convolution's shard: no events of its own
+            ("ThunkExecutor::Execute", 100, 10, {}),
+            ("maximum_fusion", 101, 3, {"hlo_op": "maximum_fusion", "_p": 3}),
+            ("end: maximum_fusion", 104, 0.1, {"_c": 3}),
+            ("end: convolution.4", 111, 0.1, {"_c": 1}),
+            (STOP, 112, 0, {}),
+        ],
+        "tf_XLAPjRtCpuClient/1": [
+            ("while.2", 200, 50, {"hlo_op": "while.2", "_p": 4}),
+            ("dot.1", 205, 10, {"hlo_op": "dot.1", "_p": 5}),
+            ("end: dot.1", 215, 0.1, {"_c": 5}),
+            ("end: while.2", 250, 0.1, {"_c": 4}),
+        ],
+        "tf_XLAEigen/3": [("add.1", 220, 20, {"hlo_op": "add.1"})],   # the loop body, here too
+    }})
+    times = {name: (round(ms * 1e3, 3), calls) for name, ms, calls in cpu_operation_times(space, {})}
+    assert times == {
+        "convolution.4": (90.0, 1),   # from 10 µs to the continuation at 100 µs, not to 111 µs
+        "copy.1": (4.0, 1), "maximum_fusion": (3.0, 1), "dot.1": (10.0, 1), "add.1": (20.0, 1),
+        "while.2": (20.0, 1),         # 50 µs less the 30 µs its body's thunks ran
+    }
+
+
+def test_gpu_kernels_are_timed_per_operation_and_per_kernel():
+    """Modelled on jax 0.11.2's CUDA traces on an H100: each kernel names its HLO operation
+    and the execution (scope_range_id); inside a command buffer, XLA's own kernels are named
+    after their fusion. Only stream lines hold device time."""
+    conv = {"hlo_op": "cudnn-conv.1"}
+    buffer = {"hlo_op": "command_buffer_3", "scope_range_id": 9}
+    space = xspace({"/device:GPU:0": {
+        "Stream #14(Compute)": [
+            ("nchwToNhwcKernel", 0, 1, {**conv, "scope_range_id": 1}),
+            ("sm90_xmma_fprop_implicit_gemm", 1, 4, {**conv, "scope_range_id": 1}),
+            ("nchwToNhwcKernel", 10, 1, {**conv, "scope_range_id": 2}),
+            ("sm90_xmma_fprop_implicit_gemm", 11, 4, {**conv, "scope_range_id": 2}),
+            ("loop_add_fusion_2", 20, 2, buffer),
+            ("loop_add_fusion_2", 23, 2, buffer),
+            ("sm90_xmma_gemm_f32f32", 26, 3, buffer),
+        ],
+        "XLA Ops": [("cudnn-conv.1", 0, 15, conv)],   # a derived line: not counted again
+    }, "/host:CPU": {"python": [("PjitFunction(_loss)", 0, 30, {})]}})
+    hlo = {"cudnn-conv.1": HloOp("__cudnn$convForward", "jit(_loss)/jvp(conv)/conv_general_dilated"),
+           "loop_add_fusion.2": HloOp("add", "jit(_loss)/jvp(conv)/add")}
+    operations, kernels = gpu_times(space, hlo)
+    assert {name: (round(ms * 1e3, 3), calls) for name, ms, calls in operations} == {
+        "cudnn-conv.1 (__cudnn$convForward; jit(_loss)/jvp(conv)/conv_general_dilated)": (10.0, 2),
+        "loop_add_fusion.2 (jit(_loss)/jvp(conv)/add)": (4.0, 2),   # "add" is in its name
+        "sm90_xmma_gemm_f32f32": (3.0, 1),
+    }
+    assert {name: (round(ms * 1e3, 3), calls) for name, ms, calls in kernels} == {
+        "nchwToNhwcKernel": (2.0, 2), "sm90_xmma_fprop_implicit_gemm": (8.0, 2),
+        "loop_add_fusion_2": (4.0, 2), "sm90_xmma_gemm_f32f32": (3.0, 1)}
+    profile = summarise("jax.profiler (CUDA kernels)", "gradient", 2, operations, kernels)
+    assert profile.kernel_level and profile.top_kernels[0].name == "sm90_xmma_fprop_implicit_gemm"
+    assert profile.by_layer_type["conv"] == pytest.approx(0.007)
+    assert profile.by_layer_type["fc"] == pytest.approx(0.0015)
+
+
 # --- memory, environment, errors ------------------------------------------------------------
 
 class FakeGpu:
@@ -397,15 +674,16 @@ def test_cpu_count_really_changes_cpu_use(path):
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_worker_rows_record_the_cpus_xla_used(tmp_path):
+    from suites.spec import Job
+    from suites.timer import TimerSettings
     from suites.worker import Plan
 
     for threads in (1, 2):
         results = tmp_path / f"t{threads}.jsonl"
-        job = {"model": "conv_tiny", "batch": 2, "device": "cpu", "threads": threads,
-               "interop_threads": 1, "precision": "fp32", "variant": "jit",
-               "measures": ["forward"], "pending": ["forward"]}
+        job = Job("conv_tiny", 2, "cpu", threads, 1, "fp32", "jit", ("forward",),
+                  timer=TimerSettings(warmup=1, min_samples=3, budget_s=0.2))
         plan = Plan("threads", "jax", "cpu", threads, 1, str(results), 0,
-                    {"warmup": 1, "min_samples": 3, "budget_s": 0.2}, [job])
+                    [{**asdict(job), "pending": ["forward"]}])
         plan.to_file(tmp_path / "plan.json")
         subprocess.run([sys.executable, "-m", "suites.worker", str(tmp_path / "plan.json")],
                        cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)
