@@ -104,7 +104,10 @@ def make_report(loaded: Loaded) -> Report:
         equiv_worst_rel=[equiv.rows[s].worst if s in equiv.rows else float("nan")
                          for s in frame["source"]])
     hist = historical.load_historical()
-    found = ratios.framework_ratios(frame) + ratios.device_ratios(frame)
+    # Compile-cache rows exist for their first calls (Table 8); their steady-state samples
+    # are a single one, so every other table reads the rows without a cache state.
+    steady = frame[frame["compile_cache"] == ""].reset_index(drop=True)
+    found = ratios.framework_ratios(steady) + ratios.device_ratios(steady)
 
     hosts = sorted(set(frame["host"]))
     overview = [
@@ -119,7 +122,7 @@ def make_report(loaded: Loaded) -> Report:
     sections = [Section("overview", "Overview", tuple(overview) + CONVENTIONS,
                         tables=(environment_table(frame),))]
     sections.append(Section("summary", "Summary: models × frameworks",
-                            tables=tuple(tmod.summary_tables(frame, equiv))))
+                            tables=tuple(tmod.summary_tables(steady, equiv))))
     sentences = tuple(r.sentence() + "." for r in found)
     ratio_tables = tuple(t for t in (tm.ratio_table(found, "framework"),
                                      tm.ratio_table(found, "device")) if t is not None)
@@ -127,7 +130,7 @@ def make_report(loaded: Loaded) -> Report:
         sections.append(Section("ratios", "Ratios", bullets=sentences, tables=ratio_tables))
     model_tables = []
     bahrampour_models = {m for models in BAHRAMPOUR_SETS.values() for m in models}
-    for model, batch, table in tmod.model_tables(frame, equiv):
+    for model, batch, table in tmod.model_tables(steady, equiv):
         model_tables.append(table)
         if model in bahrampour_models:
             continue   # its published numbers sit beside the Bahrampour-format table
@@ -137,23 +140,23 @@ def make_report(loaded: Loaded) -> Report:
     if model_tables:
         sections.append(Section("models", "Per model (cnn-benchmarks format)",
                                 tables=tuple(model_tables)))
-    layer = tl.layer_tables(frame, hist)
+    layer = tl.layer_tables(steady, hist)
     if layer:
         sections.append(Section("layers", "Convolution layers (convnet-benchmarks format)",
                                 tables=tuple(layer)))
-    bahr = (tb.bahrampour_tables(frame, hist) + tb.epoch_tables(frame, hist)
-            + tb.sae_tables(frame, hist) + tb.compile_tables(frame, hist))
+    bahr = (tb.bahrampour_tables(steady, hist) + tb.epoch_tables(steady, hist)
+            + tb.sae_tables(steady, hist) + tb.compile_tables(frame, hist))
     if bahr:
         sections.append(Section("bahrampour", "Bahrampour et al. format", tables=tuple(bahr)))
-    misc = [t for t in (tm.sweep_table(frame), tm.transfer_table(frame)) if t is not None]
+    misc = [t for t in (tm.sweep_table(steady), tm.transfer_table(steady)) if t is not None]
     if misc:
         sections.append(Section("layers-misc", "Single layers and transfers",
                                 tables=tuple(misc)))
-    profiles = tp.hotspot_tables(frame) + tp.top_kernel_tables(frame)
+    profiles = tp.hotspot_tables(steady) + tp.top_kernel_tables(steady)
     if profiles:
         sections.append(Section("profiles", "Hotspot layers and kernels (Li et al. format)",
-                                tables=tuple(profiles), plots=tuple(plots.profile_plots(frame))))
-    figures = plots.all_plots(frame)
+                                tables=tuple(profiles), plots=tuple(plots.profile_plots(steady))))
+    figures = plots.all_plots(steady)
     if figures:
         sections.append(Section("figures", "Figures", plots=tuple(figures)))
     failures = tm.failures_table(frame)
