@@ -66,6 +66,10 @@ def time_cell(row, ci: bool = True) -> Cell:
     title = (f"median {fmt_ms(row['median_ms'])} ms, 95% CI {fmt_ms(row['ci_low_ms'])}–"
              f"{fmt_ms(row['ci_high_ms'])}, IQR {fmt_ms(row['iqr_ms'])}, "
              f"{int(row['samples']) if is_num(row['samples']) else 0} samples")
+    return _flag_unstable(row, text, title)
+
+
+def _flag_unstable(row, text: str, title: str) -> Cell:
     if row["unstable"]:
         text += f" {UNSTABLE}"
         title += f"; unstable: {row['unstable_reason']}"
@@ -87,10 +91,7 @@ def per_batch_cell(row) -> Cell:
     text = fmt_ms(row["per_batch_median_ms"])
     title = (f"epoch median {fmt_ms(row['median_ms'])} ms (95% CI {fmt_ms(row['ci_low_ms'])}–"
              f"{fmt_ms(row['ci_high_ms'])}) over {fmt_count(row['epoch_batches'])} batches")
-    if row["unstable"]:
-        text += f" {UNSTABLE}"
-        title += f"; unstable: {row['unstable_reason']}"
-    return Cell(text, title=title)
+    return _flag_unstable(row, text, title)
 
 
 def fmt_count(value: float) -> str:
