@@ -150,6 +150,12 @@ class Runner:
             directory = compile_cache_dir(self.path, job)
             if job.compile_cache == "cold":
                 shutil.rmtree(directory, ignore_errors=True)
+            elif not directory.is_dir() or not any(p.is_file() for p in directory.rglob("*")):
+                # A warm run on an empty cache would be a second cold run under another name.
+                self.record_without_worker(job, names, "failed",
+                                           f"the cold run left no compilation cache in {directory}",
+                                           progress, task)
+                return 0
             directory.mkdir(parents=True, exist_ok=True)
             cache_dir = str(directory.resolve())
         while remaining:

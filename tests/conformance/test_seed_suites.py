@@ -72,3 +72,38 @@ def test_quick_suite_runs_end_to_end(tmp_path, framework, entry, name):
     elif cached:
         assert all(row["status"] == "unsupported" for row in cached)
     assert wanted <= ok
+
+
+def test_a_warm_run_without_a_filled_cache_is_a_failed_row(tmp_path, framework, entry):
+    if not entry.compile_cache_variants:
+        pytest.skip(f"{framework} keeps no persistent compilation cache")
+    suite = tmp_path / "warm.toml"
+    suite.write_text(f"""
+name = "warm"
+[timer]
+warmup = 0
+min_samples = 1
+budget_s = 0.0
+[[cases]]
+models = ["lenet_tiny"]
+batches = [2]
+measures = ["forward"]
+devices = ["cpu"]
+variants = ["{entry.compile_cache_variants[0]}"]
+compile_cache = ["cold", "warm"]
+""")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "suites", "run", str(suite), "--framework", framework,
+               "--device", "cpu", "--out", str(out)]
+    assert subprocess.run(command, cwd=ROOT, capture_output=True, timeout=900).returncode == 0
+    (path,) = out.rglob("*.jsonl")
+    for cache in (out / "warm").rglob("compile-cache"):
+        for item in sorted(cache.rglob("*"), reverse=True):   # empty it: as if never filled
+            item.unlink() if item.is_file() else item.rmdir()
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()
+                            if "/cache-warm" not in line))
+    assert subprocess.run([*command, "--resume"], cwd=ROOT, capture_output=True,
+                          timeout=900).returncode == 0
+    warm = [json.loads(line) for line in path.read_text().splitlines() if "/cache-warm" in line]
+    assert warm and all(row["status"] == "failed" and "no compilation cache" in row["reason"]
+                        for row in warm)
