@@ -92,6 +92,9 @@ def check_precision(precision: str, on_gpu: bool) -> None:
                           "mode the other frameworks run")
 
 
+ALLOW_SPINNING = "session.intra_op.allow_spinning"
+
+
 def session_options(config: RunConfig, variant: str) -> ort.SessionOptions:
     """Thread counts are always explicit: ONNX Runtime sizes its pools from the host's
     cores, not from the process's CPU affinity mask that the worker sets."""
@@ -333,9 +336,9 @@ class OrtPrepared(Prepared):
         One session per distinct shape rather than one graph with a dynamic time axis: the
         epoch then runs the very graph the forward measure runs (static shapes that ORT
         folds and plans memory for, at the same optimisation level), and an IMDB epoch has
-        few distinct padded lengths (14 in 124 batches of 16). Batches of the prepared
-        batch's shape reuse its session; every batch has its own binding, device inputs
-        and output, so no two batches share anything a run writes."""
+        few distinct padded lengths (14 in 124 batches of 16). An epoch of one shape reuses
+        the forward session; every batch has its own binding, device inputs and output, so
+        no two batches share anything a run writes."""
         if measure == "gradient":
             raise Unsupported(NO_GRADIENTS)
         if measure != "forward":
@@ -343,12 +346,21 @@ class OrtPrepared(Prepared):
         if not batches:
             raise ValueError("an epoch needs at least one batch")
         self.epoch = []   # a previous epoch's device memory goes first
+        all_inputs = [graph_inputs(self.model, batch) for batch in batches]
+        options = None
         sessions = {input_signature(self.inputs): self.session}
-        for batch in batches:
-            inputs = graph_inputs(self.model, batch)
+        if {input_signature(inputs) for inputs in all_inputs} != set(sessions):
+            # Several sessions run in turn, each with its own intra-op pool, whose threads
+            # spin after a run by default and so take the cores from the next session's
+            # run (a 2-thread LSTM epoch on 2 cores ran 4x slower than a 1-thread one).
+            # Spinning is off for every session of such an epoch, the first one included.
+            options = session_options(self.config, self.variant)
+            options.add_session_config_entry(ALLOW_SPINNING, "0")
+            sessions = {}
+        for inputs in all_inputs:
             signature = input_signature(inputs)
             if signature not in sessions:
-                sessions[signature] = self.new_session(inputs)
+                sessions[signature] = self.new_session(inputs, options)
             self.epoch.append(BoundBatch.place(sessions[signature], inputs, self.device))
         epoch, run_options = self.epoch, self.run_options
 
