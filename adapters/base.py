@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from adapters.measures import EPOCH_MEASURES, MEASURES, PRECISIONS, PROFILE  # noqa: F401
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights

@@ -20,6 +20,9 @@ from adapters.base import KernelTime, Profile
 
 LAYER_TYPES = ("conv", "pool", "relu", "fc", "concat", "norm", "other")
 TOP_KERNELS = 10
+# Unprofiled runs before the profiled ones: the first compiles or traces, runs cuDNN's
+# algorithm search and allocates; the second runs as every later one does.
+WARMUP_RUNS = 2
 
 # Order matters: a convolution kernel's name may contain "gemm" (implicit GEMM), so conv
 # is tried before fc; "relu" inside a fused convolution's name ("FusedConv", cuDNN's

@@ -38,7 +38,7 @@ from adapters.base import (
 )
 from adapters.jax.network import Context, Lengths, Numerics, build, loss_value
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.profiling import summarise
+from adapters.profiling import WARMUP_RUNS, summarise
 from models.analysis import analyse
 from models.inputs import Batch
 from models.ir import Model
@@ -496,7 +496,7 @@ class JaxPrepared(Prepared):
 
     def profile(self, measure: str, iterations: int) -> Profile:
         run = self.step(measure)
-        for _ in range(2):   # compiled (and autotuned on a GPU) before the trace starts
+        for _ in range(WARMUP_RUNS):
             self.sync(run())
         hlo = self._optimised_hlo()
         space = trace_steps(run, self.sync, iterations)

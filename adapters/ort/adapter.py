@@ -34,7 +34,7 @@ from adapters.base import (
 )
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.ort.network import INPUT, LENGTHS, OUTPUT, build
-from adapters.profiling import summarise
+from adapters.profiling import WARMUP_RUNS, summarise
 from models import ir
 from models.inputs import Batch
 from models.ir import Model
@@ -55,9 +55,6 @@ NO_KERNEL_EVENTS = ("this onnxruntime build records no CUDA kernel events (built
                     "--enable_cuda_profiling); its node times on the CUDA EP are host-side "
                     "launch times, not GPU time")
 PROFILER = "onnxruntime profiler (SessionOptions.enable_profiling)"
-# Runs before the profiled ones, left out of the profile: the first allocates the arena
-# and, on GPU, runs cuDNN's algorithm search; the second runs as every later one does.
-PROFILE_WARMUP_RUNS = 2
 US_PER_MS = 1e3
 
 
@@ -387,11 +384,11 @@ class OrtPrepared(Prepared):
             options.profile_file_prefix = str(Path(folder) / "profile")
             bound = BoundBatch.place(self.new_session(self.inputs, options), self.inputs,
                                      self.device)
-            for _ in range(PROFILE_WARMUP_RUNS + iterations):
+            for _ in range(WARMUP_RUNS + iterations):
                 self.sync(bound.run(self.run_options))
             events = read_trace(bound.session.end_profiling())
             del bound   # the profiled session and its device memory
-            return profile_from_trace(events, measure, PROFILE_WARMUP_RUNS, iterations,
+            return profile_from_trace(events, measure, WARMUP_RUNS, iterations,
                                       self.on_gpu)
         finally:
             # The trace file exists from the session's creation on: removed also where a

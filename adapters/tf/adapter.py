@@ -28,7 +28,7 @@ from adapters.base import (
     Unsupported,
 )
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.profiling import summarise
+from adapters.profiling import WARMUP_RUNS, summarise
 from adapters.tf.network import Context, Conv2d, Dense, Lengths, build
 from models.inputs import Batch
 from models.ir import Model
@@ -209,7 +209,6 @@ class DenseBackward:
 #   cupti_collector.cc) whose events are kernels and copies, each with a "tf_op" stat
 #   ("<op name>:<op type>", the TensorFlow op that launched it) or, under XLA, "hlo_op".
 
-PROFILE_WARMUP = 2
 HOST_PLANE = "/host:CPU"
 GPU_PLANE_PREFIX = "/device:GPU:"
 STREAM_LINE_PREFIX = "Stream #"
@@ -487,7 +486,7 @@ class TFPrepared(Prepared):
 
     def profile(self, measure: str, iterations: int) -> Profile:
         step = self.step(measure)
-        for _ in range(PROFILE_WARMUP):  # traced (and compiled) before profiling starts
+        for _ in range(WARMUP_RUNS):
             self.sync(step())
         with tempfile.TemporaryDirectory() as logdir:
             # host_tracer_level 2 records every TensorFlow op (1: user annotations only);

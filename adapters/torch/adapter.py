@@ -23,6 +23,7 @@ from adapters.base import (
     Unsupported,
 )
 from adapters.memory import peak_rss, reset_peak_rss
+from adapters.profiling import WARMUP_RUNS
 from adapters.torch.network import Lengths, build
 from adapters.torch.profile import profile_steps
 from models.inputs import Batch
@@ -164,7 +165,7 @@ class TorchPrepared(Prepared):
 
     def profile(self, measure: str, iterations: int) -> Profile:
         run = self.step(measure)
-        for _ in range(2):      # cuDNN autotune and compilation stay out of the profile
+        for _ in range(WARMUP_RUNS):
             self.sync(run())
         return profile_steps(run, self.sync, measure, iterations, self.on_gpu)
 
