@@ -93,6 +93,11 @@ class Profile:
     by_layer_type: dict[str, float]
     top_kernels: tuple[KernelTime, ...]
     kernel_level: bool       # True: top_kernels are device kernels; False: framework ops
+    # Kernel-tracer profiles (adapters/kernel_trace.py) only: host time per traced
+    # iteration, for comparing the kernel total with it, and ms per convolution kernel
+    # family (implicit GEMM, FFT, Winograd, ...).
+    wall_ms: float | None = None
+    conv_families: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

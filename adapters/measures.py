@@ -7,6 +7,9 @@ nothing: the worker needs them before its CPU affinity is set, ahead of numpy.""
 # and kernel (Li et al. 2016, Fig. 2 and Fig. 4).
 EPOCH_MEASURES = ("epoch_forward", "epoch_gradient")
 PROFILE = "profile"
+# "counters": per-kernel hardware counters from Nsight Compute (ncu), reduced as Li et al.
+# 2016 did for Fig. 6 and Table II (suites/counters.py).
+COUNTERS = "counters"
 MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer", *EPOCH_MEASURES,
-            PROFILE)
+            PROFILE, COUNTERS)
 PRECISIONS = ("fp32", "tf32", "bf16")

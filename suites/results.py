@@ -62,6 +62,11 @@ class Row:
     model_info: dict[str, Any] = field(default_factory=dict)  # params, flops, input shape
     fingerprint: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None       # adapters.base.Profile, for "profile" rows
+    # "profile" rows on a GPU: the framework's own profiler beside the kernel tracer's
+    # ``profile`` (suites/kernel_profile.py); "counters" rows: Nsight Compute's metrics
+    # reduced as Li et al. did (suites/counters.py).
+    framework_profile: dict[str, Any] | None = None
+    counters: dict[str, Any] | None = None
     env: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     wall_s: float = 0.0

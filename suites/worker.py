@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from adapters.measures import EPOCH_MEASURES, PROFILE
+from adapters.measures import COUNTERS, EPOCH_MEASURES, PROFILE
 from suites.environment import host_environment, limit_cpus
 from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings, timing_fields
 
@@ -153,10 +153,16 @@ class Worker:
                     continue
                 try:
                     if name == PROFILE:
-                        profile = prepared.profile(self.profiled_measure(),
-                                                   job["profile_iterations"])
-                        self.write(key(name), "ok", "", started, profile=asdict(profile),
-                                   model_info=info)
+                        from suites.kernel_profile import profile_fields
+                        fields = profile_fields(prepared, self.plan.device,
+                                                self.profiled_measure(),
+                                                job["profile_iterations"])
+                        self.write(key(name), "ok", "", started, model_info=info, **fields)
+                        continue
+                    if name == COUNTERS:
+                        from suites.counters import counters_fields
+                        fields = counters_fields(self.plan, job, self.profiled_measure())
+                        self.write(key(name), "ok", "", started, model_info=info, **fields)
                         continue
                     step, extra = self.timed_step(prepared, name, model, job)
                     prepared.reset_peak_memory()

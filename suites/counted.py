@@ -1,0 +1,44 @@
+"""The process Nsight Compute profiles for a ``counters`` row (``suites/counters.py``):
+``python -m suites.counted JOB.json`` builds the job's model exactly as the worker does,
+runs the step ``adapters.profiling.WARMUP_RUNS`` times untraced, then the measured
+iterations inside the NVTX start/end range that ncu's filter selects, each synced."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[0]).read_text())
+    import nvtx
+
+    from adapters.base import CaseConfig, RunConfig
+    from adapters.profiling import WARMUP_RUNS
+    from adapters.registry import load_registry
+    from models.inputs import make_batch
+    from models.weights import canonical_weights
+    from models.zoo import get_model
+    from suites.counters import NVTX_DOMAIN, NVTX_RANGE
+
+    entry = load_registry()[job["framework"]]
+    adapter = entry.load()(RunConfig(job["device"], job["threads"], job["interop_threads"]))
+    model = get_model(job["model"])
+    prepared = adapter.prepare(model, canonical_weights(model, job["seed"]),
+                               make_batch(model, job["batch"], job["seed"]),
+                               CaseConfig(job["precision"], job["variant"]))
+    step = prepared.step(job["measure"])
+    for _ in range(WARMUP_RUNS):
+        prepared.sync(step())
+    prepared.sync(None)
+    measured = nvtx.start_range(message=NVTX_RANGE, domain=NVTX_DOMAIN)
+    for _ in range(job["iterations"]):
+        prepared.sync(step())
+    nvtx.end_range(measured)
+    prepared.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

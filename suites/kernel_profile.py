@@ -1,0 +1,58 @@
+"""The ``profile`` measure as the worker runs it: on a GPU, the framework-neutral CUPTI
+kernel tracer (``adapters/kernel_trace.py``) gives the row's kernel times, layer-type
+shares, top kernels and convolution kernel families for every framework alike; the
+framework's own profiler still runs (op names, layer attribution) and goes into the row
+as ``framework_profile``. On a CPU, or where the tracer cannot run, the framework's
+profiler alone gives the row, which then says why the tracer did not.
+
+The tracer runs before the framework's profiler, never inside it: both use CUPTI's
+activity API, whose buffer callbacks are one per process (the later registration wins).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from adapters.base import Unsupported
+from adapters.profiling import WARMUP_RUNS
+
+
+def profile_fields(prepared: Any, device: str, measure: str, iterations: int) -> dict[str, Any]:
+    """The row fields of one ``profile`` measurement; raises ``Unsupported`` when neither
+    the tracer nor the framework's profiler can give one."""
+    kernel_fields: dict[str, Any] = {}
+    tracer_reason = ""
+    if device == "gpu":
+        try:
+            kernel_fields = {"profile": asdict(traced_profile(prepared, measure, iterations))}
+        except Unsupported as error:
+            tracer_reason = str(error)
+    try:
+        framework = prepared.profile(measure, iterations)
+    except Unsupported as error:
+        if not kernel_fields:
+            raise Unsupported("; ".join(filter(None, (str(error), tracer_reason)))) from error
+        return {**kernel_fields, "framework_profile": {"unsupported": str(error)}}
+    if kernel_fields:
+        return {**kernel_fields, "framework_profile": asdict(framework)}
+    extra = {"framework_profile": {"kernel_tracer": tracer_reason}} if tracer_reason else {}
+    return {"profile": asdict(framework), **extra}
+
+
+def traced_profile(prepared: Any, measure: str, iterations: int):
+    """Warm-up, then ``iterations`` runs of ``measure`` under the CUPTI tracer."""
+    from adapters.kernel_trace import kernel_profile, trace, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        raise Unsupported(reason)
+    step = prepared.step(measure)
+    for _ in range(WARMUP_RUNS):
+        prepared.sync(step())
+    try:
+        recorded = trace(step, prepared.sync, iterations)
+    except Exception as error:  # CUPTI refused (another subscriber, no permission)
+        raise Unsupported(f"CUPTI kernel tracer failed: {type(error).__name__}: {error}") \
+            from error
+    return kernel_profile(recorded, measure)
