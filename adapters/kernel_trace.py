@@ -60,7 +60,7 @@ class KernelTrace:
 # CUDNN_CONVOLUTION_*_ALGO_0/1 engines (wgrad_alg0_engine, dgrad_engine). Order matters:
 # "fft" and "winograd" kernels may also carry "gemm" in their names.
 _FAMILIES = (
-    ("fft", re.compile(r"fft")),
+    ("fft", re.compile(r"fft|flip_filter|cgemm")),
     ("winograd", re.compile(r"winograd")),
     ("implicit GEMM", re.compile(r"implicit|precomputed_convolve|xmma_(fprop|dgrad|wgrad)|"
                                  r"cutlass.*conv|conv.*cutlass|nchwkcrs|nhwckrsc")),

@@ -28,11 +28,19 @@ WARMUP_RUNS = 2
 # is tried before fc; "relu" inside a fused convolution's name ("FusedConv", cuDNN's
 # "..._relu" epilogues) still counts as conv.
 _PATTERNS = (
-    ("conv", re.compile(r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|im2col|col2im")),
+    # Kernel names (adapters/kernel_trace.py sees only these): cuDNN's legacy
+    # implicit_convolve_sgemm / fft2d_r2c_* / flip_filter / winograd kernels, cuDNN 9's
+    # xmma_fprop/dgrad/wgrad engines, cutlass ..._cudnn fprop kernels. cuDNN's FFT
+    # algorithm multiplies in the frequency domain with complex GEMMs (cgemm), which no
+    # fp32 dense layer runs.
+    ("conv", re.compile(r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|im2col|col2im|"
+                        r"fft|flip_filter|cgemm")),
     ("pool", re.compile(r"pool|reduce[_-]window|select[_-]and[_-]scatter")),
-    ("relu", re.compile(r"relu|threshold")),
+    # PyTorch's CUDA ReLU runs clamp_min (forward) and threshold (backward) kernels.
+    ("relu", re.compile(r"relu|threshold|clamp_min")),
+    # cuBLAS: sgemm/xmma_gemm/cutlass gemm kernels, gemv, and split-K reductions.
     ("fc", re.compile(r"addmm|\bmm\b|aten::mm|matmul|gemm|gemv|linear|dense|\bdot\b|"
-                      r"^dot|batchmatmul|einsum")),
+                      r"^dot|batchmatmul|einsum|splitkreduce")),
     ("concat", re.compile(r"\bcat\b|aten::cat|concat")),
     # "lrn" starts TensorFlow's LRNGrad and cuDNN's lrnForward kernels; "bn_" cuDNN's
     # batch-norm kernels (bn_fw_inf_...).

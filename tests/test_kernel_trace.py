@@ -1,0 +1,199 @@
+"""The kernel tracer's and the counters measure's reductions, on recorded kernel data
+(tests/data/kernels: CUPTI kernel records and an ``ncu --csv --page raw`` file), and the
+``unsupported`` rows where CUPTI or Nsight Compute is missing. No GPU needed."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from adapters.base import KernelTime, Profile, Unsupported
+from adapters.kernel_trace import (
+    KernelRecord,
+    KernelTrace,
+    conv_families,
+    dominant_family,
+    kernel_family,
+    kernel_profile,
+    unavailable_reason,
+)
+from adapters.profiling import layer_type
+from suites import counters
+from suites.kernel_profile import profile_fields
+from suites.ncu_metrics import METRICS, ncu_metric_names, parse_ncu_csv, reduce_counters
+
+DATA = Path(__file__).parent / "data" / "kernels"
+# Sums of a few dozen float64 durations: exact to ~1e-15 relative; 1e-9 leaves room.
+REL = 1e-9
+
+
+def recorded(name: str) -> KernelTrace:
+    data = json.loads((DATA / name).read_text())
+    records = tuple(KernelRecord(*fields) for fields in data["records"])
+    return KernelTrace(records, data["iterations"], data["wall_ms_total"])
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("void fft2d_r2c_32x32<float, false, 1u, false>(float2*, float const*)", "fft"),
+    ("sm80_xmma_cgemm_f32f32_f32f32_f32_nt_n_tilesize64x64x8_execute_kernel__51_cudnn", "fft"),
+    ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(...)", "winograd"),
+    ("sm90_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_kernel__5x_cudnn",
+     "implicit GEMM"),
+    ("void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false>(...)",
+     "implicit GEMM"),
+    ("void explicit_convolve_sgemm<float, int, 128, 6, 7, 3, 3, 5, 0, false>(...)",
+     "explicit GEMM (im2col)"),
+    ("void cudnn::cnn::wgrad_alg0_engine<float, 128, 6, 7, 3, 3, 5, false, 512>(...)", "direct"),
+    ("void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>(...)", "other"),
+])
+def test_kernel_family(name, family):
+    assert kernel_family(name) == family
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("void fft2d_c2r_32x32<float, false, false, 0u, false, false>(float*, float2 const*)", "conv"),
+    ("void flip_filter<float, float>(float*, float const*, int, int, int, int)", "conv"),
+    ("ampere_sgemm_128x64_nn", "fc"),
+    ("void splitKreduce_kernel<32, 16, int, float, float, float, float, true>(...)", "fc"),
+    ("void at::native::vectorized_elementwise_kernel<4, clamp_min_scalar_kernel_impl>", "relu"),
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(...)", "norm"),
+    ("void cudnn::pooling_fw_4d_kernel<float, float, cudnn::maxpooling_func<float>>", "pool"),
+])
+def test_cudnn_and_cublas_kernel_names_have_layer_types(name, kind):
+    assert layer_type(name) == kind
+
+
+def test_traced_profile_of_an_fft_convolution():
+    trace = recorded("cupti_tf_conv_l2_forward.json")
+    profile = kernel_profile(trace, "forward")
+    per_iteration = sum(r.ms for r in trace.records) / trace.iterations
+    assert math.isclose(profile.total_ms, per_iteration, rel_tol=REL)
+    assert math.isclose(sum(profile.by_layer_type.values()), profile.total_ms, rel_tol=REL)
+    # Everything but TensorFlow's bias kernel is the convolution (FFT, its complex GEMM,
+    # the flipped filter); the bias kernel matches no layer type.
+    bias = next(r.ms for r in trace.records if "Bias" in r.name) * 2 / trace.iterations
+    assert math.isclose(profile.by_layer_type["other"], bias, rel_tol=REL)
+    assert profile.by_layer_type["fc"] == 0.0
+    assert profile.kernel_level and profile.top_kernels[0].name.startswith("sm80_xmma_cgemm")
+    assert profile.top_kernels[0].calls == 1.0
+    assert dominant_family(profile.conv_families) == "fft"
+    # The kernel total stays below the host's time of the same iterations (launch gaps).
+    assert profile.total_ms < profile.wall_ms
+
+
+def test_traced_profile_of_an_implicit_gemm_convolution():
+    profile = kernel_profile(recorded("cupti_torch_conv_l2_forward.json"), "forward")
+    assert dominant_family(profile.conv_families) == "implicit GEMM"
+    assert set(profile.conv_families) == {"implicit GEMM"}   # the add kernel is not conv
+    assert profile.by_layer_type["conv"] > 0.99 * profile.total_ms
+
+
+def test_conv_families_ignore_non_convolution_kernels():
+    families = conv_families([("ampere_sgemm_128x64_nn", 5.0),
+                              ("void fft2d_r2c_32x32<float>", 1.0),
+                              ("void fft2d_c2r_32x32<float>", 1.5)])
+    assert families == {"fft": 2.5}
+    assert dominant_family({}) == ""
+
+
+def test_ncu_csv_is_parsed_with_units_thousands_separators_and_na():
+    kernels = parse_ncu_csv((DATA / "ncu_torch_li_conv1_gradient.csv").read_text())
+    assert len(kernels) == 4
+    assert kernels[0].duration_ns == 4_000_000
+    assert kernels[0].values["launch__shared_mem_per_block_dynamic"] == 98_304
+    assert kernels[1].values["smsp__sass_average_data_bytes_per_sector_mem_global_op_st.pct"] is None
+
+
+def test_counters_are_time_weighted_over_the_top_kernels_as_li_et_al():
+    kernels = parse_ncu_csv((DATA / "ncu_torch_li_conv1_gradient.csv").read_text())
+    reduced = reduce_counters(kernels, iterations=1, top=3)
+    metrics = {key: value["value"] for key, value in reduced["metrics"].items()}
+    # Weights 4, 3, 2 (ms) for fprop, dgrad, wgrad; the fill kernel is not in the top 3.
+    assert math.isclose(metrics["achieved_occupancy"], (12.5 * 4 + 12 * 3 + 40 * 2) / 9, rel_tol=REL)
+    assert math.isclose(metrics["ipc"], (2.1 * 4 + 1.9 * 3 + 1.2 * 2) / 9, rel_tol=REL)
+    assert math.isclose(metrics["warp_execution_efficiency"],
+                        (31 * 4 + 30 * 3 + 28.8 * 2) / 9 / 32 * 100, rel_tol=REL)
+    assert math.isclose(metrics["gld_efficiency"], (50 * 4 + 40 * 3 + 25 * 2) / 9, rel_tol=REL)
+    # dgrad has no global stores ("n/a"): left out, and the covered weight says so.
+    assert math.isclose(metrics["gst_efficiency"], (100 * 4 + 12.5 * 2) / 6, rel_tol=REL)
+    assert math.isclose(reduced["metrics"]["gst_efficiency"]["weight_covered"], 6 / 9, rel_tol=REL)
+    assert math.isclose(metrics["shared_efficiency"], (90 * 4 + 80 * 3 + 60 * 2) / 9, rel_tol=REL)
+    assert math.isclose(metrics["registers_per_thread"], (232 * 4 + 232 * 3 + 64 * 2) / 9,
+                        rel_tol=REL)
+    assert math.isclose(metrics["shared_memory_per_block_kb"], (96 * 4 + 96 * 3 + 12 * 2) / 9,
+                        rel_tol=REL)
+    assert [k["name"][:24] for k in reduced["top_kernels"]] == [
+        "sm90_xmma_fprop_implicit", "sm90_xmma_dgrad_implicit", "void cudnn::cnn::wgrad_a"]
+    assert math.isclose(reduced["top_share"], 9e6 / (9e6 + 1e3), rel_tol=REL)
+
+
+def test_every_ncu_metric_of_the_mapping_is_requested_once():
+    names = ncu_metric_names()
+    assert len(names) == len(set(names))
+    assert {n for m in METRICS for n in m.ncu} <= set(names)
+    assert {m.key for m in METRICS} >= {"achieved_occupancy", "ipc", "warp_execution_efficiency",
+                                        "gld_efficiency", "gst_efficiency", "shared_efficiency",
+                                        "registers_per_thread", "shared_memory_per_block_kb"}
+
+
+def test_the_ncu_command_filters_on_the_measured_range(tmp_path):
+    command = counters.ncu_command("/opt/ncu", tmp_path / "c.csv", tmp_path / "job.json")
+    include = command[command.index("--nvtx-include") + 1]
+    assert include == f"{counters.NVTX_DOMAIN}@{counters.NVTX_RANGE}"
+    assert command[command.index("--metrics") + 1].split(",") == ncu_metric_names()
+    assert command[-3:-1] == ["-m", "suites.counted"]
+
+
+def test_counters_are_unsupported_on_a_cpu_and_without_ncu(monkeypatch, tmp_path):
+    assert "CPU" in counters.unsupported_reason("cpu")
+    monkeypatch.setenv(counters.NCU_ENV, str(tmp_path / "no-ncu"))
+    assert "ncu" in counters.unsupported_reason("gpu")
+
+    class Plan:
+        device = "gpu"
+    with pytest.raises(Unsupported, match="ncu"):
+        counters.counters_fields(Plan(), {}, "gradient")
+
+
+class FakePrepared:
+    """A prepared case whose framework profiler works or not; steps count themselves."""
+
+    def __init__(self, framework_supported: bool):
+        self.framework_supported = framework_supported
+        self.runs = 0
+
+    def step(self, measure):
+        def run():
+            self.runs += 1
+        return run
+
+    def sync(self, handle):
+        pass
+
+    def profile(self, measure, iterations):
+        if not self.framework_supported:
+            raise Unsupported("release builds record no CUDA kernel events")
+        return Profile("fake profiler", measure, iterations, 1.0,
+                       {"conv": 1.0}, (KernelTime("aten::conv", 1.0, 1.0),), False)
+
+
+@pytest.mark.skipif(unavailable_reason() is None, reason="CUPTI is installed here")
+def test_profile_without_cupti_keeps_the_framework_profiler_and_says_why():
+    fields = profile_fields(FakePrepared(True), "gpu", "gradient", 3)
+    assert fields["profile"]["tool"] == "fake profiler"
+    assert "cupti" in fields["framework_profile"]["kernel_tracer"].lower()
+    with pytest.raises(Unsupported, match="release builds.*CUPTI"):
+        profile_fields(FakePrepared(False), "gpu", "forward", 3)
+
+
+def test_profile_on_a_cpu_is_the_framework_profiler_alone():
+    prepared = FakePrepared(True)
+    assert profile_fields(prepared, "cpu", "gradient", 3) == {
+        "profile": {"tool": "fake profiler", "measure": "gradient", "iterations": 3,
+                    "total_ms": 1.0, "by_layer_type": {"conv": 1.0},
+                    "top_kernels": ({"name": "aten::conv", "ms": 1.0, "calls": 1.0},),
+                    "kernel_level": False, "wall_ms": None, "conv_families": {}}}
+    assert prepared.runs == 0
