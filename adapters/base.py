@@ -95,9 +95,11 @@ class Profile:
     kernel_level: bool       # True: top_kernels are device kernels; False: framework ops
     # Kernel-tracer profiles (adapters/kernel_trace.py) only: host time per traced
     # iteration, for comparing the kernel total with it, and ms per convolution kernel
-    # family (implicit GEMM, FFT, Winograd, ...).
+    # family (implicit GEMM, FFT, Winograd, ...), over the profiled measure and, traced
+    # separately, over the forward pass alone (kernel names rarely tell the direction).
     wall_ms: float | None = None
     conv_families: dict[str, float] = field(default_factory=dict)
+    forward_conv_families: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ activity API, whose buffer callbacks are one per process (the later registration
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from adapters.base import Unsupported
@@ -47,12 +47,16 @@ def traced_profile(prepared: Any, measure: str, iterations: int):
     reason = unavailable_reason()
     if reason:
         raise Unsupported(reason)
-    step = prepared.step(measure)
-    for _ in range(WARMUP_RUNS):
-        prepared.sync(step())
-    try:
-        recorded = trace(step, prepared.sync, iterations)
-    except Exception as error:  # CUPTI refused (another subscriber, no permission)
-        raise Unsupported(f"CUPTI kernel tracer failed: {type(error).__name__}: {error}") \
-            from error
-    return kernel_profile(recorded, measure)
+    traced = {}
+    # The forward pass alone too: which algorithm a layer's forward convolution ran
+    # (convnet-benchmarks' layer table), which a gradient trace mixes with backward kernels.
+    for name in dict.fromkeys((measure, "forward")):
+        step = prepared.step(name)
+        for _ in range(WARMUP_RUNS):
+            prepared.sync(step())
+        try:
+            traced[name] = kernel_profile(trace(step, prepared.sync, iterations), name)
+        except Exception as error:  # CUPTI refused (another subscriber, no permission)
+            raise Unsupported(f"CUPTI kernel tracer failed: {type(error).__name__}: "
+                              f"{error}") from error
+    return replace(traced[measure], forward_conv_families=traced["forward"].conv_families)

@@ -195,5 +195,6 @@ def test_profile_on_a_cpu_is_the_framework_profiler_alone():
         "profile": {"tool": "fake profiler", "measure": "gradient", "iterations": 3,
                     "total_ms": 1.0, "by_layer_type": {"conv": 1.0},
                     "top_kernels": ({"name": "aten::conv", "ms": 1.0, "calls": 1.0},),
-                    "kernel_level": False, "wall_ms": None, "conv_families": {}}}
+                    "kernel_level": False, "wall_ms": None, "conv_families": {},
+                    "forward_conv_families": {}}}
     assert prepared.runs == 0

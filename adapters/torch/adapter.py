@@ -207,6 +207,12 @@ class TorchAdapter(Adapter):
         "compile": "torch.compile (inductor, default mode)",
         "no_cudnn": "eager with cuDNN disabled (cnn-benchmarks' 'None' rows)",
         "channels_last": "eager, NHWC memory format (channels_last)",
+        # cudnn.benchmark tries at most benchmark_limit (default 10) of the algorithms
+        # cuDNN's heuristics rank; 0 tries every one (torch.backends.cudnn docs). The
+        # benchmark cache is per process and keyed by the convolution, not the limit, so
+        # this variant means something only in a process that has not run the same shapes
+        # under the default: suites/convnet-benchmarks-search.toml runs it alone.
+        "cudnn_exhaustive": "eager; cuDNN autotune over every algorithm (benchmark_limit=0)",
     }
 
     def __init__(self, config: RunConfig):
@@ -240,6 +246,9 @@ class TorchAdapter(Adapter):
             raise Unsupported("cuDNN exists on GPU only")
         torch.backends.cudnn.enabled = variant != "no_cudnn"
         torch.backends.cudnn.benchmark = on_gpu
+        if variant == "cudnn_exhaustive" and not on_gpu:
+            raise Unsupported("cuDNN exists on GPU only")
+        torch.backends.cudnn.benchmark_limit = 0 if variant == "cudnn_exhaustive" else 10
         return TorchPrepared(self, model, weights, batch, case, variant)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
