@@ -12,6 +12,7 @@ import pandas as pd
 
 from reports import equivalence, historical, peaks, plots, ratios, tidy
 from reports import tables_bahrampour as tb
+from reports import tables_kernels as tk
 from reports import tables_layers as tl
 from reports import tables_misc as tm
 from reports import tables_models as tmod
@@ -156,6 +157,13 @@ def make_report(loaded: Loaded) -> Report:
     if profiles:
         sections.append(Section("profiles", "Hotspot layers and kernels (Li et al. format)",
                                 tables=tuple(profiles), plots=tuple(plots.profile_plots(steady))))
+    tracer = tk.tracer_check_table(steady)
+    kernel_tables = (tk.fig6_tables(steady) + tk.table2_tables(steady)
+                     + ([tracer] if tracer is not None else []))
+    if kernel_tables:
+        sections.append(Section("kernels", "GPU kernel metrics (Li et al. Fig. 6, Table II)",
+                                tables=tuple(kernel_tables),
+                                plots=tuple(plots.fig6_plots(steady))))
     figures = plots.all_plots(steady)
     if figures:
         sections.append(Section("figures", "Figures", plots=tuple(figures)))

@@ -6,7 +6,9 @@
 * CPU thread scaling;
 * per-model bars by setting, forward + backward stacked (= total);
 * the share of profiled time per layer type, stacked to 100% (Li et al. Fig. 2), shown in
-  the hotspot section rather than under "Figures".
+  the hotspot section rather than under "Figures";
+* Li et al. Fig. 6's panels (runtime and the top kernels' hardware metrics), in the
+  kernel-metrics section.
 """
 
 from __future__ import annotations
@@ -321,3 +323,54 @@ def profile_plots(frame: pd.DataFrame) -> list[Plot]:
 def all_plots(frame: pd.DataFrame) -> list[Plot]:
     rows = records(frame)
     return batch_plots(rows) + sweep_plots(rows) + thread_plots(rows) + bar_plots(rows)
+
+
+FIG6_PANELS = (("median_ms", "runtime (ms)"), ("counter_achieved_occupancy", "achieved occupancy (%)"),
+               ("counter_warp_execution_efficiency", "warp execution efficiency (%)"),
+               ("counter_gld_efficiency", "global load efficiency (%)"),
+               ("counter_gst_efficiency", "global store efficiency (%)"),
+               ("counter_ipc", "IPC (per SM)"),
+               ("counter_shared_efficiency", "shared memory efficiency (%)"))
+
+
+def fig6_plots(frame: pd.DataFrame) -> list[Plot]:
+    """Li et al. Fig. 6: per GPU and batch, one panel per quantity (runtime, then the
+    hardware metrics of the top kernels), grouped bars of each framework per layer."""
+    rows = records(frame)
+    counted = [r for r in rows if r["measure"] == "counters" and r["status"] == "ok"]
+    out = []
+    for hw, batch in sorted({(r["hardware"], r["batch"]) for r in counted}):
+        mine = [r for r in counted if (r["hardware"], r["batch"]) == (hw, batch)]
+        layers = sorted({r["model"] for r in mine}, key=sort_key)
+        series = sorted({_profile_series(r) for r in mine})
+        runtime = {}
+        for r in rows:
+            measure = "forward" if r["framework"] == "ort" else "gradient"
+            if (r["hardware"], r["batch"], r["measure"], r["status"]) == (hw, batch, measure, "ok"):
+                runtime[(r["model"], _profile_series(r))] = r["median_ms"]
+        values = {(r["model"], _profile_series(r)): r for r in mine}
+        fig, axes = plt.subplots(len(FIG6_PANELS), 1, figsize=(8.5, 1.7 * len(FIG6_PANELS)),
+                                 sharex=True)
+        width = 0.8 / max(len(series), 1)
+        for ax, (column, title) in zip(axes, reversed(FIG6_PANELS)):  # runtime at the bottom
+            for i, name in enumerate(series):
+                ys = [runtime.get((m, name), float("nan")) if column == "median_ms"
+                      else values.get((m, name), {}).get(column, float("nan")) for m in layers]
+                ax.bar([x + i * width for x in range(len(layers))], ys, width, label=name)
+            ax.set_ylabel(title, fontsize=7)
+            ax.tick_params(labelsize=7)
+        axes[-1].set_xticks([x + 0.4 - width / 2 for x in range(len(layers))])
+        axes[-1].set_xticklabels([_safe(m) for m in layers], fontsize=7)
+        axes[0].set_title(_safe(f"GPU metrics of the top kernels: {hw}, batch {batch}"),
+                          fontsize=9)
+        axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+        out.append(Plot(slug(f"fig6_{hw}_{batch}"), f"Fig. 6 panels, {hw}, batch {batch}",
+                        _png(fig), "Li et al. Fig. 6: from bottom to top the runtime (timed "
+                        "median), achieved occupancy, warp execution efficiency, global "
+                        "load and store efficiency, IPC and shared memory efficiency of the "
+                        "top kernels (time-weighted, Nsight Compute)."))
+    return out
+
+
+def _profile_series(r: dict) -> str:
+    return _safe(f"{r['framework']} {_variant(r)} {r['precision']}")

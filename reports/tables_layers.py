@@ -47,6 +47,17 @@ def _cell(value: float, failed: dict | None) -> Cell:
     return cells.value_cell(value)
 
 
+FAMILY_SHORT = {"implicit GEMM": "iGEMM", "explicit GEMM (im2col)": "GEMM", "fft": "FFT",
+                "winograd": "Winograd", "direct": "direct", "other": "other"}
+
+
+def _family(measures: dict) -> str:
+    row = measures.get("profile")
+    if row is None or row["status"] != "ok" or not row.get("profile_conv_family"):
+        return ""
+    return FAMILY_SHORT.get(row["profile_conv_family"], row["profile_conv_family"])
+
+
 def _sum(values: list[float]) -> float:
     return math.nan if any(math.isnan(v) for v in values) else sum(values)
 
@@ -120,25 +131,43 @@ def _one_machine(set_name, layers, rows, device, hw, batch, serial) -> list[Tabl
         if not any(not math.isnan(values[(s, m, meas)][0]) or values[(s, m, meas)][1]
                    for s in settings for m, _ in layers):
             continue
+        # Which algorithm ran: the forward kernel family per layer, from the kernel
+        # tracer's profile rows (adapters/kernel_trace.py), beside the forward times.
+        families = ({s: [_family(per_layer[m].get(s, {})) for m, _ in layers]
+                     for s in settings} if meas == "forward" else {})
+        with_families = any(any(f) for f in families.values())
         body = []
         for s in settings:
             got = [values[(s, m, meas)] for m, _ in layers]
             if all(math.isnan(v) and f is None for v, f in got):
                 continue
+            family = (Cell(" / ".join(f or "—" for f in families[s]),
+                           title="dominant convolution kernel family per layer, forward pass "
+                                 "(CUPTI kernel tracer)"),) if with_families else ()
             body.append((*_setting_cells(s, extra[s]), *(_cell(v, f) for v, f in got),
-                         cells.value_cell(_sum([v for v, _ in got]))))
+                         cells.value_cell(_sum([v for v, _ in got])), *family))
         mins = [min((values[(s, m, meas)][0] for s in settings
                      if not math.isnan(values[(s, m, meas)][0])), default=math.nan)
                 for m, _ in layers]
         body.append((Cell("cherry-picking", emphasis="italic"),
                      Cell("best per layer", emphasis="italic"), Cell(""), Cell(""),
                      *(Cell(cells.fmt_ms(v), emphasis="italic") for v in mins),
-                     Cell(cells.fmt_ms(_sum(mins)), emphasis="italic")))
+                     Cell(cells.fmt_ms(_sum(mins)), emphasis="italic"),
+                     *((Cell(""),) if with_families else ())))
+        notes = ("Columns are times in milliseconds (median).",)
+        if with_families:
+            notes += (f"Kernel family ({' / '.join(label for _, label in layers)}): the "
+                      "convolution algorithm that held most of the forward pass's kernel "
+                      "time, from the kernel names (" + "; ".join(
+                          f"{short} = {long}" for long, short in FAMILY_SHORT.items()) +
+                      "); — = no profile row.",)
         tables.append(Table(f"layers-{serial}-{meas}", f"{set_name}: {title}, {where}",
                             ("Framework", "Variant", "Precision", "Threads",
-                             *(label for _, label in layers), "Total"), tuple(body),
-                            (False,) * 4 + (True,) * (len(layers) + 1),
-                            notes=("Columns are times in milliseconds (median).",)))
+                             *(label for _, label in layers), "Total",
+                             *(("Kernel family",) if with_families else ())), tuple(body),
+                            (False,) * 4 + (True,) * (len(layers) + 1)
+                            + ((False,) if with_families else ()),
+                            notes=notes))
     return tables
 
 

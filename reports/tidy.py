@@ -38,7 +38,13 @@ STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", 
                   "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
                   "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
                   "started_at", "case_id", "source", "hardware", "compile_cache",
-                  "profile_tool", "profile_measure", "profile_top_kernels")
+                  "profile_tool", "profile_measure", "profile_top_kernels",
+                  "profile_conv_family", "profile_conv_families", "framework_profile_tool",
+                  "counters_tool", "counters_measure", "counters_top_kernels")
+# The counters measure's values (suites/ncu_metrics.py keys: Li et al.'s nvprof names).
+COUNTER_KEYS = ("achieved_occupancy", "ipc", "warp_execution_efficiency", "gld_efficiency",
+                "gst_efficiency", "shared_efficiency", "registers_per_thread",
+                "shared_memory_per_block_kb")
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,32 @@ def flatten_profile(profile: dict | None) -> dict:
         **{f"profile_{kind}_ms": layers.get(kind, float("nan")) for kind in LAYER_TYPES},
         "profile_top_kernels": json.dumps(profile.get("top_kernels") or []),
         "profile_kernel_level": bool(profile.get("kernel_level", False)),
+        # Kernel-tracer profiles (GPU): host ms per traced iteration and the convolution
+        # kernel families, of the forward pass where it was traced apart.
+        "profile_wall_ms": _number(profile.get("wall_ms")),
+        "profile_conv_family": _dominant(profile.get("forward_conv_families")
+                                         or profile.get("conv_families")),
+        "profile_conv_families": json.dumps(profile.get("forward_conv_families")
+                                            or profile.get("conv_families") or {}),
+    }
+
+
+def _dominant(families: dict | None) -> str:
+    """The kernel family with the most convolution time ("other" only when alone)."""
+    named = {k: v for k, v in (families or {}).items() if k != "other"} or (families or {})
+    return max(named, key=named.get) if named else ""
+
+
+def flatten_counters(counters: dict | None) -> dict:
+    """A "counters" row's reduced Nsight Compute metrics as flat columns."""
+    counters = counters or {}
+    metrics = counters.get("metrics") or {}
+    return {
+        "counters_tool": _text(counters.get("tool")),
+        "counters_measure": _text(counters.get("measure")),
+        "counters_top_kernels": json.dumps(counters.get("top_kernels") or []),
+        **{f"counter_{key}": _number((metrics.get(key) or {}).get("value"))
+           for key in COUNTER_KEYS},
     }
 
 
@@ -106,6 +138,8 @@ def flatten(raw) -> dict:
         **{k: _text(env.get(k)) for k in ENV_FIELDS},
         "fingerprint": json.dumps(data.get("fingerprint")),
         **flatten_profile(data.get("profile")),
+        "framework_profile_tool": _text((data.get("framework_profile") or {}).get("tool")),
+        **flatten_counters(data.get("counters")),
         "started_at": _text(data.get("started_at")),
         "wall_s": float(data.get("wall_s") or 0.0),
         "source": f"{raw.path}:{raw.line}", "order": raw.order,

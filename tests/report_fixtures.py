@@ -45,13 +45,15 @@ def make_row(model: str, batch: int, measure: str, framework: str, device: str,
              fp_scale: float = 1.0, started: str = "2026-01-10T10:00:00",
              peak_bytes: int | None = None, suite: str = "test", env: dict | None = None,
              first_call: float | None = None, compile_cache: str = "",
-             profile: dict | None = None, timing_extra: dict | None = None) -> dict:
+             profile: dict | None = None, timing_extra: dict | None = None,
+             framework_profile: dict | None = None, counters: dict | None = None) -> dict:
     variant = variant or VARIANT.get(framework, "default")
     env = dict(env or (GPU_HOST if device == "gpu" else CPU_HOST))
     env["framework_version"] = VERSIONS.get(framework, "1.0")
     params, flops, shape = INFO.get(model, (1000, 1e6, [3, 32, 32]))
     timing = memory = fp = None
-    if status == "ok" and profile is None:   # the runner's profile rows: no timing, no memory
+    # the runner's profile and counters rows: no timing, no memory
+    if status == "ok" and profile is None and counters is None:
         samples = [median * (1 + d) for d in (-0.01, -0.005, 0, 0, 0.003, 0.006, 0.01)]
         timing = {"first_call_ms": first_call or median * 40, "median_ms": median,
                   "iqr_ms": median * 0.01, "ci_low_ms": median * 0.99,
@@ -73,8 +75,8 @@ def make_row(model: str, batch: int, measure: str, framework: str, device: str,
             "status": status, "reason": reason, "timing": timing, "memory": memory,
             "model_info": {"family": model.rstrip("0123456789"), "params": params,
                            "flops_per_example": flops, "input_shape": shape},
-            "fingerprint": fp, "profile": profile, "env": env, "started_at": started,
-            "wall_s": 3.0}
+            "fingerprint": fp, "profile": profile, "framework_profile": framework_profile,
+            "counters": counters, "env": env, "started_at": started, "wall_s": 3.0}
 
 
 def cpu_rows() -> list[dict]:
@@ -237,6 +239,65 @@ def profile_rows() -> list[dict]:
             make_row("alexnet", 128, "profile", "torch", "cpu", None, threads=6, profile=cpu),
             make_row("alexnet", 128, "profile", "tf", "gpu", None, threads=4,
                      status="unsupported", reason="tf variant 'graph' has no profiler hook")]
+
+
+def counters(occupancy: float, ipc: float, warp: float, gld: float | None, gst: float,
+             shared: float, registers: float, smem_kb: float, measure: str) -> dict:
+    """A counters row's reduced Nsight Compute metrics (suites/ncu_metrics.py layout)."""
+    values = {"achieved_occupancy": occupancy, "ipc": ipc, "warp_execution_efficiency": warp,
+              "gld_efficiency": gld, "gst_efficiency": gst, "shared_efficiency": shared,
+              "registers_per_thread": registers, "shared_memory_per_block_kb": smem_kb}
+    return {"tool": "Nsight Compute (ncu)", "ncu_version": "Version 2025.3.1",
+            "measure": measure, "iterations": 3, "launches": 9, "top_share": 1.0,
+            "top_kernels": [{"name": "sm90_xmma_fprop_implicit_gemm", "share": 0.6,
+                             "ms_under_ncu": 3.0}],
+            "metrics": {k: {"value": v, "unit": "%", "label": k, "ncu": [],
+                            "weight_covered": 1.0 if v is not None else 0.0}
+                        for k, v in values.items()}}
+
+
+def tracer_profile(conv: float, other: float, wall: float, families: dict,
+                   forward_families: dict, measure: str) -> dict:
+    """A kernel-tracer profile (adapters/kernel_trace.py)."""
+    row = profile(conv, 0.0, 0.0, 0.0, 0.0, 0.0, other, [("fft2d_r2c_32x32", conv, 2.0)],
+                  kernel_level=True, tool="CUPTI activity API (cupti-python)")
+    return {**row, "measure": measure, "wall_ms": wall, "conv_families": families,
+            "forward_conv_families": forward_families}
+
+
+def kernel_rows() -> list[dict]:
+    """Li et al. Fig. 6 / Table II counters of two Table I layers for torch and ORT (one
+    not permitted), and tracer profiles of convnet-benchmarks' L2 beside its timed rows."""
+    rows = [make_row("li_conv1", 128, "counters", "torch", "gpu", None, threads=4,
+                     counters=counters(30.0, 2.0, 95.0, 40.0, 80.0, 90.0, 200.0, 90.0,
+                                       "gradient")),
+            make_row("li_conv2", 128, "counters", "torch", "gpu", None, threads=4,
+                     counters=counters(20.0, 1.0, 90.0, None, 70.0, 60.0, 100.0, 30.0,
+                                       "gradient")),
+            make_row("li_conv1", 128, "counters", "ort", "gpu", None, threads=4,
+                     variant="ort_all", counters=counters(50.0, 1.5, 99.0, 60.0, 100.0,
+                                                          50.0, 64.0, 16.0, "forward")),
+            make_row("li_conv2", 128, "counters", "ort", "gpu", None, threads=4,
+                     variant="ort_all", status="unsupported",
+                     reason="the driver does not let this user read GPU performance "
+                            "counters (ERR_NVGPUCTRPERM)"),
+            make_row("li_conv1", 128, "gradient", "torch", "gpu", 6.0, threads=4),
+            make_row("li_conv2", 128, "gradient", "torch", "gpu", 9.0, threads=4),
+            make_row("li_conv1", 128, "forward", "ort", "gpu", 2.0, threads=4,
+                     variant="ort_all")]
+    for layer in ("conv_l1", "conv_l2"):
+        rows += [make_row(layer, 128, "forward", "tf", "gpu", 2.13, threads=4),
+                 make_row(layer, 128, "gradient", "tf", "gpu", 4.2, threads=4),
+                 make_row(layer, 128, "forward", "torch", "gpu", 14.7, threads=4),
+                 make_row(layer, 128, "gradient", "torch", "gpu", 16.8, threads=4)]
+    rows += [make_row("conv_l2", 128, "profile", "tf", "gpu", None, threads=4,
+                      profile=tracer_profile(4.0, 0.1, 4.3, {"fft": 3.0, "direct": 1.0},
+                                             {"fft": 1.9}, "gradient")),
+             make_row("conv_l2", 128, "profile", "torch", "gpu", None, threads=4,
+                      profile=tracer_profile(12.0, 0.1, 16.9,
+                                             {"implicit GEMM": 11.0, "direct": 1.0},
+                                             {"implicit GEMM": 14.5}, "gradient"))]
+    return rows
 
 
 def transfer_rows() -> list[dict]:

@@ -742,3 +742,44 @@ def test_transfer_share_in_the_fixture_report(built):
     report, _, _ = built
     table = find_table(report, "Host → device transfer")
     assert row_where(table, Model="resnet50")["Share of total"] == "3.8%"    # 1.2 / 31.2
+
+
+# --- kernel metrics (Li et al. Fig. 6, Table II) and kernel families ------------------------
+
+def test_fig6_and_table2_in_the_papers_layout(tmp_path):
+    report = report_of(tmp_path, fx.kernel_rows())
+    section = [s for s in report.sections if s.key == "kernels"][0]
+    fig6 = find_table(report, "Fig. 6: runtime and GPU metrics of the top kernels, GPU")
+    torch1 = row_where(fig6, Layer="li_conv1", Setting="torch eager fp32 · gpu")
+    assert torch1["Measure"] == "gradient" and torch1["Runtime (ms)"] == "6.00"
+    assert (torch1["Occupancy %"], torch1["IPC"], torch1["gld eff. %"]) == ("30.0", "2.00", "40.0")
+    ort1 = row_where(fig6, Layer="li_conv1", Setting="ort ort_all fp32 · gpu")
+    assert ort1["Measure"] == "forward" and ort1["Runtime (ms)"] == "2.00"
+    assert row_where(fig6, Layer="li_conv2", Setting="torch eager fp32 · gpu")[
+        "gld eff. %"] == "—"                                   # no top kernel reported it
+    assert row_where(fig6, Layer="li_conv2", Setting="ort ort_all fp32 · gpu")[
+        "Occupancy %"].startswith("unsupported (the driver does not let")
+    assert any("sm__warps_active" in n for n in fig6.notes)
+    table2 = find_table(report, "Table II: registers per thread and shared memory per block")
+    torch = row_where(table2, Implementation="torch eager fp32 · gpu")
+    assert (torch["Registers"], torch["Shared Memory (KB)"]) == ("150", "60.0")  # means of 2
+    assert torch["Configurations"] == "li_conv1, li_conv2"
+    assert row_where(table2, Implementation="ort ort_all fp32 · gpu")["Registers"] == "64"
+    assert [p.key for p in section.plots] == ["fig6_NVIDIA_H100_80GB_HBM3_128"]
+
+
+def test_tracer_check_and_kernel_family_beside_layer_times(tmp_path):
+    report = report_of(tmp_path, fx.kernel_rows())
+    check = find_table(report, "Kernel tracer: per-iteration kernel time")
+    tf = row_where(check, Model="conv_l2", Setting="tf graph fp32 · gpu")
+    assert tf["Kernels ÷ median"] == "0.98"                    # 4.1 / 4.2
+    torch = row_where(check, Model="conv_l2", Setting="torch eager fp32 · gpu")
+    assert torch["Kernels ÷ median"] == "0.72"                 # 12.1 / 16.8: launch gaps
+    forward = find_table(report, "forward, gpu")
+    assert forward.columns[-1] == "Kernel family"
+    index = {c: i for i, c in enumerate(forward.columns)}
+    families = {r[index["Framework"]].text: r[index["Kernel family"]].text for r in forward.rows}
+    assert families["tf"] == "— / FFT" and families["torch"] == "— / iGEMM"
+    assert any("iGEMM = implicit GEMM" in n for n in forward.notes)
+    backward = find_table(report, "backward (total − forward), gpu")
+    assert "Kernel family" not in backward.columns
