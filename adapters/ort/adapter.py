@@ -4,7 +4,8 @@ standard fast path; lower optimisation levels and cuDNN algorithm searches as va
 
 ONNX Runtime's training API ships in other packages (onnxruntime-training), so this
 adapter times forward, the host-to-device copy and an epoch of forward passes, and profiles
-forward with ONNX Runtime's own profiler.
+forward with ONNX Runtime's own profiler (on a GPU the worker's CUPTI kernel tracer,
+adapters/kernel_trace.py, gives the kernel times this profiler cannot record there).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ NO_GPU_PEAK = ("ONNX Runtime's Python API exposes no statistics of its CUDA memo
 # option --enable_cuda_profiling, off by default (onnxruntime PR #9875). Without it the
 # profiler only times each node's Compute call on the host, which on the CUDA EP launches
 # kernels asynchronously and returns: a launch time, not the GPU time Li et al. split.
+# The GPU profile row therefore comes from the framework-neutral CUPTI kernel tracer
+# (suites/kernel_profile.py), and this reason goes into its framework_profile.
 NO_KERNEL_EVENTS = ("this onnxruntime build records no CUDA kernel events (built without "
                     "--enable_cuda_profiling); its node times on the CUDA EP are host-side "
                     "launch times, not GPU time")
