@@ -33,6 +33,7 @@ DEFAULT_NCU = Path("/usr/local/cuda/bin/ncu")
 NVTX_DOMAIN = "dlbench"
 NVTX_RANGE = "measured"
 TIMEOUT_S = 1800
+ROOT = Path(__file__).resolve().parent.parent     # where `python -m suites.counted` resolves
 TOOL = "Nsight Compute (ncu), kernels inside the NVTX range dlbench@measured"
 
 
@@ -81,7 +82,7 @@ def counters_fields(plan: Any, job: dict[str, Any], measure: str) -> dict[str, A
             "variant": job["variant"], "measure": measure, "iterations": iterations}))
         csv_path = Path(folder) / "counters.csv"
         done = subprocess.run(ncu_command(ncu, csv_path, child_plan), capture_output=True,
-                              text=True, timeout=TIMEOUT_S, check=False)
+                              text=True, timeout=TIMEOUT_S, check=False, cwd=ROOT)
         log = done.stdout + done.stderr
         if "ERR_NVGPUCTRPERM" in log:
             raise Unsupported("the driver does not let this user read GPU performance "
