@@ -198,3 +198,108 @@ def test_profile_on_a_cpu_is_the_framework_profiler_alone():
                     "kernel_level": False, "wall_ms": None, "conv_families": {},
                     "forward_conv_families": {}}}
     assert prepared.runs == 0
+
+
+class FakeCupti:
+    """The slice of cupti-python's ``cupti.cupti`` the tracer calls (names and signatures
+    from the cupti-python 13.4.0 bindings' stubs): records handed back on a forced flush."""
+
+    class ActivityKind:
+        CONCURRENT_KERNEL = 10
+        MEMCPY = 1
+
+    class ActivityFlag:
+        FLUSH_FORCED = 1
+
+    def __init__(self, launches):
+        self.launches = launches       # appended to by the fake step
+        self.enabled: set[int] = set()
+        self.callbacks = None
+        self.calls: list[str] = []
+
+    def activity_register_callbacks(self, requested, completed):
+        size, max_records = requested()
+        assert size > 0 and max_records == 0
+        self.callbacks = completed
+        self.calls.append("register")
+
+    def activity_enable(self, kind):
+        self.enabled.add(int(kind))
+        self.calls.append("enable")
+
+    def activity_disable(self, kind):
+        self.enabled.discard(int(kind))
+        self.calls.append("disable")
+
+    def activity_flush_all(self, flag):
+        class Activity:
+            def __init__(self, kind, name, start, end):
+                self.kind, self.name, self.start, self.end = kind, name, start, end
+                self.registers_per_thread, self.static_shared_memory = 64, 1024
+                self.dynamic_shared_memory = 0
+        records = [Activity(self.ActivityKind.CONCURRENT_KERNEL, name, start, end)
+                   for name, start, end in self.launches]
+        records.append(Activity(self.ActivityKind.MEMCPY, "memcpy", 0, 5))   # not a kernel
+        self.launches.clear()          # CUPTI hands each record back once
+        self.callbacks(records)
+        self.calls.append(f"flush{flag}")
+
+
+@pytest.fixture
+def fake_cupti(monkeypatch):
+    import sys
+    import types
+
+    launches: list[tuple[str, int, int]] = []
+    fake = FakeCupti(launches)
+    package = types.ModuleType("cupti")
+    package.cupti = fake
+    monkeypatch.setitem(sys.modules, "cupti", package)
+    monkeypatch.setitem(sys.modules, "cupti.cupti", fake)
+    return fake
+
+
+class TracedPrepared(FakePrepared):
+    """A step that 'launches' one convolution kernel per run while the fake CUPTI traces."""
+
+    def __init__(self, cupti: FakeCupti, framework_supported: bool):
+        super().__init__(framework_supported)
+        self.cupti = cupti
+
+    def step(self, measure):
+        name = ("void fft2d_r2c_32x32<float>" if measure == "forward"
+                else "sm90_xmma_wgrad_implicit_gemm_f32f32_kernel__5x_cudnn")
+
+        def run():
+            self.runs += 1
+            if self.cupti.enabled:
+                start = 1000 * self.runs
+                self.cupti.launches.append((name, start, start + 400_000))   # 0.4 ms
+        return run
+
+
+def test_gpu_profile_comes_from_the_tracer_beside_the_framework_profiler(fake_cupti):
+    prepared = TracedPrepared(fake_cupti, framework_supported=True)
+    fields = profile_fields(prepared, "gpu", "gradient", 3)
+    profile = fields["profile"]
+    assert profile["tool"].startswith("CUPTI")
+    assert profile["iterations"] == 3 and profile["kernel_level"]
+    # Three traced gradient runs of one 0.4 ms kernel (the forward trace's kernels and the
+    # memcpy record are not in it).
+    assert math.isclose(profile["total_ms"], 0.4, rel_tol=REL)
+    assert profile["top_kernels"][0]["name"].startswith("sm90_xmma_wgrad")
+    assert profile["conv_families"] == pytest.approx({"implicit GEMM": 0.4})
+    assert profile["forward_conv_families"].keys() == {"fft"}
+    assert fields["framework_profile"]["tool"] == "fake profiler"
+    # warm-up (2) + traced (3), for gradient and then for forward
+    assert prepared.runs == 2 * (2 + 3)
+    assert fake_cupti.calls.count("register") == 2 and fake_cupti.enabled == set()
+
+
+def test_an_engine_without_kernel_events_gets_the_tracers_profile(fake_cupti):
+    fields = profile_fields(TracedPrepared(fake_cupti, framework_supported=False), "gpu",
+                            "forward", 2)
+    assert fields["profile"]["tool"].startswith("CUPTI")
+    assert fields["profile"]["forward_conv_families"].keys() == {"fft"}
+    assert fields["framework_profile"] == {
+        "unsupported": "release builds record no CUDA kernel events"}
