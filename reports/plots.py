@@ -343,12 +343,13 @@ def fig6_plots(frame: pd.DataFrame) -> list[Plot]:
         mine = [r for r in counted if (r["hardware"], r["batch"]) == (hw, batch)]
         layers = sorted({r["model"] for r in mine}, key=sort_key)
         series = sorted({_profile_series(r) for r in mine})
-        runtime = {}
-        for r in rows:
-            measure = "forward" if r["framework"] == "ort" else "gradient"
-            if (r["hardware"], r["batch"], r["measure"], r["status"]) == (hw, batch, measure, "ok"):
-                runtime[(r["model"], _profile_series(r))] = r["median_ms"]
         values = {(r["model"], _profile_series(r)): r for r in mine}
+        runtime = {}    # the timed median of the measure the counters row profiled
+        for r in rows:
+            key = (r["model"], _profile_series(r))
+            if (key in values and (r["hardware"], r["batch"], r["status"]) == (hw, batch, "ok")
+                    and r["measure"] == values[key]["counters_measure"]):
+                runtime[key] = r["median_ms"]
         fig, axes = plt.subplots(len(FIG6_PANELS), 1, figsize=(8.5, 1.7 * len(FIG6_PANELS)),
                                  sharex=True)
         width = 0.8 / max(len(series), 1)

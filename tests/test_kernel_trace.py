@@ -303,3 +303,66 @@ def test_an_engine_without_kernel_events_gets_the_tracers_profile(fake_cupti):
     assert fields["profile"]["forward_conv_families"].keys() == {"fft"}
     assert fields["framework_profile"] == {
         "unsupported": "release builds record no CUDA kernel events"}
+
+
+FAKE_NCU = """#!{python}
+import shutil, sys
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler")
+    print("Version 2025.3.1.0 (build 0)")
+    sys.exit(0)
+with open({record!r}, "w") as handle:
+    handle.write(" ".join(args))
+if {refuse!r}:
+    print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA "
+          "GPU Performance Counters on the target device 0.")
+    sys.exit(1)
+shutil.copy({csv!r}, args[args.index("--log-file") + 1])
+"""
+
+
+def fake_ncu(tmp_path, refuse: bool) -> tuple[Path, Path]:
+    import sys
+
+    record = tmp_path / "ncu-args.txt"
+    script = tmp_path / "ncu"
+    script.write_text(FAKE_NCU.format(python=sys.executable, record=str(record), refuse=refuse,
+                                      csv=str(DATA / "ncu_torch_li_conv1_gradient.csv")))
+    script.chmod(0o755)
+    return script, record
+
+
+class GpuPlan:
+    framework, device, threads, interop_threads, seed = "torch", "gpu", 4, 1, 0
+
+
+JOB = {"model": "li_conv1", "batch": 128, "precision": "fp32", "variant": "eager",
+       "profile_iterations": 3}
+
+
+@pytest.fixture
+def with_nvtx(monkeypatch):
+    real = counters.importlib.util.find_spec
+    monkeypatch.setattr(counters.importlib.util, "find_spec",
+                        lambda name: object() if name == "nvtx" else real(name))
+
+
+def test_counters_row_from_an_ncu_run(tmp_path, monkeypatch, with_nvtx):
+    script, record = fake_ncu(tmp_path, refuse=False)
+    monkeypatch.setenv(counters.NCU_ENV, str(script))
+    row = counters.counters_fields(GpuPlan(), JOB, "gradient")["counters"]
+    args = record.read_text()
+    assert "--nvtx-include dlbench@measured" in args and "-m suites.counted" in args
+    assert row["ncu_version"] == "Version 2025.3.1.0 (build 0)"
+    assert row["measure"] == "gradient" and row["iterations"] == 3 and row["launches"] == 4
+    expected = reduce_counters(parse_ncu_csv(
+        (DATA / "ncu_torch_li_conv1_gradient.csv").read_text()), 3)["metrics"]
+    assert row["metrics"] == expected
+
+
+def test_counters_without_permission_are_unsupported(tmp_path, monkeypatch, with_nvtx):
+    script, _ = fake_ncu(tmp_path, refuse=True)
+    monkeypatch.setenv(counters.NCU_ENV, str(script))
+    with pytest.raises(Unsupported, match="ERR_NVGPUCTRPERM"):
+        counters.counters_fields(GpuPlan(), JOB, "gradient")
