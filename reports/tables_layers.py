@@ -159,7 +159,8 @@ def _one_machine(set_name, layers, rows, device, hw, batch, serial) -> list[Tabl
             notes += (f"Kernel family ({' / '.join(label for _, label in layers)}): the "
                       "convolution algorithm that held most of the forward pass's kernel "
                       "time, from the kernel names (" + "; ".join(
-                          f"{short} = {long}" for long, short in FAMILY_SHORT.items()) +
+                          f"{short} = {long}" for long, short in FAMILY_SHORT.items()
+                          if short.lower() != long) +
                       "); — = no profile row.",)
         tables.append(Table(f"layers-{serial}-{meas}", f"{set_name}: {title}, {where}",
                             ("Framework", "Variant", "Precision", "Threads",

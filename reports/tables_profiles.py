@@ -79,6 +79,12 @@ def _profiled_cell(row: dict) -> Cell:
                       "profiled iterations")
 
 
+def _beside(row: dict) -> str:
+    """The framework's own profiler, where the kernel tracer gave the row (GPU)."""
+    tool = row.get("framework_profile_tool") or ""
+    return f"beside it (op names, in the row's framework_profile): {tool}" if tool else ""
+
+
 def hotspot_tables(frame: pd.DataFrame) -> list[Table]:
     """Li et al. Fig. 2 as numbers: per device and hardware, the percentage of the profiled
     time per layer type, one row per model and setting."""
@@ -89,7 +95,7 @@ def hotspot_tables(frame: pd.DataFrame) -> list[Table]:
         extra = extras([s for _, s in part])
         body = tuple((Cell(r["model"]), Cell(str(r["batch"])), Cell(_setting_name(s, extra[s])),
                       *_share_cells(r), _profiled_cell(r), Cell(r["profile_measure"] or "—"),
-                      Cell(r["profile_tool"] or "—")) for r, s in part)
+                      Cell(r["profile_tool"] or "—", title=_beside(r))) for r, s in part)
         columns = ("Model", "Batch", "Setting", *LAYER_COLUMNS.values(),
                    "Profiled (ms/iter)", "Profiled", "Tool")
         out.append(Table(f"hotspots-{len(out)}",
