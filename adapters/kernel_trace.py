@@ -113,12 +113,12 @@ def kernel_profile(trace: KernelTrace, measure: str) -> Profile:
 def unavailable_reason() -> str | None:
     """Why the tracer cannot run here, or None."""
     try:
-        import cupti  # noqa: F401
+        from cupti import cupti  # noqa: F401  (the bindings load libcupti)
     except ImportError as error:
-        return (f"CUPTI kernel tracer unavailable: cupti-python is not installed ({error}); "
-                f"install cupti-python==13.4.0 and pyelftools")
-    except OSError as error:   # the package is there, libcupti is not
-        return f"CUPTI kernel tracer unavailable: {error}"
+        return (f"CUPTI kernel tracer unavailable: cupti-python cannot be imported ({error}); "
+                f"it needs cupti-python==13.4.0, pyelftools and a CUDA 13 CUPTI library")
+    except Exception as error:   # the package is there, libcupti (or the driver) is not
+        return f"CUPTI kernel tracer unavailable: {type(error).__name__}: {error}"
     return None
 
 
