@@ -5,6 +5,9 @@ launched inside that range (``--nvtx-include``), so compilation, autotuning and 
 stay out. A start/end range, unlike a push/pop one, spans threads: TensorFlow's executor
 and XLA launch kernels from threads other than the one that opened it.
 
+With ``DLBENCH_NCU_RANGE=profiler-api`` ncu starts profiling at the child's
+cuProfilerStart instead (the child calls both around the measured iterations).
+
 The per-kernel CSV is reduced by ``suites/ncu_metrics.py`` as Li et al. 2016 did.
 
 ``ncu`` is found in ``$DLBENCH_NCU``, on PATH, or in /usr/local/cuda/bin; where it is
@@ -29,6 +32,7 @@ from adapters.base import Unsupported
 from suites.ncu_metrics import ncu_metric_names, parse_ncu_csv, reduce_counters
 
 NCU_ENV = "DLBENCH_NCU"
+RANGE_ENV = "DLBENCH_NCU_RANGE"
 DEFAULT_NCU = Path("/usr/local/cuda/bin/ncu")
 NVTX_DOMAIN = "dlbench"
 NVTX_RANGE = "measured"
@@ -58,8 +62,21 @@ def unsupported_reason(device: str) -> str | None:
     return None
 
 
+def range_filter() -> list[str]:
+    """How ncu selects the measured iterations: the NVTX range (default), or, with
+    ``DLBENCH_NCU_RANGE=profiler-api``, the cuProfilerStart/Stop pair the child also
+    calls around them (``--profile-from-start off``), for an ncu that does not match
+    the nvtx package's registered-string range names."""
+    mode = os.environ.get(RANGE_ENV, "nvtx")
+    if mode == "profiler-api":
+        return ["--profile-from-start", "off"]
+    if mode != "nvtx":
+        raise Unsupported(f"{RANGE_ENV}={mode!r}: expected 'nvtx' or 'profiler-api'")
+    return ["--nvtx", "--nvtx-include", f"{NVTX_DOMAIN}@{NVTX_RANGE}"]
+
+
 def ncu_command(ncu: str, csv_path: Path, child_plan: Path) -> list[str]:
-    return [ncu, "--nvtx", "--nvtx-include", f"{NVTX_DOMAIN}@{NVTX_RANGE}",
+    return [ncu, *range_filter(),
             "--metrics", ",".join(ncu_metric_names()), "--csv", "--page", "raw",
             "--print-units", "base", "--target-processes", "all",
             "--log-file", str(csv_path),
@@ -92,7 +109,9 @@ def counters_fields(plan: Any, job: dict[str, Any], measure: str) -> dict[str, A
             raise RuntimeError(f"ncu exited with {done.returncode}: {tail}")
         kernels = parse_ncu_csv(csv_path.read_text() if csv_path.exists() else "")
     if not kernels:
-        raise RuntimeError("ncu profiled no kernels inside the NVTX range")
+        raise RuntimeError(f"ncu profiled no kernels inside the measured range "
+                           f"({' '.join(range_filter())}; {RANGE_ENV}=profiler-api is the "
+                           f"other filter)")
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True,
                              check=False).stdout.strip().splitlines()
     return {"counters": {"tool": TOOL, "ncu_version": version[-1] if version else "",

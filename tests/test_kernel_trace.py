@@ -366,3 +366,13 @@ def test_counters_without_permission_are_unsupported(tmp_path, monkeypatch, with
     monkeypatch.setenv(counters.NCU_ENV, str(script))
     with pytest.raises(Unsupported, match="ERR_NVGPUCTRPERM"):
         counters.counters_fields(GpuPlan(), JOB, "gradient")
+
+
+def test_the_profiler_api_filter_is_the_alternative(tmp_path, monkeypatch):
+    monkeypatch.setenv(counters.RANGE_ENV, "profiler-api")
+    command = counters.ncu_command("/opt/ncu", tmp_path / "c.csv", tmp_path / "job.json")
+    assert "--nvtx" not in command
+    assert command[command.index("--profile-from-start") + 1] == "off"
+    monkeypatch.setenv(counters.RANGE_ENV, "both")
+    with pytest.raises(Unsupported, match="DLBENCH_NCU_RANGE"):
+        counters.range_filter()
