@@ -139,7 +139,25 @@ def table2_tables(frame: pd.DataFrame) -> list[Table]:
                                 "(launch__registers_per_thread; launch__shared_mem_per_block_"
                                 "static + _dynamic), then the mean over the configurations "
                                 "(hover: the range).",)))
+    if out:
+        out.append(table2_published())
     return out
+
+
+# Li et al. 2016 Table II as published (Tesla K40c, nvprof; seed 003): registers per
+# thread and shared memory per block (KB) of each implementation's top kernels.
+LI_TABLE2 = (("Caffe", 86, 8.5), ("cuDNN", 80, 8.4), ("Torch-cunn", 84, 8.1),
+             ("Theano-CorrMM", 72, 7.0), ("cuda-convnet2", 116, 16.0), ("fbfft", 106, 10.0),
+             ("Theano-fft", 2, 4.5))
+
+
+def table2_published() -> Table:
+    return Table("table2-hist", "Historical (published, not measured here): Li et al. 2016 "
+                 "Table II, Tesla K40c", ("Implementation", "Registers", "Shared Memory (KB)"),
+                 tuple((Cell(name, kind="hist"), Cell(str(registers), kind="hist"),
+                        Cell(f"{smem:g}", kind="hist")) for name, registers, smem in LI_TABLE2),
+                 (False, True, True),
+                 notes=("As published (nvprof on a Tesla K40c, 2016 software).",))
 
 
 def tracer_check_table(frame: pd.DataFrame) -> Table | None:

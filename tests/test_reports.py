@@ -765,6 +765,8 @@ def test_fig6_and_table2_in_the_papers_layout(tmp_path):
     assert (torch["Registers"], torch["Shared Memory (KB)"]) == ("150", "60.0")  # means of 2
     assert torch["Configurations"] == "li_conv1, li_conv2"
     assert row_where(table2, Implementation="ort ort_all fp32 · gpu")["Registers"] == "64"
+    published = find_table(report, "Li et al. 2016 Table II, Tesla K40c")
+    assert row_where(published, Implementation="cuda-convnet2")["Registers"] == "116"
     assert [p.key for p in section.plots] == ["fig6_NVIDIA_H100_80GB_HBM3_128"]
 
 
