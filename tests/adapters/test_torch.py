@@ -41,6 +41,7 @@ def test_fp32_is_strict(adapter):
 @pytest.mark.parametrize("precision, variant, reason", [
     ("tf32", "default", "GPU tensor-core mode"),
     ("fp32", "no_cudnn", "cuDNN exists on GPU only"),
+    ("fp32", "cudnn_exhaustive", "cuDNN exists on GPU only"),
 ])
 def test_gpu_only_settings_are_unsupported_on_cpu(adapter, precision, variant, reason):
     with pytest.raises(Unsupported, match=reason):
