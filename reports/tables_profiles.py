@@ -111,7 +111,12 @@ def hotspot_tables(frame: pd.DataFrame) -> list[Table]:
                                 "iteration without the optimizer update (forward + loss + "
                                 "backward), forward = inference.",
                                 "Profiled ms include the profiler's overhead: compare "
-                                "shares here, times in the timed tables.")))
+                                "shares here, times in the timed tables.",
+                                "Tool 'CUPTI activity API': one kernel tracer for every "
+                                "framework on a GPU, classifying kernels by name; fused or "
+                                "generic element-wise kernels (XLA fusions, Eigen kernels) "
+                                "count as other there (hover the tool for the framework's "
+                                "own profiler, kept in the row).")))
     return out
 
 
