@@ -34,6 +34,13 @@ def profile_fields(prepared: Any, device: str, measure: str, iterations: int) ->
         if not kernel_fields:
             raise Unsupported("; ".join(filter(None, (str(error), tracer_reason)))) from error
         return {**kernel_fields, "framework_profile": {"unsupported": str(error)}}
+    except Exception as error:
+        # The tracer's profile stands on its own: a framework profiler that fails after it
+        # (two CUPTI clients in one process) costs only the op names.
+        if not kernel_fields:
+            raise
+        text = " ".join(str(error).split())[:300]
+        return {**kernel_fields, "framework_profile": {"failed": f"{type(error).__name__}: {text}"}}
     if kernel_fields:
         return {**kernel_fields, "framework_profile": asdict(framework)}
     extra = {"framework_profile": {"kernel_tracer": tracer_reason}} if tracer_reason else {}

@@ -376,3 +376,15 @@ def test_the_profiler_api_filter_is_the_alternative(tmp_path, monkeypatch):
     monkeypatch.setenv(counters.RANGE_ENV, "both")
     with pytest.raises(Unsupported, match="DLBENCH_NCU_RANGE"):
         counters.range_filter()
+
+
+def test_a_failing_framework_profiler_keeps_the_tracers_profile(fake_cupti):
+    prepared = TracedPrepared(fake_cupti, framework_supported=True)
+    prepared.profile = lambda measure, iterations: (_ for _ in ()).throw(
+        RuntimeError("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"))
+    fields = profile_fields(prepared, "gpu", "gradient", 2)
+    assert fields["profile"]["tool"].startswith("CUPTI")
+    assert fields["framework_profile"] == {
+        "failed": "RuntimeError: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"}
+    with pytest.raises(RuntimeError):     # without the tracer the failure is the row's
+        profile_fields(prepared, "cpu", "gradient", 2)
