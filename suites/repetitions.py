@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from suites.timer import Timing, TimerSettings
+from suites.timer import TimerSettings, Timing
 
 # Two-sided 95% Student t quantiles t(0.975, df), df = 1..30 (any statistics table);
 # beyond 30 the normal quantile is within 4% of them.
@@ -70,11 +70,18 @@ def sampling_time(timing: Timing) -> float:
 
 
 def repetition_settings(settings: TimerSettings, index: int) -> TimerSettings:
-    """One repetition's timer settings: a share of the case's budget, and the steady-clock
-    wait only before the case's first sample (later repetitions follow other measures of
-    the same job, so the device is busy up to them)."""
-    share = settings.budget_s / max(1, settings.max_repetitions)
-    return replace(settings, budget_s=share,
+    """One repetition's timer settings. The case's ``budget_s`` and ``min_samples`` are
+    shared out over its repetitions (so repetitions cost about what one long run cost);
+    a later repetition's first call is a warm call and counts as one of its warm-up
+    iterations; the steady-clock wait runs only before the case's first sample (later
+    repetitions follow other measures of the same job, which keep the device busy)."""
+    if settings.max_repetitions <= 1 and settings.repetitions <= 1:
+        return settings
+    return replace(settings,
+                   budget_s=settings.budget_s / max(settings.max_repetitions,
+                                                    settings.repetitions),
+                   min_samples=max(2, math.ceil(settings.min_samples / settings.repetitions)),
+                   warmup=settings.warmup if index == 0 else max(0, settings.warmup - 1),
                    steady_max_s=settings.steady_max_s if index == 0 else 0.0)
 
 

@@ -26,17 +26,19 @@ class TimerSettings:
     rel_ci: float = 0.02       # stop once the 95% CI of the median is within ±2%
     budget_s: float = 10.0     # time allowed for sampling one measurement
     min_block_s: float = 0.002  # blocks shorter than this repeat the call (launch-bound cases)
-    unstable_iqr: float = 0.10  # IQR / median above this flags the row as unstable
+    # One repetition: IQR / median above this flags the row as unstable; several: a re-run
+    # interval (suites/repetitions.py) wider than ± this does.
+    unstable_iqr: float = 0.10
     # Between-run variance (suites/repetitions.py): every case is measured in at least
     # ``repetitions`` independent repetitions (each with its own warm-up, inner-loop count
     # and samples), interleaved with the job's other measures; more, up to
     # ``max_repetitions``, while a re-run's median could still differ by more than
     # ``rel_spread``. ``budget_s`` is then the case's whole sampling budget.
-    repetitions: int = 1
-    max_repetitions: int = 1
+    repetitions: int = 3
+    max_repetitions: int = 6
     rel_spread: float = 0.03
     # Longest time spent running the case before its first sample until the device reports
-    # steady clocks (suites/device_state.py); 0 turns the check off.
+    # steady clocks (suites/device_state.py); 0 turns the check off. Only GPUs are checked.
     steady_max_s: float = 1.0
     device_blocks: int = 1     # blocks timed on the device clock, where there is one
 
