@@ -3,6 +3,7 @@
     python -m suites run default-cpu --framework torch --device cpu [--resume] [--out results]
     python -m suites validate suites/my_suite.toml
     python -m suites list
+    python -m suites compare RUN1 RUN2 [RUN3]   # do two or three runs agree? (suites/compare.py)
 """
 
 from __future__ import annotations
@@ -30,11 +31,18 @@ def main(argv: list[str] | None = None) -> int:
     validate = commands.add_parser("validate", help="check a suite file without running it")
     validate.add_argument("suite")
     commands.add_parser("list", help="list the bundled suites")
+    compare = commands.add_parser("compare", help="compare two or three runs case by case")
+    compare.add_argument("runs", nargs="+", type=Path,
+                         help="result folders (or .jsonl files); run 2 back to back, run 3 "
+                              "on another host")
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
             return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
                                      args.resume, args.seed)).run()
+        if args.command == "compare":
+            from suites.compare import main as compare_runs
+            return compare_runs(args.runs)
         if args.command == "validate":
             suite = load_suite(resolve_suite_path(args.suite), load_registry())
             print(f"{suite.path}: ok, {len(suite.groups)} case tables")

@@ -43,20 +43,23 @@ def rerun_interval(medians: list[float]) -> tuple[float, float, float]:
     """(centre, low, high): the median of the repetition medians and a 95% prediction
     interval for the same statistic from an independent re-run of as many repetitions.
 
-    Derivation: with repetition medians spread with standard deviation sigma, the median of
-    n of them has variance about (pi/2) sigma^2 / n (the sample median's asymptotic
-    efficiency for a normal spread); the difference between this run's centre and a
-    re-run's has twice that, pi sigma^2 / n. sigma is estimated by the sample standard
-    deviation s of the n medians, so the half-width is t(0.975, n-1) * s * sqrt(pi / n).
-    With one repetition there is no between-run spread to go on: low = high = centre, and
-    the caller keeps the within-run interval.
+    Run-to-run changes are multiplicative (a clock 5% lower makes every kernel 5% slower),
+    so the spread is taken on log times and the interval is centre * exp(±half). With the
+    log medians spread with standard deviation sigma, the median of n of them has variance
+    about (pi/2) sigma^2 / n (the sample median's asymptotic efficiency for a normal
+    spread); the difference between this run's centre and a re-run's has twice that,
+    pi sigma^2 / n. sigma is estimated by the sample standard deviation s of the n log
+    medians, so half = t(0.975, n-1) * s * sqrt(pi / n). With one repetition there is no
+    between-run spread to go on: low = high = centre, and the caller keeps the within-run
+    interval.
     """
     values = np.asarray(medians, dtype=np.float64)
     centre = float(np.median(values))
-    if len(values) < 2:
+    if len(values) < 2 or np.any(values <= 0):
         return centre, centre, centre
-    half = t_975(len(values) - 1) * float(values.std(ddof=1)) * math.sqrt(math.pi / len(values))
-    return centre, centre - half, centre + half
+    logs = np.log(values)
+    half = t_975(len(values) - 1) * float(logs.std(ddof=1)) * math.sqrt(math.pi / len(values))
+    return centre, centre * math.exp(-half), centre * math.exp(half)
 
 
 def relative_half_width(medians: list[float]) -> float:
