@@ -12,6 +12,7 @@ import pandas as pd
 
 from reports import equivalence, historical, peaks, plots, ratios, tidy
 from reports import tables_bahrampour as tb
+from reports import tables_conditions as tc
 from reports import tables_layers as tl
 from reports import tables_misc as tm
 from reports import tables_models as tmod
@@ -21,9 +22,11 @@ from reports.naming import BAHRAMPOUR_SETS
 from reports.table import Cell, Table
 
 CONVENTIONS = (
-    "Times are medians of per-iteration samples in milliseconds, with a 95% bootstrap "
-    "confidence interval in parentheses; ⚠ marks rows the timer flagged unstable (CI wider "
-    "than ±2% or IQR above 10% of the median).",
+    "Times are medians in milliseconds over independent repetitions of each case, with "
+    "the 95% interval a re-run's median is expected in (parentheses); ⚠ marks rows whose "
+    "re-run interval is wider than ±10% (a row of one repetition: its bootstrap CI and "
+    "IQR). 'Measurement conditions' gives each row's repetitions, device time and GPU "
+    "clocks.",
     "Forward = inference pass; Total = one gradient computation (forward + loss + backward "
     "for all parameters, no optimizer update; Bahrampour's 'gradient computation time'); "
     "Backward = Total − Forward (convnet-benchmarks' and cnn-benchmarks' 'backward').",
@@ -152,6 +155,9 @@ def make_report(loaded: Loaded) -> Report:
     if misc:
         sections.append(Section("layers-misc", "Single layers and transfers",
                                 tables=tuple(misc)))
+    conditions = tc.conditions_table(steady)
+    if conditions is not None:
+        sections.append(Section("conditions", "Measurement conditions", tables=(conditions,)))
     profiles = tp.hotspot_tables(steady) + tp.top_kernel_tables(steady)
     if profiles:
         sections.append(Section("profiles", "Hotspot layers and kernels (Li et al. format)",

@@ -65,8 +65,15 @@ def time_cell(row, ci: bool = True) -> Cell:
         text += f" ({fmt_ms(row['ci_low_ms'])}–{fmt_ms(row['ci_high_ms'])})"
     title = (f"median {fmt_ms(row['median_ms'])} ms, 95% CI {fmt_ms(row['ci_low_ms'])}–"
              f"{fmt_ms(row['ci_high_ms'])}, IQR {fmt_ms(row['iqr_ms'])}, "
-             f"{int(row['samples']) if is_num(row['samples']) else 0} samples")
+             f"{int(row['samples']) if is_num(row['samples']) else 0} samples"
+             f"{repetitions_text(row)}")
     return _flag_unstable(row, text, title)
+
+
+def repetitions_text(row) -> str:
+    """", n independent repetitions" where the row has them (suites/repetitions.py)."""
+    count = row.get("repetitions")
+    return f" in {int(count)} independent repetitions" if is_num(count) else ""
 
 
 def _flag_unstable(row, text: str, title: str) -> Cell:

@@ -60,7 +60,7 @@ def _share_cell(transfer: dict, gradient: dict | None) -> Cell:
 
 
 def transfer_table(frame: pd.DataFrame) -> Table | None:
-    rows = [r for r in records(frame) if r["measure"] == "transfer"]
+    rows = [r for r in records(frame) if r["measure"] in ("transfer", "transfer_pinned")]
     if not rows:
         return None
     gradients = _gradient_rows(frame)
@@ -68,24 +68,30 @@ def transfer_table(frame: pd.DataFrame) -> Table | None:
     with_share = any(g is not None for _, g in paired)
     body = []
     for r, grad in sorted(paired, key=lambda rg: (sort_key(rg[0]["model"]), rg[0]["batch"],
-                                                  rg[0]["framework"])):
+                                                  rg[0]["framework"], rg[0]["measure"])):
         shape = json.loads(r["input_shape"] or "[]")
         size = r["batch"] * math.prod(shape) * (2 if r["precision"] == "bf16" else 4)
         rate = (size / (r["median_ms"] / 1e3) / 1e9 if r["status"] == "ok" and shape
                 and r["median_ms"] > 0 else math.nan)
+        buffer = r.get("host_buffer") or ("pinned" if r["measure"] == "transfer_pinned"
+                                          else "pageable")
         body.append((Cell(r["model"]), Cell(str(r["batch"])), Cell(label(setting_of(r))),
-                     cells.time_cell(r), cells.value_cell(size / 2**20),
+                     Cell(buffer.split(" ")[0], title=buffer), cells.time_cell(r),
+                     cells.value_cell(size / 2**20),
                      Cell(f"{rate:.3g}" if cells.is_num(rate) else cells.MISSING),
                      *((_share_cell(r, grad),) if with_share else ())))
-    notes = ["Size = batch × input shape × 4 bytes (2 for bf16)."]
+    notes = ["Size = batch × input shape × 4 bytes (2 for bf16). Host buffer: pageable "
+             "(ordinary memory, staged by the driver) or pinned (page-locked, read by the "
+             "copy engine directly), as Li et al. Fig. 7's discussion distinguishes."]
     if with_share:
         notes.append("Share of total = transfer / (transfer + gradient), as in Li et al. "
                      "Fig. 7: total = one gradient computation of the same model, batch and "
                      "setting plus the host → device transfer of its input batch.")
     return Table("transfer", "Host → device transfer of one input batch",
-                 ("Model", "Batch", "Setting", "Time (ms)", "Size (MiB)", "GB/s",
-                  *(("Share of total",) if with_share else ())), tuple(body),
-                 (False, True, False, True, True, True, *((True,) if with_share else ())),
+                 ("Model", "Batch", "Setting", "Host buffer", "Time (ms)", "Size (MiB)",
+                  "GB/s", *(("Share of total",) if with_share else ())), tuple(body),
+                 (False, True, False, False, True, True, True,
+                  *((True,) if with_share else ())),
                  notes=tuple(notes))
 
 

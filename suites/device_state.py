@@ -57,19 +57,19 @@ def summarise_readings(readings: list[Reading], sm_max_mhz: float | None) -> dic
     }
 
 
-def clocks_settled(readings: list[Reading], window_s: float = 0.03,
+def clocks_settled(readings: list[Reading], window_s: float = 0.015,
                    tolerance: float = 0.02) -> bool:
-    """True once the SM clock read over the last ``window_s`` (at least three readings)
-    stays within ``tolerance`` of its highest value: the clock has ramped up and stopped
-    moving. NVML's clock reading is instantaneous, so three readings 10 ms apart see a ramp
-    still in progress (boost ramps take tens of milliseconds)."""
+    """True once the last three SM clock readings, spanning at least ``window_s``, stay
+    within ``tolerance`` of their highest: the clock has ramped up and stopped moving.
+    NVML's clock reading is instantaneous and boost ramps take tens of milliseconds, so
+    readings closer together could catch a pause in a ramp still in progress."""
     if len(readings) < 3:
         return False
-    last = readings[-1].at_s
-    recent = [r.sm_mhz for r in readings if last - r.at_s <= window_s]
-    if len(recent) < 3 or readings[0].at_s > last - window_s:
+    last = readings[-3:]
+    if last[-1].at_s - last[0].at_s < window_s:
         return False
-    return min(recent) >= (1 - tolerance) * max(recent)
+    clocks = [r.sm_mhz for r in last]
+    return min(clocks) >= (1 - tolerance) * max(clocks)
 
 
 class GpuMonitor:
