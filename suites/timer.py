@@ -130,13 +130,13 @@ def measure(run: Callable[[], Any], sync: Callable[[Any], None],
     sync(run())
     first_call = clock() - start
 
-    estimate = first_call
+    warm: list[float] = []
     spent = first_call
     for _ in range(settings.warmup):
         start = clock()
         sync(run())
-        estimate = clock() - start
-        spent += estimate
+        warm.append(clock() - start)
+        spent += warm[-1]
         if spent > settings.budget_s:
             break  # a very slow case: its warm-up already spent the budget
 
@@ -145,9 +145,12 @@ def measure(run: Callable[[], Any], sync: Callable[[Any], None],
         while not steady() and clock() - steady_started < settings.steady_max_s:
             start = clock()
             sync(run())
-            estimate = clock() - start
+            warm.append(clock() - start)
     steady_s = clock() - steady_started
 
+    # The inner-loop count from the median of the warm iterations, not the last one: one
+    # slow or fast iteration made the count (and with it the median) differ between runs.
+    estimate = float(np.median(warm)) if warm else first_call
     inner = max(1, math.ceil(settings.min_block_s / max(estimate, 1e-9)))
     samples: list[float] = []
     sampling_started = clock()
