@@ -4,6 +4,7 @@
     python -m suites validate suites/my_suite.toml
     python -m suites list
     python -m suites compare RUN1 RUN2 [RUN3]   # do two or three runs agree? (suites/compare.py)
+    python -m suites interleave default-gpu --frameworks torch jax --device gpu [--blocks 2]
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     validate = commands.add_parser("validate", help="check a suite file without running it")
     validate.add_argument("suite")
     commands.add_parser("list", help="list the bundled suites")
+    interleave = commands.add_parser("interleave", help="several frameworks in counterbalanced "
+                                     "blocks (suites/interleave.py)")
+    interleave.add_argument("suite")
+    interleave.add_argument("--frameworks", nargs="+", required=True)
+    interleave.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    interleave.add_argument("--out", type=Path, default=Path("results"))
+    interleave.add_argument("--resume", action="store_true")
+    interleave.add_argument("--seed", type=int, default=0)
+    interleave.add_argument("--blocks", type=int, default=2)
     compare = commands.add_parser("compare", help="compare two or three runs case by case")
     compare.add_argument("runs", nargs="+", type=Path,
                          help="result folders (or .jsonl files); run 2 back to back, run 3 "
@@ -40,6 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
                                      args.resume, args.seed)).run()
+        if args.command == "interleave":
+            from suites.interleave import run_interleaved
+            if args.blocks < 1:
+                raise SuiteError(f"--blocks must be at least 1, got {args.blocks}")
+            return run_interleaved([RunRequest(args.suite, name, args.device, args.out,
+                                               args.resume, args.seed)
+                                    for name in dict.fromkeys(args.frameworks)], args.blocks)
         if args.command == "compare":
             from suites.compare import main as compare_runs
             return compare_runs(args.runs)

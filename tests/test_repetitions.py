@@ -224,3 +224,9 @@ def test_compare_rejects_missing_or_empty_runs(tmp_path, capsys):
     assert compare.main([tmp_path / "empty"]) == 2
     assert "error" in capsys.readouterr().err
     assert math.isnan(compare.share([]))
+
+
+def test_interleaved_blocks_run_in_abba_order():
+    from suites.interleave import block_order
+    assert block_order(["torch", "jax"], 2) == [(0, "torch"), (0, "jax"), (1, "jax"),
+                                                (1, "torch")]
