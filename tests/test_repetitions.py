@@ -230,3 +230,65 @@ def test_interleaved_blocks_run_in_abba_order():
     from suites.interleave import block_order
     assert block_order(["torch", "jax"], 2) == [(0, "torch"), (0, "jax"), (1, "jax"),
                                                 (1, "torch")]
+
+
+def test_worker_rows_carry_repetitions_gpu_state_and_device_time(tmp_path):
+    """The worker's GPU path with a scripted NVML and device clock: each timed row gets its
+    repetitions, the clock readings and the device time; a failing measure leaves the
+    rotation as an unsupported row while the others finish."""
+    from adapters.base import Memory, Unsupported
+    from suites.results import CaseKey, ResultsFile, Settings
+    from suites.worker import Plan, Worker
+
+    class Prepared:
+        extra: dict = {}
+
+        def step(self, name):
+            if name == "transfer_pinned":
+                raise Unsupported("no pinned memory here")
+            return lambda: None
+
+        def sync(self, handle):
+            pass
+
+        def reset_peak_memory(self):
+            pass
+
+        def peak_memory(self):
+            return Memory(1024, "allocator")
+
+        def device_clock(self):
+            class Clock(DeviceClock):
+                kind = "scripted"
+
+                def elapsed(self):
+                    return 1e-6
+            return Clock()
+
+    class Adapter:
+        def is_out_of_memory(self, error):
+            return False
+
+    path = tmp_path / "rows.jsonl"
+    worker = Worker.__new__(Worker)
+    worker.plan = Plan("s", "torch", "gpu", 1, 1, str(path), 0, [])
+    worker.env, worker.results, worker.adapter = {}, ResultsFile(path), Adapter()
+    worker.gpu_monitor = GpuMonitor(FakeNvml(itertools.repeat(1980)), handle=None)
+    worker.gpu_state_reason = ""
+    settings = Settings("torch", "gpu", "fp32", "eager", 1, 1)
+
+    def key(name):
+        return CaseKey("s", "m", 1, name, settings)
+
+    timer = {"warmup": 1, "min_samples": 3, "budget_s": 0.05, "steady_max_s": 0.2,
+             "repetitions": 3, "max_repetitions": 4}
+    worker.time_measures(Prepared(), ["forward", "transfer_pinned", "gradient"], None,
+                         {"timer": timer}, key, {})
+    rows = {r["measure"]: r for r in map(json.loads, path.read_text().splitlines())}
+    assert rows["transfer_pinned"]["status"] == "unsupported"
+    for name in ("forward", "gradient"):
+        timing = rows[name]["timing"]
+        assert rows[name]["status"] == "ok" and timing["repetitions"] >= 3
+        assert timing["gpu_sm_clock_mhz_median"] == 1980 and timing["gpu_readings"] >= 2
+        assert timing["device_median_ms"] is not None and timing["device_time_kind"] == "scripted"
+        assert rows[name]["memory"]["peak_bytes"] == 1024
