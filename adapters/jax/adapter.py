@@ -477,14 +477,17 @@ class JaxPrepared(Prepared):
     def _pinned_transfer(self) -> Callable[[], Any]:
         """The batch placed once (untimed) in page-locked host memory, JAX's "pinned_host"
         memory kind, then timed onto the device (Li et al. 2016, Fig. 7's discussion)."""
+        single = jax.sharding.SingleDeviceSharding
         try:
-            pinned = jax.device_put(self.host_x, jax.sharding.SingleDeviceSharding(
-                self.device, memory_kind="pinned_host"))
+            pinned = jax.device_put(self.host_x, single(self.device, memory_kind="pinned_host"))
             jax.block_until_ready(pinned)
+            # The device's own memory named explicitly: device_put(array, device) refuses an
+            # array whose memory kind differs from the target's ("memory kind mismatch").
+            target = single(self.device, memory_kind=self.device.default_memory().kind)
         except (ValueError, RuntimeError, NotImplementedError) as error:
             raise Unsupported(f"no pinned host memory kind on this backend: {error}") from None
         self.extra["host_buffer"] = "pinned (page-locked, jax memory_kind='pinned_host')"
-        return lambda: jax.device_put(pinned, self.device)
+        return lambda: jax.device_put(pinned, target)
 
     def _step_fn(self, measure: str) -> Callable:
         return self.forward_fn if measure == "forward" else self.gradient_fn
