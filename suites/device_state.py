@@ -72,6 +72,16 @@ def clocks_settled(readings: list[Reading], window_s: float = 0.015,
     return min(clocks) >= (1 - tolerance) * max(clocks)
 
 
+def near_maximum(readings: list[Reading], sm_max_mhz: float | None,
+                 share: float = 0.9) -> bool:
+    """True when the last two SM clock readings are both within ``share`` of the GPU's
+    maximum: the clock is up, whatever small steps a power limit makes it take (steps
+    that could keep ``clocks_settled`` waiting until ``steady_max_s`` on every case)."""
+    if not sm_max_mhz or len(readings) < 2:
+        return False
+    return min(r.sm_mhz for r in readings[-2:]) >= share * sm_max_mhz
+
+
 class GpuMonitor:
     """One GPU seen through NVML."""
 
@@ -115,7 +125,8 @@ class GpuMonitor:
         now = self.clock()
         if not self.steady_readings or now - self.steady_readings[-1].at_s >= self.POLL_S:
             self.steady_readings.append(self.read())
-        return clocks_settled(self.steady_readings)
+        return (clocks_settled(self.steady_readings)
+                or near_maximum(self.steady_readings, self.sm_max_mhz))
 
     # --- while sampling ----------------------------------------------------------------
     def start_sampling(self) -> None:
