@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=Path("results"))
     run.add_argument("--resume", action="store_true", help="skip cases already recorded")
     run.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
+    run.add_argument("--rounds", type=int, default=1,
+                     help="run every case's repetitions in this many separate processes "
+                          "(suites/rounds.py)")
     validate = commands.add_parser("validate", help="check a suite file without running it")
     validate.add_argument("suite")
     commands.add_parser("list", help="list the bundled suites")
@@ -47,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
                               "on another host")
     args = parser.parse_args(argv)
     try:
+        if args.command == "run" and args.rounds != 1:
+            from suites.rounds import run_rounds
+            if args.rounds < 1:
+                raise SuiteError(f"--rounds must be at least 1, got {args.rounds}")
+            return run_rounds(RunRequest(args.suite, args.framework, args.device, args.out,
+                                         args.resume, args.seed), args.rounds)
         if args.command == "run":
             return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
                                      args.resume, args.seed)).run()
