@@ -183,8 +183,12 @@ def time_on_device(run: Callable[[], Any], sync: Callable[[Any], None], device_c
     result = []
     for _ in range(blocks):
         sync(None)
-        # Long enough for the host to queue the whole block: its wall time, plus margin.
-        device_clock.hold(1.5 * block_s + 0.001)
+        # Long enough for the host to queue the whole block: its wall time plus margin,
+        # capped at 25 ms: a block that long is compute-bound, its launches are queued
+        # within a fraction of it (1,500 launches at ~5 µs take 7.5 ms), and an uncapped
+        # hold would add its whole length per block. Launches left unqueued when the hold
+        # ends only count their gaps into the device time, which errs toward the wall time.
+        device_clock.hold(min(1.5 * block_s + 0.001, 0.025))
         device_clock.start()
         handle = None
         for _ in range(inner):
