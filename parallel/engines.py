@@ -10,6 +10,7 @@ and one inference session per GPU.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -82,5 +83,12 @@ def plan(spec: RankSpec, spec_path: str, hosts: int = 1) -> Launch:
                  # One host here: process i uses the i-th slice of its devices.
                  "LOCAL_RANK": str(i),
                  "DLBENCH_COORDINATOR": f"127.0.0.1:{port}"} for i in range(count)]
+        if spec.framework == "tf":
+            ports = [free_port() for _ in range(count)]
+            for index, env_i in enumerate(envs):
+                env_i["TF_CONFIG"] = json.dumps({
+                    "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                    "task": {"type": "worker", "index": index}})
         return Launch([rank] * count, envs)
     return Launch([rank], [env])
+
