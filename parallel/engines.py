@@ -83,6 +83,9 @@ def plan(spec: RankSpec, spec_path: str, hosts: int = 1) -> Launch:
                  # One host here: process i uses the i-th slice of its devices.
                  "LOCAL_RANK": str(i),
                  "DLBENCH_COORDINATOR": f"127.0.0.1:{port}"} for i in range(count)]
+        if spec.framework == "ort" and spec.device == "gpu":
+            for index, env_i in enumerate(envs):
+                env_i["CUDA_VISIBLE_DEVICES"] = str(index)   # session i on GPU i
         if spec.framework == "tf":
             ports = [free_port() for _ in range(count)]
             for index, env_i in enumerate(envs):

@@ -98,13 +98,16 @@ def main(argv: list[str]) -> int:
         timing = timing_fields(summarise(first, full, 1, settings))
         local_timing = summarise(0.0, local, 1, settings)
         median, local_median = timing["median_ms"], local_timing.median_s * 1e3
+        communicates = getattr(engine, "step_kind", "gradient") != "forward"
         result: dict[str, Any] = {
             "timing": {**timing, "local_median_ms": local_median,
                        "local_ci_low_ms": local_timing.ci_low_s * 1e3,
                        "local_ci_high_ms": local_timing.ci_high_s * 1e3},
-            "communication_share": max(0.0, 1.0 - local_median / median) if median else None,
+            "communication_share": max(0.0, 1.0 - local_median / median)
+            if median and communicates else None,
             "communication_method": engine.communication_method,
             "engine": engine.engine, "backend": engine.backend,
+            "step": getattr(engine, "step_kind", "gradient"),
             "memory": engine.peak_memory(),
             "env": {**host_environment(threads, affinity), **engine.environment()},
         }

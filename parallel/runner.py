@@ -143,7 +143,10 @@ class ScalingRunner:
             "schema": SCHEMA_VERSION, "case_id": self.case_id(case), "suite": r.suite.name,
             "model": case.model, "batch": case.global_batch, "measure": MEASURE,
             "settings": {"framework": r.framework, "device": r.device,
-                         "precision": r.precision, "variant": "data_parallel",
+                         "precision": r.precision,
+                         # N and mode in the variant: rows of one model and global batch at
+                         # different N are different settings, never merged.
+                         "variant": f"{MEASURE}-n{case.devices}-{case.mode}",
                          "threads": 0, "interop_threads": 0,
                          "execution": (data or {}).get("engine", ""), "compile_cache": ""},
             "status": status, "reason": reason,
@@ -165,6 +168,7 @@ class ScalingRunner:
             "processes": len(launch_plan.commands) if self.request.framework not in
             ("torch",) else case.devices, "hosts": hosts,
             "engine": (data or {}).get("engine"), "backend": (data or {}).get("backend"),
+            "step": (data or {}).get("step"),
         }
         if data is None:
             return fields

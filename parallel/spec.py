@@ -113,11 +113,14 @@ def resolve(name_or_path: str) -> Path:
 
 
 def is_scaling_suite(name_or_path: str) -> bool:
+    """A bundled scaling suite's name, or a suite file that says ``kind = "scaling"``."""
+    if (SUITES_DIR / f"{name_or_path}.toml").exists():
+        return True
+    path = Path(name_or_path)
     try:
-        resolve(name_or_path)
-    except ScalingSuiteError:
+        return path.suffix == ".toml" and tomllib.loads(path.read_text()).get("kind") == "scaling"
+    except (OSError, tomllib.TOMLDecodeError):
         return False
-    return True
 
 
 def load(name_or_path: str) -> ScalingSuite:

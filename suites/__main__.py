@@ -31,6 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("suite")
     commands.add_parser("list", help="list the bundled suites")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        from parallel.spec import is_scaling_suite
+        if is_scaling_suite(args.suite):   # data-parallel scaling has its own runner
+            from parallel.__main__ import main as run_scaling
+            return run_scaling(["run", args.suite, "--framework", args.framework, "--device",
+                                args.device, "--out", str(args.out), "--seed", str(args.seed),
+                                *(["--resume"] if args.resume else [])])
     try:
         if args.command == "run":
             return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
