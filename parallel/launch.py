@@ -10,6 +10,7 @@ says which: ``ok``, ``failed`` (with the exit codes and the tail of stderr) or `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,10 +31,8 @@ class Outcome:
 
 
 def _kill(process: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)   # the group id is the leader's pid
-    except ProcessLookupError:
-        pass
     process.wait()
 
 
@@ -80,10 +79,8 @@ def launch(commands: list[list[str]], envs: list[dict[str, str]], timeout_s: flo
                 _kill(process)
             else:
                 # The leader exited; anything it left in its group goes too.
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
     wall = time.monotonic() - started
     codes = tuple(codes_before_kill)
     bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]

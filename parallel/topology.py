@@ -4,22 +4,25 @@ without nvidia-smi (a CPU run)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from functools import cache
 from typing import Any
 
+GPU = re.compile(r"GPU\d+")
+
 
 def parse_topology(text: str) -> dict[str, str]:
     """GPU pair → link, e.g. {"GPU0-GPU1": "NV18"}, from the matrix ``topo -m`` prints."""
     rows = [line.split() for line in text.splitlines() if line.strip()]
-    header = next((row for row in rows if row and row[0].startswith("GPU")), None)
+    header = next((row for row in rows if row and GPU.fullmatch(row[0])), None)
     if header is None:
         return {}
-    columns = [name for name in header if name.startswith("GPU")]
+    columns = [name for name in header if GPU.fullmatch(name)]
     links: dict[str, str] = {}
     for row in rows:
-        if not row or not row[0].startswith("GPU") or row is header:
+        if not row or not GPU.fullmatch(row[0]) or row is header:
             continue
         for column, link in zip(columns, row[1:1 + len(columns)]):
             if column != row[0] and f"{column}-{row[0]}" not in links:

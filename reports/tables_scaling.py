@@ -128,7 +128,8 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
         ax.set_title(_safe(f"{framework} ({device})"), fontsize=9)
         ax.set_xlabel("devices N")
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
     axes[0][0].set_ylabel("scaling efficiency")
     return Plot("scaling-efficiency", "Scaling efficiency against N", _png(fig),
                 "Efficiency of the data-parallel step against the number of devices, per "
