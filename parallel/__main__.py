@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--max-devices", type=int, default=None)
     run.add_argument("--hosts", type=int, default=1,
                      help="stand several hosts in with processes on this one (multi-host path)")
+    run.add_argument("--models", nargs="+", default=None,
+                     help="run only these models of the suite (e.g. resnet50)")
     commands.add_parser("list", help="list the bundled scaling suites")
     args = parser.parse_args(argv)
     try:
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return ScalingRunner(ScalingRequest(suite, args.framework, args.device, args.out,
                                         args.resume, args.seed, max_devices=args.max_devices,
-                                        hosts=args.hosts)).run()
+                                        hosts=args.hosts, models=args.models)).run()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ import numpy as np
 
 from parallel.spec import RankSpec
 
+PROFILED_STEPS = 5   # steps under the profiler, after the timed ones
+
 
 @dataclass(frozen=True)
 class RankInfo:
@@ -92,6 +94,9 @@ def main(argv: list[str]) -> int:
         first, full = fixed_count(engine.step(), engine.sync, spec.warmup, spec.samples, fault)
         _, local = fixed_count(engine.local_step(), engine.sync, max(1, spec.warmup // 2),
                                spec.samples)
+        # Every rank profiles (the profiled steps all-reduce too); rank 0 reports.
+        kernels = engine.communication_kernels(PROFILED_STEPS) \
+            if hasattr(engine, "communication_kernels") else None
         if info.rank != 0:
             return 0
         settings = TimerSettings(rel_ci=0.05)
@@ -106,6 +111,7 @@ def main(argv: list[str]) -> int:
             "communication_share": max(0.0, 1.0 - local_median / median)
             if median and communicates else None,
             "communication_method": engine.communication_method,
+            "communication_kernels": kernels,
             "engine": engine.engine, "backend": engine.backend,
             "step": getattr(engine, "step_kind", "gradient"),
             "memory": engine.peak_memory(),

@@ -41,6 +41,7 @@ class ScalingRequest:
     max_devices: int | None = None   # cap N (default: the GPUs present, or 2 on a CPU)
     hosts: int = 1                   # >1: processes stand in for hosts (multi-host path)
     fault_case: int = -1             # tests: the case (index) whose last rank is killed
+    models: list[str] | None = None  # only these models of the suite
 
 
 def available_devices(device: str) -> int:
@@ -85,7 +86,7 @@ class ScalingRunner:
         if limit < 1:
             echo(f"error: no {r.device.upper()} devices present")
             return 3
-        cases = r.suite.cases(limit)
+        cases = [c for c in r.suite.cases(limit) if not r.models or c.model in r.models]
         existing = self._existing() if r.resume else {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for index, case in enumerate(cases):
@@ -182,5 +183,6 @@ class ScalingRunner:
             "efficiency": efficiency(case, median, baseline),
             "communication_share": data.get("communication_share"),
             "communication_method": data.get("communication_method"),
+            "communication_kernels": data.get("communication_kernels"),
         })
         return fields

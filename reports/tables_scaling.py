@@ -49,6 +49,13 @@ def _pct(value) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
+def _kernels(kernels: dict[str, Any] | None, median_ms: float | None) -> str:
+    if not kernels or not median_ms:
+        return "—"
+    ms = kernels["nccl_kernel_ms_per_step"]
+    return f"{ms:.2f} ms ({ms / median_ms:.0%})"
+
+
 def scaling_table(rows: list[dict[str, Any]]) -> Table | None:
     if not rows:
         return None
@@ -67,18 +74,21 @@ def scaling_table(rows: list[dict[str, Any]]) -> Table | None:
             Cell(f"{s['images_per_s']:.1f}" if ok and s.get("images_per_s") else "—"),
             Cell(_pct(s.get("efficiency")) if ok else "—"),
             Cell(_pct(s.get("communication_share")) if ok else "—"),
+            Cell(_kernels(s.get("communication_kernels"), timing.get("median_ms"))),
         ))
     return Table("scaling", "Data-parallel scaling",
                  ("Framework", "Hardware", "Model", "Mode", "N", "Batch/device", "Global batch",
                   "Engine", "Backend", "Step ms (95% CI)", "Images/s", "Efficiency",
-                  "Comm. share"), tuple(body),
-                 (False,) * 4 + (True,) * 3 + (False, False) + (True,) * 4,
+                  "Comm. share", "All-reduce kernels"), tuple(body),
+                 (False,) * 4 + (True,) * 3 + (False, False) + (True,) * 5,
                  notes=("Step: forward, loss, backward and gradient all-reduce, no optimizer "
                         "update (ONNX Runtime: one forward pass per session).",
                         "Efficiency: weak t₁(b)/t_N(b); strong t₁(B)/(N·t_N(B/N)), against the "
                         "same framework's one-device step.",
                         "Comm. share: 1 − (step without the all-reduce)/(step): the exposed "
-                        "communication time."))
+                        "communication time.",
+                        "All-reduce kernels: NCCL kernel time per step from torch.profiler "
+                        "(GPU, torch only), overlapped or not, and its share of the step."))
 
 
 def interconnect_lines(rows: list[dict[str, Any]]) -> tuple[str, ...]:
