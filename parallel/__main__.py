@@ -3,6 +3,8 @@
     python -m parallel run scaling --framework torch --device gpu [--resume] [--out results]
     python -m parallel run scaling-quick --framework jax --device cpu
     python -m parallel list
+    python -m parallel spec --framework torch --device gpu --model resnet50 --batch 64 \
+        --devices 16 --processes 8 --out spec.json     # one case, for a multi-host launch
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 from pathlib import Path
 
 from parallel.runner import ScalingRequest, ScalingRunner
-from parallel.spec import SUITES_DIR, ScalingSuiteError, load
+from parallel.spec import SUITES_DIR, RankSpec, ScalingSuiteError, load
 
 FRAMEWORKS = ("torch", "jax", "tf", "ort")
 
@@ -34,7 +36,24 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--models", nargs="+", default=None,
                      help="run only these models of the suite (e.g. resnet50)")
     commands.add_parser("list", help="list the bundled scaling suites")
+    spec = commands.add_parser("spec", help="write one case's rank spec (multi-host launch)")
+    spec.add_argument("--framework", required=True, choices=FRAMEWORKS)
+    spec.add_argument("--device", default="gpu", choices=("cpu", "gpu"))
+    spec.add_argument("--model", required=True)
+    spec.add_argument("--batch", type=int, required=True, help="per-device batch")
+    spec.add_argument("--devices", type=int, required=True, help="devices over all hosts")
+    spec.add_argument("--processes", type=int, default=1, help="processes on each host")
+    spec.add_argument("--warmup", type=int, default=10)
+    spec.add_argument("--samples", type=int, default=50)
+    spec.add_argument("--result", default="result.json", help="where rank 0 writes its result")
+    spec.add_argument("--out", type=Path, default=Path("spec.json"))
     args = parser.parse_args(argv)
+    if args.command == "spec":
+        RankSpec(args.framework, args.device, args.model, args.batch, args.devices, "weak",
+                 args.warmup, args.samples, result=args.result,
+                 processes=args.processes).to_file(args.out)
+        print(f"wrote {args.out}")
+        return 0
     try:
         if args.command == "list":
             for path in sorted(SUITES_DIR.glob("*.toml")):
