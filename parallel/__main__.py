@@ -47,7 +47,20 @@ def main(argv: list[str] | None = None) -> int:
     spec.add_argument("--samples", type=int, default=50)
     spec.add_argument("--result", default="result.json", help="where rank 0 writes its result")
     spec.add_argument("--out", type=Path, default=Path("spec.json"))
+    check = commands.add_parser("check", help="all-reduced gradient vs the one-device one")
+    check.add_argument("--framework", required=True, choices=FRAMEWORKS)
+    check.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    check.add_argument("--models", nargs="+", default=["alexnet_tiny", "lstm_tiny"])
+    check.add_argument("--devices", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.command == "check":
+        from parallel.correctness import RTOL, compare
+        worst = {m: compare(args.framework, m, args.device, args.devices) for m in args.models}
+        for model, value in worst.items():
+            verdict = "ok" if value <= RTOL else "DIFFERS"
+            print(f"{args.framework} {args.device} {model} N={args.devices}: worst relative "
+                  f"difference {value:.2e} (rtol {RTOL:g}) {verdict}")
+        return 0 if all(v <= RTOL for v in worst.values()) else 1
     if args.command == "spec":
         RankSpec(args.framework, args.device, args.model, args.batch, args.devices, "weak",
                  args.warmup, args.samples, result=args.result,

@@ -20,6 +20,9 @@ from parallel.engines import plan, processes
 from parallel.launch import Outcome, launch
 from parallel.spec import RankSpec
 
+# fp32 reassociation bound of the batch sums, as in tests/conformance/test_data_parallel.py.
+RTOL = 1e-4
+
 
 class LaunchFailed(RuntimeError):
     def __init__(self, outcome: Outcome):
@@ -46,3 +49,17 @@ def distributed_gradients(framework: str, model: str, devices: int, per_device_b
             loss = float(data["__loss__"])
             grads = {name: np.array(data[name]) for name in data.files if name != "__loss__"}
     return loss, grads
+
+
+def compare(framework: str, model: str, device: str, devices: int = 2,
+            per_device_batch: int = 4) -> float:
+    """Worst |N-device − one-device| / max|one-device| over the parameters, both through
+    the engine (the one-device run is N = 1 on the global batch). For a GPU check of the
+    NCCL path: ``python -m parallel check --framework torch --device gpu``."""
+    _, one = distributed_gradients(framework, model, 1, devices * per_device_batch, device)
+    _, many = distributed_gradients(framework, model, devices, per_device_batch, device)
+    worst = 0.0
+    for name, reference in one.items():
+        scale = float(np.abs(reference).max()) or 1.0
+        worst = max(worst, float(np.abs(many[name] - reference).max()) / scale)
+    return worst

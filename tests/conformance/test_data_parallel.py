@@ -89,7 +89,8 @@ def test_two_processes_standing_in_for_two_hosts(adapter, data_parallel):
     assert_same(grads, expected, f"{data_parallel} {name}, 2 hosts")
 
 
-def test_killed_rank_is_a_failed_row_and_the_suite_goes_on(data_parallel, tmp_path):
+def test_killed_rank_is_a_failed_row_and_the_suite_goes_on(framework, tmp_path):
+    """Every framework, ONNX Runtime's independent inference processes included."""
     from parallel.runner import ScalingRequest, ScalingRunner
     from parallel.spec import load
 
@@ -98,7 +99,7 @@ def test_killed_rank_is_a_failed_row_and_the_suite_goes_on(data_parallel, tmp_pa
                         ({"models": ["alexnet_tiny"], "batches": [4], "modes": ["weak"]},),
                         suite.path)
     # Case 1 (N = 2): its last rank SIGKILLs itself at the third timed step.
-    request = ScalingRequest(small, data_parallel, "cpu", tmp_path, fault_case=1)
+    request = ScalingRequest(small, framework, "cpu", tmp_path, fault_case=1)
     assert ScalingRunner(request).run(echo=lambda line: None) == 0
     rows = [json.loads(line) for path in tmp_path.rglob("*.jsonl")
             for line in path.read_text().splitlines()]
