@@ -89,22 +89,29 @@ def test_two_processes_standing_in_for_two_hosts(adapter, data_parallel):
     assert_same(grads, expected, f"{data_parallel} {name}, 2 hosts")
 
 
-def test_killed_rank_is_a_failed_row_and_the_suite_goes_on(framework, tmp_path):
-    """Every framework, ONNX Runtime's independent inference processes included."""
+def test_scaling_quick_with_a_killed_rank(framework, tmp_path):
+    """The CI suite end to end, every framework (ONNX Runtime's independent inference
+    processes included), with the last rank of the first N = 2 case SIGKILLed at its third
+    timed step: that case is a failed row, every other case still runs."""
     from parallel.runner import ScalingRequest, ScalingRunner
     from parallel.spec import load
 
     suite = load("scaling-quick")
-    small = type(suite)(suite.name, suite.description, 0, 4, 120.0,
-                        ({"models": ["alexnet_tiny"], "batches": [4], "modes": ["weak"]},),
-                        suite.path)
-    # Case 1 (N = 2): its last rank SIGKILLs itself at the third timed step.
-    request = ScalingRequest(small, framework, "cpu", tmp_path, fault_case=1)
+    cases = suite.cases(2)
+    killed = next(i for i, case in enumerate(cases) if case.devices == 2)
+    request = ScalingRequest(suite, framework, "cpu", tmp_path, fault_case=killed)
     assert ScalingRunner(request).run(echo=lambda line: None) == 0
     rows = [json.loads(line) for path in tmp_path.rglob("*.jsonl")
             for line in path.read_text().splitlines()]
-    assert [row["scaling"]["devices"] for row in rows] == [1, 2]
-    assert rows[0]["status"] == "ok"
-    assert rows[0]["scaling"]["efficiency"] == 1.0
-    assert rows[1]["status"] == "failed"
-    assert "signal 9" in rows[1]["reason"] or "exit code" in rows[1]["reason"]
+    assert [row["scaling"]["devices"] for row in rows] == [c.devices for c in cases]
+    assert rows[killed]["status"] == "failed"
+    assert "signal 9" in rows[killed]["reason"] or "exit code" in rows[killed]["reason"]
+    others = [row for i, row in enumerate(rows) if i != killed]
+    assert all(row["status"] == "ok" for row in others), [r["reason"] for r in others]
+    for row in others:
+        s = row["scaling"]
+        assert s["global_batch"] == s["devices"] * s["per_device_batch"]
+        assert s["efficiency"] > 0 and s["images_per_s"] > 0
+        assert row["timing"]["samples"] == suite.samples
+        if s["devices"] == 1:
+            assert s["efficiency"] == 1.0
