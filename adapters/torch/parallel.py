@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from adapters.base import CaseConfig, RunConfig
@@ -21,6 +22,20 @@ from models.inputs import make_batch
 from models.weights import canonical_weights
 from models.zoo import get_model
 from parallel.shards import shard
+
+
+class _BodyOnShard(nn.Module):
+    """The adapter's body with this rank's sequence lengths held as an attribute, so DDP's
+    forward sees only the features tensor: the lengths must stay on the host for
+    pack_padded_sequence, and DDP may move every tensor it is given to the device."""
+
+    def __init__(self, body: nn.Module, lengths: Any):
+        super().__init__()
+        self.body = body
+        self.lengths = lengths
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.body(features, self.lengths)
 
 
 class DataParallel:
@@ -46,11 +61,12 @@ class DataParallel:
         self.prepared = self.adapter.prepare(model, canonical_weights(model, spec.seed), batch,
                                              CaseConfig(spec.precision, "eager"))
         self.prepared.body.train()
-        # device_ids=None: the inputs are already on the device, and the LSTM's lengths
-        # must stay on the host (pack_padded_sequence), so DDP must not move them.
+        # device_ids=None: the inputs are already on the device.
         # broadcast_buffers=False: every rank starts from the same canonical weights and
         # statistics; batch norm keeps per-device batch statistics, as DDP does by default.
-        self.ddp = DistributedDataParallel(self.prepared.body, broadcast_buffers=False)
+        self.ddp = DistributedDataParallel(
+            _BodyOnShard(self.prepared.body, self.prepared.inputs.lengths),
+            broadcast_buffers=False)
         self.params = list(self.prepared.params.values())
 
     def _step(self) -> torch.Tensor:
@@ -60,7 +76,7 @@ class DataParallel:
         inputs = p.inputs
         with p.autocast():
             features = p._features(inputs)
-            loss = p._loss(self.ddp(features, inputs.lengths), features, inputs.labels)
+            loss = p._loss(self.ddp(features), features, inputs.labels)
         loss.backward()
         return loss
 
