@@ -17,6 +17,7 @@ from reports import tables_layers as tl
 from reports import tables_misc as tm
 from reports import tables_models as tmod
 from reports import tables_profiles as tp
+from reports import tables_scaling as ts
 from reports.load import Loaded, load
 from reports.naming import BAHRAMPOUR_SETS
 from reports.table import Cell, Table
@@ -109,7 +110,9 @@ def make_report(loaded: Loaded) -> Report:
     hist = historical.load_historical()
     # Compile-cache rows exist for their first calls (Table 8); their steady-state samples
     # are a single one, so every other table reads the rows without a cache state.
-    steady = frame[frame["compile_cache"] == ""].reset_index(drop=True)
+    # Data-parallel rows have their own section (their batch is a global batch over N).
+    steady = frame[(frame["compile_cache"] == "")
+                   & (frame["measure"] != ts.MEASURE)].reset_index(drop=True)
     found = ratios.framework_ratios(steady) + ratios.device_ratios(steady)
 
     hosts = sorted(set(frame["host"]))
@@ -165,6 +168,13 @@ def make_report(loaded: Loaded) -> Report:
     figures = plots.all_plots(steady)
     if figures:
         sections.append(Section("figures", "Figures", plots=tuple(figures)))
+    scaling = ts.scaling_rows(loaded)
+    scaling_table = ts.scaling_table(scaling)
+    if scaling_table is not None:
+        scaling_plot = ts.efficiency_plot(scaling)
+        sections.append(Section("scaling", "Data-parallel scaling",
+                                ts.interconnect_lines(scaling), tables=(scaling_table,),
+                                plots=(scaling_plot,) if scaling_plot else ()))
     failures = tm.failures_table(frame)
     if failures is not None:
         sections.append(Section("failures", "Failures", tables=(failures,)))

@@ -49,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
                          help="result folders (or .jsonl files); run 2 back to back, run 3 "
                               "on another host")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        from parallel.spec import is_scaling_suite
+        if is_scaling_suite(args.suite):   # data-parallel scaling has its own runner
+            from parallel.__main__ import main as run_scaling
+            return run_scaling(["run", args.suite, "--framework", args.framework, "--device",
+                                args.device, "--out", str(args.out), "--seed", str(args.seed),
+                                *(["--resume"] if args.resume else [])])
     try:
         if args.command == "run" and args.rounds != 1:
             from suites.rounds import run_rounds
