@@ -1,5 +1,5 @@
 """The report stage: result rows (JSON Lines) in; Markdown tables in the seeds' formats,
-one self-contained HTML page with plots, a tidy CSV (and Parquet) and a plain-text summary
+one self-contained HTML page with plots, a tidy CSV and a plain-text summary
 out.
 
 Pipeline (one module per step, frozen dataclasses between them):

@@ -1,6 +1,6 @@
 """``python -m reports [DIR ...] [--out DIR]``: read every ``*.jsonl`` under the given
 directories (default ``results/``) and write the report to ``--out`` (default ``report/``):
-report.md, report.html, summary.txt, results_tidy.csv (and .parquet with pyarrow), plots/.
+report.md, report.html, summary.txt, results_tidy.csv, ratios.json, plots/.
 Prints the plain-text summary on stdout. Bad input: one line on stderr, exit code 2."""
 
 from __future__ import annotations

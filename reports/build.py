@@ -5,12 +5,12 @@ the ``Report`` (sections of text, tables and figures) that ``markdown``, ``html`
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from reports import equivalence, historical, peaks, plots, ratios, tidy
+from reports import cells, equivalence, historical, peaks, plots, ratios, tidy
 from reports import tables_bahrampour as tb
 from reports import tables_layers as tl
 from reports import tables_misc as tm
@@ -159,9 +159,9 @@ def make_report(loaded: Loaded) -> Report:
     figures = plots.all_plots(steady)
     if figures:
         sections.append(Section("figures", "Figures", plots=tuple(figures)))
-    failures = tm.failures_table(frame)
-    if failures is not None:
-        sections.append(Section("failures", "Failures", tables=(failures,)))
+    failures = tm.failure_tables(frame)
+    if failures:
+        sections.append(Section("failures", "Failures", tables=tuple(failures)))
     peak = peaks_table(frame)
     studies = hist.groupby("study").size()
     sections.append(Section(
@@ -169,6 +169,9 @@ def make_report(loaded: Loaded) -> Report:
         ("Historical rows: " + ", ".join(f"{s} ({n} values)" for s, n in studies.items())
          + " — reports/data/historical.csv, transcribed from the seed studies.",),
         tables=(peak,) if peak is not None else ()))
+    # A reason repeated down a column is said once under its table (cells.compact_...).
+    sections = [replace(s, tables=tuple(cells.compact_repeated_failures(t) for t in s.tables))
+                for s in sections]
     return Report("dlbench report", tuple(sections), frame, loaded.warnings,
                   merged.superseded, tuple(found), equiv)
 
@@ -177,16 +180,11 @@ TIDY_DROP = ("order",)
 
 
 def write_tidy(frame: pd.DataFrame, out: Path) -> list[Path]:
-    data = frame.drop(columns=list(TIDY_DROP))
-    written = [out / "results_tidy.csv"]
-    data.to_csv(written[0], index=False)
-    try:
-        import pyarrow  # noqa: F401  (optional: Parquet only when available)
-    except ImportError:
-        return written
-    path = out / "results_tidy.parquet"
-    data.to_parquet(path, index=False)
-    return written + [path]
+    """The tidy table as CSV only: pandas reads it back (``pd.read_csv``), and Parquet would
+    need pyarrow, a large dependency for a table of a few thousand rows."""
+    path = out / "results_tidy.csv"
+    frame.drop(columns=list(TIDY_DROP)).to_csv(path, index=False)
+    return [path]
 
 
 def build(paths: list[Path], out: Path) -> tuple[Report, list[Path]]:

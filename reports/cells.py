@@ -8,8 +8,10 @@ values as cnn-benchmarks prints them; failures shown in the cell, like convnet-b
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import replace
 
-from reports.table import Cell
+from reports.table import Cell, Table
 
 UNSTABLE = "⚠"
 MISSING = "—"
@@ -157,3 +159,26 @@ def share_cell(row) -> Cell:
     return Cell(f"{row['peak_share']:.1%}",
                 title=f"of {row['peak_tflops']:g} TFLOP/s {row['precision']} peak "
                       f"({row['peak_device']}): {row['peak_source']}")
+
+
+def compact_repeated_failures(table: Table) -> Table:
+    """A failure reason that fills several cells of one table (ONNX Runtime's gradients:
+    one per row) is said once, as a numbered note under the table; its cells keep the
+    status and the note's number ("unsupported [1]"), the full reason on hover."""
+    counts = Counter(c.title for row in table.rows for c in row if c.kind == "fail" and c.title)
+    number = {reason: n for n, reason in
+              enumerate((r for r, k in counts.items() if k > 1), start=1)}
+    if not number:
+        return table
+    status: dict[str, str] = {}
+    rows = []
+    for row in table.rows:
+        cells = []
+        for c in row:
+            if c.kind == "fail" and c.title in number:
+                status[c.title] = c.text.split(" (", 1)[0]
+                c = Cell(f"{status[c.title]} [{number[c.title]}]", c.kind, c.title, c.emphasis)
+            cells.append(c)
+        rows.append(tuple(cells))
+    notes = tuple(f"[{n}] {status[reason]}: {reason}" for reason, n in number.items())
+    return replace(table, rows=tuple(rows), notes=table.notes + notes)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
+import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -111,6 +112,54 @@ def cuda_versions() -> tuple[str | None, str | None]:
     except Exception:  # no plugin, or an API change: record unknown, do not fail
         return None, None
     return f"{runtime // 1000}.{runtime % 1000 // 10}", str(cudnn)
+
+
+# --- where a first call's time goes ------------------------------------------------------
+#
+# JAX reports each trace, lowering and backend compilation (and each persistent-cache hit
+# or miss) through jax.monitoring. A step's compilations happen in its first call, so the
+# events between ``step`` and the row's writing say what that first call spent on each, and
+# whether its executable was compiled or read from a persistent compilation cache (only
+# then is first_call_ms a cache load rather than a compile). Recorded in every jit row's
+# timing as ``compile_events``.
+COMPILE_DURATIONS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace_s",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+    "/jax/core/compile/backend_compile_duration": "backend_compile_s",
+    "/jax/compilation_cache/cache_retrieval_time_sec": "cache_read_s",
+}
+COMPILE_COUNTS = {
+    "/jax/core/compile/backend_compile_duration": "backend_compiles",
+    "/jax/compilation_cache/cache_hits": "persistent_cache_hits",
+    "/jax/compilation_cache/cache_misses": "persistent_cache_misses",
+}
+
+
+class CompileLog:
+    """Sums JAX's compile events into the dict of the measure being run (one at a time)."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}
+        jax.monitoring.register_event_duration_secs_listener(self.on_duration)
+        jax.monitoring.register_event_listener(self.on_event)
+
+    def start(self) -> dict[str, float]:
+        self.current = {**dict.fromkeys(COMPILE_DURATIONS.values(), 0.0),
+                        **dict.fromkeys(COMPILE_COUNTS.values(), 0)}
+        return self.current
+
+    def on_duration(self, event: str, duration: float, **_: Any) -> None:
+        if event in COMPILE_DURATIONS and self.current:
+            key = COMPILE_DURATIONS[event]
+            self.current[key] = round(self.current[key] + duration, 4)
+        self.on_event(event)
+
+    def on_event(self, event: str, **_: Any) -> None:
+        if event in COMPILE_COUNTS and self.current:
+            self.current[COMPILE_COUNTS[event]] += 1
+
+
+COMPILE_LOG = CompileLog()
 
 
 # --- jax.profiler's trace, reduced to operations and kernels -----------------------------
@@ -454,6 +503,12 @@ class JaxPrepared(Prepared):
         return lambda: self.backward_fn(backward, grad_out)
 
     def step(self, measure: str) -> Callable[[], Any]:
+        run = self._step(measure)
+        # From here on every compilation belongs to the timed calls (the first one).
+        self.extra["compile_events"] = COMPILE_LOG.start()
+        return run
+
+    def _step(self, measure: str) -> Callable[[], Any]:
         self.measured = None
         if measure in ("forward", "gradient"):
             fn = self._step_fn(measure)
@@ -486,6 +541,7 @@ class JaxPrepared(Prepared):
         calls = [self._arguments(measure, inputs) for inputs in placed]
         # The memory plan is the largest batch's: it has the largest temporaries.
         self.measured = (fn, max(calls, key=lambda args: args[2].size)) if calls else None
+        self.extra["compile_events"] = COMPILE_LOG.start()
 
         def epoch() -> Any:
             handle = None
