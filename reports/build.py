@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import cells, equivalence, historical, peaks, plots, ratios, tidy
+from reports import cells, compare, equivalence, historical, peaks, plots, ratios, tidy
 from reports import tables_bahrampour as tb
 from reports import tables_layers as tl
 from reports import tables_misc as tm
@@ -95,7 +95,9 @@ def peaks_table(frame: pd.DataFrame) -> Table | None:
                  (False, False, False, True, False))
 
 
-def make_report(loaded: Loaded) -> Report:
+def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
+    """The report; with ``reference`` (published folders among the inputs) a section puts
+    the other rows beside the reference rows (reports/compare.py)."""
     merged = tidy.tidy(loaded)
     frame = peaks.add_throughput(merged.frame, peaks.load_peaks())
     equiv = equivalence.check(frame)
@@ -123,6 +125,10 @@ def make_report(loaded: Loaded) -> Report:
                         tables=(environment_table(frame),))]
     sections.append(Section("summary", "Summary: models × frameworks",
                             tables=tuple(tmod.summary_tables(steady, equiv))))
+    if reference:
+        text, tables = compare.section_parts(steady, reference)
+        sections.insert(1, Section("compare", "Compared with the reference", text,
+                                   tables=tables))
     sentences = tuple(r.sentence() + "." for r in found)
     ratio_tables = tuple(t for t in (tm.ratio_table(found, "framework"),
                                      tm.ratio_table(found, "device")) if t is not None)
@@ -187,22 +193,31 @@ def write_tidy(frame: pd.DataFrame, out: Path) -> list[Path]:
     return [path]
 
 
-def build(paths: list[Path], out: Path) -> tuple[Report, list[Path]]:
+def build(paths: list[Path], out: Path, reference: tuple[Path, ...] = (),
+          pages: bool = False) -> tuple[Report, list[Path]]:
+    """Write the report of ``paths`` to ``out``; ``pages``: only what a repository host
+    shows (report.md and plots/*.png), for a published folder's checked-in report."""
     from reports import html as html_out
     from reports import markdown as md_out
     from reports import text as text_out
 
-    report = make_report(load(paths))
+    report = make_report(load(paths), reference)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(exist_ok=True)
+    if pages:   # a checked-in folder holds this build's figures only
+        for stale in (out / "plots").glob("*.png"):
+            stale.unlink()
     written = []
     for section in report.sections:
         for plot in section.plots:
             path = out / "plots" / f"{plot.key}.png"
             path.write_bytes(plot.png)
             written.append(path)
-    for name, content in (("report.md", md_out.render(report)),
-                          ("report.html", html_out.render(report)),
+    (out / "report.md").write_text(md_out.render(report), encoding="utf-8")
+    written.append(out / "report.md")
+    if pages:
+        return report, written
+    for name, content in (("report.html", html_out.render(report)),
                           ("summary.txt", text_out.render(report))):
         (out / name).write_text(content, encoding="utf-8")
         written.append(out / name)

@@ -741,3 +741,95 @@ def test_transfer_share_in_the_fixture_report(built):
     report, _, _ = built
     table = find_table(report, "Host → device transfer")
     assert row_where(table, Model="resnet50")["Share of total"] == "3.8%"    # 1.2 / 31.2
+
+
+# --- published folders and the comparison with them (reports/publish.py, compare.py) ---
+
+def published_reference(root: Path) -> Path:
+    """A published folder made by reports.publish from the GPU fixture rows."""
+    from reports import publish
+
+    source = root / "gpu-results"
+    (source / "default-gpu" / "gpubox").mkdir(parents=True)
+    fx._write(source / "default-gpu" / "gpubox" / "torch_gpu.jsonl", fx.gpu_rows())
+    target = root / "published" / "h100-2026-01"
+    assert publish.main([str(source), "--to", str(target), "--device-name", "H100"]) == 0
+    return target
+
+
+def users_run(root: Path) -> Path:
+    env = {**fx.GPU_HOST, "host": "userbox"}
+    rows = [fx.make_row("resnet50", 16, "forward", "torch", "gpu", 10.05, threads=4, env=env),
+            fx.make_row("resnet50", 16, "gradient", "torch", "gpu", 45.0, threads=4, env=env),
+            fx.make_row("resnet50", 8, "forward", "jax", "gpu", 12.0, threads=4, env=env),
+            fx.make_row("alexnet", 16, "forward", "torch", "gpu", 1.0, threads=4, env=env)]
+    rows[2]["env"]["framework_version"] = "0.12.0"
+    (root / "results" / "default-gpu" / "userbox").mkdir(parents=True)
+    fx._write(root / "results" / "default-gpu" / "userbox" / "mixed_gpu.jsonl", rows)
+    return root / "results"
+
+
+def test_publish_copies_rows_byte_for_byte_and_counts_them(tmp_path):
+    target = published_reference(tmp_path)
+    copied = target / "default-gpu" / "gpubox" / "torch_gpu.jsonl"
+    assert copied.read_bytes() == (tmp_path / "gpu-results" / "default-gpu" / "gpubox"
+                                   / "torch_gpu.jsonl").read_bytes()
+    readme = (target / "README.md").read_text()
+    total = len(fx.gpu_rows())
+    assert f"{total} rows in 1 files" in readme
+    assert "NVIDIA H100 80GB HBM3" in readme
+    # text outside the generated block survives a second run; the block is rewritten
+    (target / "README.md").write_text(readme.replace("TODO: the exact commands", "nox -s x"))
+    from reports import publish
+    assert publish.main([str(tmp_path / "gpu-results"), "--to", str(target)]) == 0
+    again = (target / "README.md").read_text()
+    assert "nox -s x" in again and again.count(publish.BEGIN) == 1
+
+
+def test_publish_refuses_a_torn_line(tmp_path, capsys):
+    from reports import publish
+
+    source = tmp_path / "src" / "s" / "h"
+    source.mkdir(parents=True)
+    (source / "torch_cpu.jsonl").write_text(json.dumps(fx.cpu_rows()[0]) + "\n{\"schema\": 1, ")
+    assert publish.main([str(tmp_path / "src"), "--to", str(tmp_path / "pub")]) == 2
+    assert "line 2" in capsys.readouterr().err
+    assert not (tmp_path / "pub").exists()
+
+
+def test_compare_pairs_rows_and_names_every_differing_setting(tmp_path):
+    from reports.compare import pair_rows
+
+    reference = published_reference(tmp_path)
+    results = users_run(tmp_path)
+    report = make_report(load([results, reference]), (reference,))
+    pairs, unmatched = pair_rows(report.frame[report.frame.compile_cache == ""], (reference,))
+    by = {(p.yours["model"], p.yours["batch"], p.yours["measure"], p.yours["framework"]): p
+          for p in pairs}
+    same = by[("resnet50", 16, "forward", "torch")]
+    assert same.reference["median_ms"] == 10.0   # fp32 like yours, not the 4.0 ms tf32 row
+    assert same.differs == () and same.overlap and round(same.ratio, 3) == 1.005
+    slower = by[("resnet50", 16, "gradient", "torch")]
+    assert slower.ratio == 1.5 and not slower.overlap
+    jax = by[("resnet50", 8, "forward", "jax")]   # no batch 8 there: the nearest setting
+    assert jax.differs == ("batch 8 vs 16", "version 0.12.0 vs 0.11.2")
+    assert [r["model"] for r in unmatched] == ["alexnet"]
+    section = next(s for s in report.sections if s.key == "compare")
+    summary = section.tables[0]
+    torch_row = next(r for r in summary.rows if r[0].text == "torch")
+    assert torch_row[2].text == "2" and torch_row[5].text == "2"
+
+
+def test_cli_compares_with_a_published_folder_named_among_the_inputs(tmp_path):
+    reference = published_reference(tmp_path)
+    results = users_run(tmp_path)
+    done = run_cli(str(results), str(reference), "--out", str(tmp_path / "out"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "Compared with the reference" in md and "batch 8 vs 16" in md
+    # the published folder alone is its own report; --pages writes only what a host shows
+    pages = reference / "report"
+    done = run_cli(str(reference), "--out", str(pages), "--quiet", "--pages")
+    assert done.returncode == 0, done.stderr
+    assert "Compared with the reference" not in (pages / "report.md").read_text()
+    assert sorted(p.name for p in pages.iterdir()) == ["plots", "report.md"]
