@@ -182,6 +182,27 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
                   merged.superseded, tuple(found), equiv)
 
 
+# The seeds' formats a visitor looks for first (README "Published results"): cnn-benchmarks'
+# per-model tables, convnet-benchmarks' L1-L5, Bahrampour's Tables 3-8, Li's Fig. 2 (hotspot
+# layers), Fig. 3 (the input-size sweep) and Fig. 7 (host-to-device copies).
+HEADLINE_SECTIONS = ("summary", "models", "layers", "bahrampour", "layers-misc", "profiles")
+HEADLINE_FIGURES = ("Li et al. Fig. 3", "Li et al. Fig. 7")
+
+
+def headlines(report: Report) -> Report:
+    """The headline tables of ``report`` (a published folder's headlines.md)."""
+    kept = [s for s in report.sections if s.key in HEADLINE_SECTIONS]
+    figures = tuple(p for s in report.sections if s.key == "figures" for p in s.plots
+                    if any(fig in p.caption for fig in HEADLINE_FIGURES))
+    if figures:
+        kept.append(Section("figures", "Figures (Li et al. Fig. 3 and 7)", plots=figures))
+    intro = Section("about", "About these tables",
+                    ("The seeds' headline formats, every framework measured; the full report "
+                     "(failures, equivalence, environments, all figures) is report.md beside "
+                     "this file.",))
+    return replace(report, title="dlbench headline tables", sections=(intro, *kept))
+
+
 TIDY_DROP = ("order",)
 
 
@@ -216,7 +237,8 @@ def build(paths: list[Path], out: Path, reference: tuple[Path, ...] = (),
     (out / "report.md").write_text(md_out.render(report), encoding="utf-8")
     written.append(out / "report.md")
     if pages:
-        return report, written
+        (out / "headlines.md").write_text(md_out.render(headlines(report)), encoding="utf-8")
+        return report, written + [out / "headlines.md"]
     for name, content in (("report.html", html_out.render(report)),
                           ("summary.txt", text_out.render(report))):
         (out / name).write_text(content, encoding="utf-8")

@@ -114,6 +114,15 @@ def inventory(target: Path) -> str:
         lines.append(f"| {suite} | {framework} | {device} | {total} | "
                      + " | ".join(str(n) for n in per) + " |")
     dates.discard("")
+    lines += ["", "Produced by (one runner session per line; `--no-venv` on a host whose "
+              "frameworks are installed):", ""]
+    lines += [f"    nox -s {framework}_{device} -- {suite}" for suite, framework, device in keys]
+    missing = missing_runs({k for k in keys})
+    if missing:
+        lines += ["", "Not in this folder (of the default suite and the four seed suites, for "
+                  "every framework the registry lists on these devices): "
+                  + ", ".join(f"{suite} {framework} {device}" for suite, framework, device
+                              in missing) + "."]
     lines += ["", f"{sum(counts.values())} rows in {len(files)} files, {size / 2**20:.2f} MiB "
               f"({size} bytes) of JSON Lines.", "",
               f"- Hosts: {'; '.join(sorted(hosts))}",
@@ -125,6 +134,22 @@ def inventory(target: Path) -> str:
     return "\n".join(lines)
 
 
+# What a published folder is meant to hold per device: the default suite and the four seed
+# suites (README "Published results"), for every framework with that device.
+SEED_SUITES = ("bahrampour2016", "cnn-benchmarks", "convnet-benchmarks", "li2016")
+
+
+def missing_runs(present: set[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """(suite, framework, device) runs expected on the devices present but absent."""
+    from adapters.registry import load_registry
+
+    devices = sorted({device for _, _, device in present})
+    expected = [(suite, name, device) for device in devices
+                for suite in (f"default-{device}", *SEED_SUITES)
+                for name, entry in load_registry().items() if device in entry.devices]
+    return [run for run in expected if run not in present]
+
+
 def skeleton(target: Path, device_name: str) -> str:
     folder = target.as_posix()
     return "\n".join((
@@ -132,13 +157,19 @@ def skeleton(target: Path, device_name: str) -> str:
         "The runner's JSON Lines files exactly as written (`<suite>/<host>/<framework>_"
         "<device>.jsonl`, environment and dlbench commit in every row). The report built "
         "from them: [report/report.md](report/report.md). Regenerate it with", "",
-        f"    python -m reports {folder} --out {folder}/report --pages", "",
+        f"    python -m reports {folder} --out {folder}/report --pages --quiet", "",
+        "(report.md, headlines.md and plots/: the seeds' headline tables are in "
+        "[report/headlines.md](report/headlines.md)).", "",
         "Compare your own run with this data:", "",
         f"    python -m reports results {folder} --out report", "",
+        "(your rows beside these, with ratios and the settings that differ: report/report.md, "
+        "section 'Compared with the reference').", "",
         "## How it was produced", "",
-        "TODO: the exact commands (sessions, suites, flags), the machine and the dates.", "",
+        "The runner sessions are listed under Contents (generated from the rows). "
+        "TODO: anything else the reader needs: how the machine was set up, flags, dates.", "",
         "## What is missing, and why", "",
-        "TODO: suites or frameworks not run, and rows that failed for a known reason.", "",
+        "Missing runs are listed under Contents, failed rows in the report's Failures "
+        "section. TODO: why (time, an unsupported framework, a known bug).", "",
         "## Contents", "", BEGIN, END, ""))
 
 

@@ -778,12 +778,16 @@ def test_publish_copies_rows_byte_for_byte_and_counts_them(tmp_path):
     total = len(fx.gpu_rows())
     assert f"{total} rows in 1 files" in readme
     assert "NVIDIA H100 80GB HBM3" in readme
+    assert "    nox -s torch_gpu -- test\n" in readme and "    nox -s jax_gpu -- test\n" in readme
+    missing = readme.split("Not in this folder", 1)[1]
+    assert "default-gpu torch gpu" in missing and "li2016 ort gpu" in missing
+    assert "cpu" not in missing.split(".\n", 1)[0].replace("gpu", "")   # only devices present
     # text outside the generated block survives a second run; the block is rewritten
-    (target / "README.md").write_text(readme.replace("TODO: the exact commands", "nox -s x"))
+    (target / "README.md").write_text(readme.replace("TODO: anything else", "Set up by hand"))
     from reports import publish
     assert publish.main([str(tmp_path / "gpu-results"), "--to", str(target)]) == 0
     again = (target / "README.md").read_text()
-    assert "nox -s x" in again and again.count(publish.BEGIN) == 1
+    assert "Set up by hand" in again and again.count(publish.BEGIN) == 1
 
 
 def test_publish_refuses_a_torn_line(tmp_path, capsys):
@@ -832,4 +836,11 @@ def test_cli_compares_with_a_published_folder_named_among_the_inputs(tmp_path):
     done = run_cli(str(reference), "--out", str(pages), "--quiet", "--pages")
     assert done.returncode == 0, done.stderr
     assert "Compared with the reference" not in (pages / "report.md").read_text()
-    assert sorted(p.name for p in pages.iterdir()) == ["plots", "report.md"]
+    assert sorted(p.name for p in pages.iterdir()) == ["headlines.md", "plots", "report.md"]
+    headline = (pages / "headlines.md").read_text()
+    for title in ("Per model (cnn-benchmarks format)", "Convolution layers (convnet-benchmarks",
+                  "Bahrampour et al. format", "Li et al. Fig. 3"):
+        assert title in headline, title
+    assert "Failures" not in headline
+    for link in re.findall(r"\]\((plots/[^)]+)\)", headline):
+        assert (pages / link).is_file(), link
