@@ -120,8 +120,10 @@ def cuda_versions() -> tuple[str | None, str | None]:
 # or miss) through jax.monitoring. A step's compilations happen in its first call, so the
 # events between ``step`` and the row's writing say what that first call spent on each, and
 # whether its executable was compiled or read from a persistent compilation cache (only
-# then is first_call_ms a cache load rather than a compile). Recorded in every jit row's
-# timing as ``compile_events``.
+# then is first_call_ms a cache load rather than a compile). Recorded from ``step`` (or
+# ``epoch_step``) to the end of the timed calls (``peak_memory`` follows them in the worker,
+# and its memory plan's re-lowering is not counted) in every row's timing as
+# ``compile_events``: a compile after the first call would show there as a second one.
 COMPILE_DURATIONS = {
     "/jax/core/compile/jaxpr_trace_duration": "trace_s",
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
@@ -143,10 +145,14 @@ class CompileLog:
         jax.monitoring.register_event_duration_secs_listener(self.on_duration)
         jax.monitoring.register_event_listener(self.on_event)
 
-    def start(self) -> dict[str, float]:
+    def start(self) -> None:
         self.current = {**dict.fromkeys(COMPILE_DURATIONS.values(), 0.0),
                         **dict.fromkeys(COMPILE_COUNTS.values(), 0)}
-        return self.current
+
+    def stop(self) -> dict[str, float]:
+        """What was recorded since ``start``; later events go nowhere until the next one."""
+        recorded, self.current = self.current, {}
+        return recorded
 
     def on_duration(self, event: str, duration: float, **_: Any) -> None:
         if event in COMPILE_DURATIONS and self.current:
@@ -505,7 +511,7 @@ class JaxPrepared(Prepared):
     def step(self, measure: str) -> Callable[[], Any]:
         run = self._step(measure)
         # From here on every compilation belongs to the timed calls (the first one).
-        self.extra["compile_events"] = COMPILE_LOG.start()
+        COMPILE_LOG.start()
         return run
 
     def _step(self, measure: str) -> Callable[[], Any]:
@@ -541,7 +547,7 @@ class JaxPrepared(Prepared):
         calls = [self._arguments(measure, inputs) for inputs in placed]
         # The memory plan is the largest batch's: it has the largest temporaries.
         self.measured = (fn, max(calls, key=lambda args: args[2].size)) if calls else None
-        self.extra["compile_events"] = COMPILE_LOG.start()
+        COMPILE_LOG.start()
 
         def epoch() -> Any:
             handle = None
@@ -593,6 +599,7 @@ class JaxPrepared(Prepared):
         self.in_use_before = stats.get("bytes_in_use", 0)
 
     def peak_memory(self) -> Memory:
+        self.extra["compile_events"] = COMPILE_LOG.stop()   # the timed calls are over
         if not self.on_gpu:
             return peak_rss()
         stats = self.device.memory_stats() or {}
@@ -686,6 +693,9 @@ class JaxAdapter(Adapter):
             "xla_cpu_pool_threads": None if on_gpu else xla_pool_threads(),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "xla_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+            # A persistent compilation cache (JAX_COMPILATION_CACHE_DIR): first calls that
+            # hit it load an executable instead of compiling (compile_events says which).
+            "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir or None,
         }
 
     def prepare(self, model: Model, weights: Weights, batch: Batch,

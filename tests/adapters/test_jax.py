@@ -692,3 +692,30 @@ def test_worker_rows_record_the_cpus_xla_used(tmp_path):
         assert row["status"] == "ok", row
         assert len(row["env"]["cpu_affinity"]) == threads
         assert row["env"]["xla_cpu_pool_threads"] == threads
+
+
+# --- the compile-event log (first calls) ------------------------------------------------------
+
+def test_rows_record_one_compile_per_step_and_none_when_compiled_already(adapter):
+    """A jit row's compile_events count the backend compilations of its step's timed calls
+    (the first call's): one for forward, one for gradient, none for a forward timed again
+    (jit's cache), and the memory plan's re-lowering after the timed calls is not counted."""
+    prepared = prepare(adapter, "conv_tiny", variant="jit")
+    events = {}
+    try:
+        for label, measure in (("forward", "forward"), ("gradient", "gradient"),
+                               ("again", "forward")):
+            run = prepared.step(measure)
+            prepared.sync(run())
+            prepared.sync(run())
+            prepared.peak_memory()
+            events[label] = dict(prepared.extra["compile_events"])
+            prepared._planned_bytes()     # lowers again: must not reach the row's events
+            assert prepared.extra["compile_events"] == events[label]
+    finally:
+        prepared.close()
+    assert events["forward"]["backend_compiles"] == 1, events
+    assert events["gradient"]["backend_compiles"] == 1, events
+    assert events["again"]["backend_compiles"] == 0, events
+    assert events["forward"]["backend_compile_s"] > 0 and events["again"]["trace_s"] == 0
+    assert events["forward"]["persistent_cache_hits"] == 0
