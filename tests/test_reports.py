@@ -844,3 +844,17 @@ def test_cli_compares_with_a_published_folder_named_among_the_inputs(tmp_path):
     assert "Failures" not in headline
     for link in re.findall(r"\]\((plots/[^)]+)\)", headline):
         assert (pages / link).is_file(), link
+
+
+def test_a_first_call_loaded_from_a_persistent_cache_is_marked(tmp_path):
+    compiled = {"backend_compile_s": 4.0, "persistent_cache_hits": 0, "backend_compiles": 1}
+    loaded = {"backend_compile_s": 0.0, "persistent_cache_hits": 1, "backend_compiles": 0}
+    rows = [fx.make_row("resnet50", 16, "forward", "jax", "gpu", 20.0, threads=4,
+                        first_call=5000.0, timing_extra={"compile_events": compiled}),
+            fx.make_row("resnet50", 16, "gradient", "jax", "gpu", 60.0, threads=4,
+                        first_call=300.0, timing_extra={"compile_events": loaded})]
+    report = report_of(tmp_path, rows)
+    assert list(report.frame.first_call_cache_hits) == [0.0, 1.0]
+    assert list(report.frame.first_call_compile_s) == [4.0, 0.0]
+    texts = [c.text for s in report.sections for t in s.tables for r in t.rows for c in r]
+    assert any("5000" in t and "300" in t and t.count("(cached)") == 1 for t in texts), texts
