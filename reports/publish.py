@@ -1,5 +1,6 @@
-"""``python -m reports.publish DIR [DIR ...] --to published/<machine>-<yyyy-mm>
-[--device-name NAME]``: assemble a published dataset from results directories.
+"""``python -m reports.publish [DIR ...] --to published/<machine>-<yyyy-mm>
+[--device-name NAME] [--replace]``: assemble a published dataset from results directories
+(without DIR: refresh the README's generated block of an existing folder).
 
 The runner's JSON Lines files are copied byte for byte, keeping their path under the given
 directory (``<suite>/<host>/<framework>_<device>.jsonl``), so the folder is read like any
@@ -158,6 +159,7 @@ def skeleton(target: Path, device_name: str) -> str:
         "<device>.jsonl`, environment and dlbench commit in every row). The report built "
         "from them: [report/report.md](report/report.md). Regenerate it with", "",
         f"    python -m reports {folder} --out {folder}/report --pages --quiet", "",
+        f"or, with this README's generated block too, `nox -s publish -- {folder}`", "",
         "(report.md, headlines.md and plots/: the seeds' headline tables are in "
         "[report/headlines.md](report/headlines.md)).", "",
         "Compare your own run with this data:", "",
@@ -187,8 +189,9 @@ def write_readme(target: Path, device_name: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports.publish",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("sources", nargs="+", type=Path, metavar="DIR",
-                        help="results directories (as the runner wrote them)")
+    parser.add_argument("sources", nargs="*", type=Path, metavar="DIR",
+                        help="results directories (as the runner wrote them); none: only "
+                             "rewrite the README's generated block of --to")
     parser.add_argument("--to", type=Path, required=True, metavar="FOLDER",
                         help="published/<machine>-<yyyy-mm>")
     parser.add_argument("--device-name", default="",
@@ -197,12 +200,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="overwrite files already published with other contents")
     args = parser.parse_args(argv)
     try:
-        copied = copy_results(list(args.sources), args.to, args.replace)
+        copied = copy_results(list(args.sources), args.to, args.replace) if args.sources \
+            else result_files(args.to)
         readme = write_readme(args.to, args.device_name)
     except InputError as exc:
         print(f"reports.publish: error: {exc}", file=sys.stderr)
         return 2
-    print(f"copied {len(copied)} result file(s) to {args.to}/; wrote {readme}")
+    print(f"{'copied' if args.sources else 'found'} {len(copied)} result file(s) in "
+          f"{args.to}/; wrote {readme}")
     return 0
 
 

@@ -788,6 +788,8 @@ def test_publish_copies_rows_byte_for_byte_and_counts_them(tmp_path):
     assert publish.main([str(tmp_path / "gpu-results"), "--to", str(target)]) == 0
     again = (target / "README.md").read_text()
     assert "Set up by hand" in again and again.count(publish.BEGIN) == 1
+    assert publish.main(["--to", str(target)]) == 0      # refresh only: nothing copied
+    assert (target / "README.md").read_text() == again
 
 
 def test_publish_refuses_a_torn_line(tmp_path, capsys):
