@@ -48,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         from reports.text import render
 
         sys.stdout.write(render(report))
+        for section in report.sections:
+            if section.key == "compare":   # the reference comparison's summary, as text
+                print("\n" + "\n".join(section.paragraphs))
+                for table in section.tables[:1]:
+                    print("  ".join(table.columns))
+                    for row in table.rows:
+                        print("  ".join(c.text for c in row))
     print(f"wrote {len(written)} files to {args.out}/ ("
           + ("report.md, plots/" if args.pages else "report.html, report.md, results_tidy.csv, ...")
           + ")")

@@ -829,8 +829,9 @@ def test_compare_pairs_rows_and_names_every_differing_setting(tmp_path):
 def test_cli_compares_with_a_published_folder_named_among_the_inputs(tmp_path):
     reference = published_reference(tmp_path)
     results = users_run(tmp_path)
-    done = run_cli(str(results), str(reference), "--out", str(tmp_path / "out"), "--quiet")
+    done = run_cli(str(results), str(reference), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
+    assert "Geo-mean ratio" in done.stdout and "\ntorch  gpu  2  " in done.stdout
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Compared with the reference" in md and "batch 8 vs 16" in md
     # the published folder alone is its own report; --pages writes only what a host shows
