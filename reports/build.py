@@ -126,7 +126,7 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     sections.append(Section("summary", "Summary: models × frameworks",
                             tables=tuple(tmod.summary_tables(steady, equiv))))
     if reference:
-        text, tables = compare.section_parts(steady, reference)
+        text, tables = compare.section_parts(loaded, reference)
         sections.insert(1, Section("compare", "Compared with the reference", text,
                                    tables=tables))
     sentences = tuple(r.sentence() + "." for r in found)

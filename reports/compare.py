@@ -21,8 +21,10 @@ import pandas as pd
 
 from reports import cells
 from reports.grouping import records
+from reports.load import Loaded
 from reports.naming import sort_key
 from reports.table import Cell, Table
+from reports.tidy import tidy
 
 # Settings compared between your row and the reference row, with the weight of a mismatch
 # when choosing among several reference rows: batch and precision change the computation,
@@ -43,9 +45,8 @@ def is_published(path: Path) -> bool:
     return path.is_dir() and readme.is_file() and BEGIN in readme.read_text(encoding="utf-8")
 
 
-def _under(source: str, roots: tuple[Path, ...]) -> bool:
-    path = Path(source.rsplit(":", 1)[0]).resolve()
-    return any(path.is_relative_to(root) for root in roots)
+def _under(path: str, roots: tuple[Path, ...]) -> bool:
+    return any(Path(path).resolve().is_relative_to(root) for root in roots)
 
 
 @dataclass(frozen=True)
@@ -75,20 +76,36 @@ def _differences(yours: dict, reference: dict) -> tuple[str, ...]:
                  for k, _ in MATCH_WEIGHTS if yours[k] != reference[k])
 
 
-def pair_rows(frame: pd.DataFrame, reference_roots: tuple[Path, ...]
+def split(loaded: Loaded, reference_roots: tuple[Path, ...]) -> tuple[pd.DataFrame,
+                                                                      pd.DataFrame]:
+    """(yours, reference) as two tidy tables, each merged on its own: a run on the host
+    that wrote the reference has the same settings as its rows, and one merged table would
+    keep only the later of each pair. Compile-cache rows (Table 8) are left out, as in
+    every steady-state table."""
+    roots = tuple(p.resolve() for p in reference_roots)
+    sides: tuple[list, list] = ([], [])
+    for row in loaded.rows:
+        sides[_under(row.path, roots)].append(row)
+    frames = []
+    for rows in sides:
+        if not rows:
+            frames.append(pd.DataFrame(columns=["compile_cache"]))
+            continue
+        frame = tidy(Loaded(tuple(rows), loaded.files, ())).frame
+        frames.append(frame[frame["compile_cache"] == ""].reset_index(drop=True))
+    return frames[0], frames[1]
+
+
+def pair_rows(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
               ) -> tuple[list[Pair], list[dict]]:
     """(pairs, your timed rows without a reference row of their model, measure, framework
     and device). Among several candidates the reference row with the fewest (weighted)
     differing settings is taken."""
-    roots = tuple(p.resolve() for p in reference_roots)
-    rows = [r for r in records(frame) if _timed(r)]
     reference: dict[tuple, list[dict]] = defaultdict(list)
-    yours = []
-    for r in rows:
-        if _under(r["source"], roots):
+    for r in records(reference_frame):
+        if _timed(r):
             reference[(r["model"], r["measure"], r["framework"], r["device"])].append(r)
-        else:
-            yours.append(r)
+    yours = [r for r in records(yours_frame) if _timed(r)]
     pairs, unmatched = [], []
     for r in yours:
         candidates = reference.get((r["model"], r["measure"], r["framework"], r["device"]))
@@ -151,10 +168,10 @@ def pair_table(pairs: list[Pair]) -> Table:
                         "like-for-like comparison; read it with the differences beside it.",))
 
 
-def section_parts(frame: pd.DataFrame, reference_roots: tuple[Path, ...]
+def section_parts(loaded: Loaded, reference_roots: tuple[Path, ...]
                   ) -> tuple[tuple[str, ...], tuple[Table, ...]]:
     """The comparison section's paragraphs and tables (empty when nothing pairs)."""
-    pairs, unmatched = pair_rows(frame, reference_roots)
+    pairs, unmatched = pair_rows(*split(loaded, reference_roots))
     names = ", ".join(str(p) for p in reference_roots)
     text = [f"Reference: {names}. {len(pairs)} of your timed rows have a reference row of "
             f"the same model, measure, framework and device."]

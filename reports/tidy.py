@@ -80,7 +80,7 @@ def compile_event_columns(events: dict | None) -> dict:
     columns: seconds of backend compilation, and persistent-cache hits (a first call that
     hit loaded its executable instead of compiling it). NaN where not recorded."""
     events = events or {}
-    return {"first_call_compile_s": _number(events.get("backend_compile_s")),
+    return {"first_call_compile_s": _number(events.get("compile_s")),
             "first_call_cache_hits": _number(events.get("persistent_cache_hits"))}
 
 

@@ -805,12 +805,13 @@ def test_publish_refuses_a_torn_line(tmp_path, capsys):
 
 
 def test_compare_pairs_rows_and_names_every_differing_setting(tmp_path):
-    from reports.compare import pair_rows
+    from reports.compare import pair_rows, split
 
     reference = published_reference(tmp_path)
     results = users_run(tmp_path)
-    report = make_report(load([results, reference]), (reference,))
-    pairs, unmatched = pair_rows(report.frame[report.frame.compile_cache == ""], (reference,))
+    loaded = load([results, reference])
+    report = make_report(loaded, (reference,))
+    pairs, unmatched = pair_rows(*split(loaded, (reference,)))
     by = {(p.yours["model"], p.yours["batch"], p.yours["measure"], p.yours["framework"]): p
           for p in pairs}
     same = by[("resnet50", 16, "forward", "torch")]
@@ -851,8 +852,8 @@ def test_cli_compares_with_a_published_folder_named_among_the_inputs(tmp_path):
 
 
 def test_a_first_call_loaded_from_a_persistent_cache_is_marked(tmp_path):
-    compiled = {"backend_compile_s": 4.0, "persistent_cache_hits": 0, "backend_compiles": 1}
-    loaded = {"backend_compile_s": 0.0, "persistent_cache_hits": 1, "backend_compiles": 0}
+    compiled = {"compile_s": 4.0, "persistent_cache_hits": 0, "compiles": 1}
+    loaded = {"compile_s": 0.0, "persistent_cache_hits": 1, "compiles": 0}
     rows = [fx.make_row("resnet50", 16, "forward", "jax", "gpu", 20.0, threads=4,
                         first_call=5000.0, timing_extra={"compile_events": compiled}),
             fx.make_row("resnet50", 16, "gradient", "jax", "gpu", 60.0, threads=4,
@@ -862,3 +863,17 @@ def test_a_first_call_loaded_from_a_persistent_cache_is_marked(tmp_path):
     assert list(report.frame.first_call_compile_s) == [4.0, 0.0]
     texts = [c.text for s in report.sections for t in s.tables for r in t.rows for c in r]
     assert any("5000" in t and "300" in t and t.count("(cached)") == 1 for t in texts), texts
+
+
+def test_compare_keeps_both_sides_when_the_reference_host_reruns(tmp_path):
+    """Your rows and the reference's from one host have identical settings: merged into one
+    table the later would replace the earlier; the comparison keeps both."""
+    from reports.compare import pair_rows, split
+
+    reference = published_reference(tmp_path)
+    rerun = [fx.make_row("resnet50", 16, "forward", "torch", "gpu", 10.0, threads=4,
+                         started="2026-02-01T10:00:00")]
+    (tmp_path / "again").mkdir()
+    fx._write(tmp_path / "again" / "torch_gpu.jsonl", rerun)
+    pairs, _ = pair_rows(*split(load([tmp_path / "again", reference]), (reference,)))
+    assert len(pairs) == 1 and pairs[0].ratio == 1.0 and pairs[0].differs == ()

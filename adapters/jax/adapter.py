@@ -150,9 +150,20 @@ class CompileLog:
                         **dict.fromkeys(COMPILE_COUNTS.values(), 0)}
 
     def stop(self) -> dict[str, float]:
-        """What was recorded since ``start``; later events go nowhere until the next one."""
+        """What was recorded since ``start``; later events go nowhere until the next one.
+        JAX times a persistent-cache hit as a backend compile too (the event wraps "compile
+        or load"), so compiles and their seconds are the backend events less the hits and
+        their read time: ``compiles`` = executables XLA built, ``compile_s`` its seconds."""
         recorded, self.current = self.current, {}
-        return recorded
+        if not recorded:
+            return {}
+        backend_s = recorded.pop("backend_compile_s")
+        backend = recorded.pop("backend_compiles")
+        return {"trace_s": recorded["trace_s"], "lower_s": recorded["lower_s"],
+                "compile_s": round(max(backend_s - recorded["cache_read_s"], 0.0), 4),
+                "compiles": backend - recorded["persistent_cache_hits"],
+                **{k: recorded[k] for k in ("cache_read_s", "persistent_cache_hits",
+                                            "persistent_cache_misses")}}
 
     def on_duration(self, event: str, duration: float, **_: Any) -> None:
         if event in COMPILE_DURATIONS and self.current:
