@@ -877,3 +877,26 @@ def test_compare_keeps_both_sides_when_the_reference_host_reruns(tmp_path):
     fx._write(tmp_path / "again" / "torch_gpu.jsonl", rerun)
     pairs, _ = pair_rows(*split(load([tmp_path / "again", reference]), (reference,)))
     assert len(pairs) == 1 and pairs[0].ratio == 1.0 and pairs[0].differs == ()
+
+
+def test_a_measure_unsupported_everywhere_is_said_once(tmp_path):
+    """ONNX Runtime has no gradients: its reason is one line of the failures section and
+    one note per table, the cells say 'unsupported [n]'."""
+    reason = "onnxruntime InferenceSession computes no gradients (needs onnxruntime-training)"
+    rows = []
+    for model in ("resnet50", "vgg16", "lenet"):
+        rows.append(fx.make_row(model, 16, "forward", "ort", "gpu", 5.0, threads=4,
+                                variant="ort_all"))
+        rows.append(fx.make_row(model, 16, "gradient", "ort", "gpu", None, threads=4,
+                                variant="ort_all", status="unsupported", reason=reason))
+        rows.append(fx.make_row(model, 16, "forward", "torch", "gpu", 4.0, threads=4))
+    report = report_of(tmp_path, rows)
+    tables = [t for s in report.sections for t in s.tables]
+    shared = find_table(report, "Reasons shared by several failed rows")
+    assert [(r[2].text, r[5].text) for r in shared.rows] == [(reason, "3")]
+    failures = find_table(report, "Failures (3 rows")
+    assert {r[5].text for r in failures.rows} == {"reason 1"}
+    cells_text = [c.text for t in tables if t is not shared for r in t.rows for c in r]
+    assert not any(reason in text for text in cells_text)       # never the reason in a cell
+    notes = [n for t in tables for n in t.notes if reason in n]
+    assert notes and all(n.startswith("[") for n in notes)
