@@ -4,7 +4,8 @@ out.
 
 Pipeline (one module per step, frozen dataclasses between them):
 ``load`` → ``tidy`` → ``peaks`` (TFLOP/s) → ``equivalence`` / ``ratios`` → ``tables_*`` /
-``historical`` / ``plots`` → ``markdown`` / ``html`` / ``text``, driven by ``build``.
+``historical`` / ``plots`` → ``markdown`` / ``html`` / ``text``, driven by ``build``;
+``compare`` puts a run beside a published reference, ``publish`` makes a published folder.
 
 No ML framework is imported here (DESIGN.md: reports/ may import pandas and plotting only).
 """
