@@ -5,12 +5,12 @@ the ``Report`` (sections of text, tables and figures) that ``markdown``, ``html`
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from reports import equivalence, historical, peaks, plots, ratios, tidy
+from reports import cells, compare, equivalence, historical, peaks, plots, ratios, tidy
 from reports import tables_bahrampour as tb
 from reports import tables_conditions as tc
 from reports import tables_layers as tl
@@ -99,7 +99,9 @@ def peaks_table(frame: pd.DataFrame) -> Table | None:
                  (False, False, False, True, False))
 
 
-def make_report(loaded: Loaded) -> Report:
+def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
+    """The report; with ``reference`` (published folders among the inputs) a section puts
+    the other rows beside the reference rows (reports/compare.py)."""
     merged = tidy.tidy(loaded)
     frame = peaks.add_throughput(merged.frame, peaks.load_peaks())
     equiv = equivalence.check(frame)
@@ -129,6 +131,10 @@ def make_report(loaded: Loaded) -> Report:
                         tables=(environment_table(frame),))]
     sections.append(Section("summary", "Summary: models × frameworks",
                             tables=tuple(tmod.summary_tables(steady, equiv))))
+    if reference:
+        text, tables = compare.section_parts(loaded, reference)
+        sections.insert(1, Section("compare", "Compared with the reference", text,
+                                   tables=tables))
     sentences = tuple(r.sentence() + "." for r in found)
     ratio_tables = tuple(t for t in (tm.ratio_table(found, "framework"),
                                      tm.ratio_table(found, "device")) if t is not None)
@@ -175,9 +181,9 @@ def make_report(loaded: Loaded) -> Report:
         sections.append(Section("scaling", "Data-parallel scaling",
                                 ts.interconnect_lines(scaling), tables=(scaling_table,),
                                 plots=(scaling_plot,) if scaling_plot else ()))
-    failures = tm.failures_table(frame)
-    if failures is not None:
-        sections.append(Section("failures", "Failures", tables=(failures,)))
+    failures = tm.failure_tables(frame)
+    if failures:
+        sections.append(Section("failures", "Failures", tables=tuple(failures)))
     peak = peaks_table(frame)
     studies = hist.groupby("study").size()
     sections.append(Section(
@@ -185,42 +191,71 @@ def make_report(loaded: Loaded) -> Report:
         ("Historical rows: " + ", ".join(f"{s} ({n} values)" for s, n in studies.items())
          + " — reports/data/historical.csv, transcribed from the seed studies.",),
         tables=(peak,) if peak is not None else ()))
+    # A reason repeated down a column is said once under its table (cells.compact_...).
+    sections = [replace(s, tables=tuple(cells.compact_repeated_failures(t) for t in s.tables))
+                for s in sections]
     return Report("dlbench report", tuple(sections), frame, loaded.warnings,
                   merged.superseded, tuple(found), equiv)
+
+
+# The seeds' formats a visitor looks for first (README "Published results"): cnn-benchmarks'
+# per-model tables, convnet-benchmarks' L1-L5, Bahrampour's Tables 3-8, Li's Fig. 2 (hotspot
+# layers), Fig. 3 (the input-size sweep) and Fig. 7 (host-to-device copies).
+HEADLINE_SECTIONS = ("summary", "models", "layers", "bahrampour", "layers-misc", "profiles")
+HEADLINE_FIGURES = ("Li et al. Fig. 3", "Li et al. Fig. 7")
+
+
+def headlines(report: Report) -> Report:
+    """The headline tables of ``report`` (a published folder's headlines.md)."""
+    kept = [s for s in report.sections if s.key in HEADLINE_SECTIONS]
+    figures = tuple(p for s in report.sections if s.key == "figures" for p in s.plots
+                    if any(fig in p.caption for fig in HEADLINE_FIGURES))
+    if figures:
+        kept.append(Section("figures", "Figures (Li et al. Fig. 3 and 7)", plots=figures))
+    intro = Section("about", "About these tables",
+                    ("The seeds' headline formats, every framework measured; the full report "
+                     "(failures, equivalence, environments, all figures) is report.md beside "
+                     "this file.",))
+    return replace(report, title="dlbench headline tables", sections=(intro, *kept))
 
 
 TIDY_DROP = ("order",)
 
 
 def write_tidy(frame: pd.DataFrame, out: Path) -> list[Path]:
-    data = frame.drop(columns=list(TIDY_DROP))
-    written = [out / "results_tidy.csv"]
-    data.to_csv(written[0], index=False)
-    try:
-        import pyarrow  # noqa: F401  (optional: Parquet only when available)
-    except ImportError:
-        return written
-    path = out / "results_tidy.parquet"
-    data.to_parquet(path, index=False)
-    return written + [path]
+    """The tidy table as CSV only: pandas reads it back (``pd.read_csv``), and Parquet would
+    need pyarrow, a large dependency for a table of a few thousand rows."""
+    path = out / "results_tidy.csv"
+    frame.drop(columns=list(TIDY_DROP)).to_csv(path, index=False)
+    return [path]
 
 
-def build(paths: list[Path], out: Path) -> tuple[Report, list[Path]]:
+def build(paths: list[Path], out: Path, reference: tuple[Path, ...] = (),
+          pages: bool = False) -> tuple[Report, list[Path]]:
+    """Write the report of ``paths`` to ``out``; ``pages``: only what a repository host
+    shows (report.md and plots/*.png), for a published folder's checked-in report."""
     from reports import html as html_out
     from reports import markdown as md_out
     from reports import text as text_out
 
-    report = make_report(load(paths))
+    report = make_report(load(paths), reference)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(exist_ok=True)
+    if pages:   # a checked-in folder holds this build's figures only
+        for stale in (out / "plots").glob("*.png"):
+            stale.unlink()
     written = []
     for section in report.sections:
         for plot in section.plots:
             path = out / "plots" / f"{plot.key}.png"
             path.write_bytes(plot.png)
             written.append(path)
-    for name, content in (("report.md", md_out.render(report)),
-                          ("report.html", html_out.render(report)),
+    (out / "report.md").write_text(md_out.render(report), encoding="utf-8")
+    written.append(out / "report.md")
+    if pages:
+        (out / "headlines.md").write_text(md_out.render(headlines(report)), encoding="utf-8")
+        return report, written + [out / "headlines.md"]
+    for name, content in (("report.html", html_out.render(report)),
                           ("summary.txt", text_out.render(report))):
         (out / name).write_text(content, encoding="utf-8")
         written.append(out / name)

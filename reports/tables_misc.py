@@ -16,19 +16,45 @@ from reports.ratios import Ratio
 from reports.table import Cell, Table
 
 
-def failures_table(frame: pd.DataFrame) -> Table | None:
+def _reason_key(row: dict) -> tuple[str, str]:
+    return row["status"], " ".join(str(row["reason"] or "").split())
+
+
+def failure_tables(frame: pd.DataFrame) -> list[Table]:
+    """Every failed row, and first each distinct reason once with where it occurred: a
+    framework that lacks a measure altogether (ONNX Runtime's gradients) is one line there,
+    and its rows below point to it by number."""
     bad = [r for r in records(frame) if r["status"] != "ok"]
     if not bad:
-        return None
+        return []
     bad.sort(key=lambda r: (sort_key(r["model"]), r["batch"], r["measure"], r["framework"]))
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in bad:
+        groups.setdefault(_reason_key(r), []).append(r)
+    shared = {key: n for n, key in enumerate((k for k, rows in groups.items() if len(rows) > 1),
+                                             start=1)}
+    reasons = tuple((Cell(str(n)), Cell(status, kind="fail"), Cell(reason or "—"),
+                     Cell(", ".join(sorted({f"{r['framework']} {r['device']}"
+                                            for r in groups[(status, reason)]}))),
+                     Cell(", ".join(sorted({r["measure"] for r in groups[(status, reason)]}))),
+                     Cell(str(len(groups[(status, reason)]))))
+                    for (status, reason), n in shared.items())
     body = tuple((Cell(r["model"]), Cell(str(r["batch"])), Cell(r["measure"]),
                   Cell(label(setting_of(r))), Cell(cells.status_text(r, short=True),
                                                    kind="fail"),
-                  Cell(r["reason"] or "—")) for r in bad)
-    return Table("failures", f"Failures ({len(bad)} rows: OOM, unsupported, failed)",
-                 ("Model", "Batch", "Measure", "Setting", "Status", "Reason"), body,
-                 (False, True, False, False, False, False),
-                 notes=("Kept as rows, like convnet-benchmarks' Limitations column.",))
+                  Cell(f"reason {shared[_reason_key(r)]}" if _reason_key(r) in shared
+                       else r["reason"] or "—", title=r["reason"] or "")) for r in bad)
+    out = []
+    if reasons:
+        out.append(Table("failure-reasons", "Reasons shared by several failed rows",
+                         ("#", "Status", "Reason", "Framework, device", "Measures", "Rows"),
+                         reasons, (True, False, False, False, False, True)))
+    out.append(Table("failures", f"Failures ({len(bad)} rows: OOM, unsupported, failed)",
+                     ("Model", "Batch", "Measure", "Setting", "Status", "Reason"), body,
+                     (False, True, False, False, False, False),
+                     notes=("Kept as rows, like convnet-benchmarks' Limitations column; "
+                            "'reason n' is row n of the table above.",)))
+    return out
 
 
 def _gradient_rows(frame: pd.DataFrame) -> dict[tuple, dict]:

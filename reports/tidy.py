@@ -82,6 +82,15 @@ def flatten_profile(profile: dict | None) -> dict:
     }
 
 
+def compile_event_columns(events: dict | None) -> dict:
+    """A row's first-call compile events (JAX: adapters/jax/adapter.py CompileLog) as two
+    columns: seconds of backend compilation, and persistent-cache hits (a first call that
+    hit loaded its executable instead of compiling it). NaN where not recorded."""
+    events = events or {}
+    return {"first_call_compile_s": _number(events.get("compile_s")),
+            "first_call_cache_hits": _number(events.get("persistent_cache_hits"))}
+
+
 def flatten(raw) -> dict:
     data = raw.data
     settings = data.get("settings") or {}
@@ -100,6 +109,7 @@ def flatten(raw) -> dict:
         "status": _text(data.get("status")), "reason": _text(data.get("reason")),
         **{k: _number(timing.get(k)) for k in TIMING_FIELDS + EPOCH_FIELDS + CONDITION_FIELDS},
         **{k: _text(timing.get(k)) for k in CONDITION_TEXT},
+        **compile_event_columns(timing.get("compile_events")),
         "unstable": bool(timing.get("unstable", False)),
         "unstable_reason": _text(timing.get("unstable_reason")),
         "samples_ms": json.dumps(timing.get("samples_ms") or []),
