@@ -7,9 +7,11 @@ nothing: the worker needs them before its CPU affinity is set, ahead of numpy.""
 # and kernel (Li et al. 2016, Fig. 2 and Fig. 4).
 EPOCH_MEASURES = ("epoch_forward", "epoch_gradient")
 PROFILE = "profile"
+# "transfer": the batch from a pageable host buffer to the device; "transfer_pinned": the
+# same from page-locked host memory (Li et al. 2016, Fig. 7 and its discussion).
 # "counters": per-kernel hardware counters from Nsight Compute (ncu), reduced as Li et al.
 # 2016 did for Fig. 6 and Table II (suites/counters.py).
 COUNTERS = "counters"
-MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer", *EPOCH_MEASURES,
-            PROFILE, COUNTERS)
+MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer", "transfer_pinned",
+            *EPOCH_MEASURES, PROFILE, COUNTERS)
 PRECISIONS = ("fp32", "tf32", "bf16")
