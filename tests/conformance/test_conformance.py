@@ -1,7 +1,7 @@
 """The adapter conformance kit: every adapter, in its own session, realises every tiny
 model of the zoo so that the canonical weights and the seeded batch give
 
-* the forward output of the independent numpy reference (tests/reference_numpy.py),
+* the forward output of the independent numpy reference (models/reference.py),
   within fp32 tolerance (rtol 1e-4);
 * the loss and per-parameter gradient norms of tests/goldens/gradients.json, which at
   least two frameworks agree on (a golden agreed by one framework only is provisional).
@@ -18,7 +18,7 @@ from models.analysis import analyse
 from models.inputs import make_batch, make_epoch
 from models.weights import canonical_weights
 from models.zoo import TINY, get_model
-from tests import reference_numpy
+from models import reference as reference_numpy
 from tests.conformance import goldens
 
 TINY_MODELS = list(TINY)
