@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import equivalence, historical, peaks, plots, ratios, tidy
+from reports import equivalence, historical, peaks, plots, ratios, tidy, truth
 from reports import tables_bahrampour as tb
 from reports import tables_layers as tl
 from reports import tables_misc as tm
@@ -98,7 +98,8 @@ def peaks_table(frame: pd.DataFrame) -> Table | None:
 def make_report(loaded: Loaded) -> Report:
     merged = tidy.tidy(loaded)
     frame = peaks.add_throughput(merged.frame, peaks.load_peaks())
-    equiv = equivalence.check(frame)
+    # Float64 errors judge equivalence where every row has them; pairwise elsewhere.
+    equiv = truth.prefer_truth(equivalence.check(frame), frame)
     frame = frame.assign(
         equiv=[equiv.rows[s].text() if s in equiv.rows else "—" for s in frame["source"]],
         equiv_worst_rel=[equiv.rows[s].worst if s in equiv.rows else float("nan")
@@ -159,6 +160,9 @@ def make_report(loaded: Loaded) -> Report:
     figures = plots.all_plots(steady)
     if figures:
         sections.append(Section("figures", "Figures", plots=tuple(figures)))
+    truth_table = truth.truth_table(frame)
+    if truth_table is not None:
+        sections.append(Section("truth", "Equivalence against float64", tables=(truth_table,)))
     failures = tm.failures_table(frame)
     if failures is not None:
         sections.append(Section("failures", "Failures", tables=(failures,)))

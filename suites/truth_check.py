@@ -1,0 +1,112 @@
+"""A fingerprint row's errors against the float64 truth (``models/truth.py``).
+
+The worker has the framework's output and gradients in hand when it writes the
+fingerprint, so the comparison happens there, on whole arrays, and the row carries only
+the errors (``fingerprint["vs_f64"]``). Every error is relative to the largest reference
+value of its quantity (max-norm), the normalisation ``models/error_bounds.py`` bounds:
+
+* ``output``: max |y − y64| / max |y64| over the inference output;
+* ``loss``: |L − L64| / |L64| (a "sum" loss: / Σ|y64|, since a signed sum cancels);
+* ``grad``: max |g − g64| / max |g64| over every element of every trainable parameter,
+  where the adapter reports gradients in canonical layouts, else None;
+* ``grad_norms``: max over parameters of | ‖g_p‖ − ‖g64_p‖ | / max_p ‖g64_p‖ (layout-free,
+  so every framework with gradients has it);
+* ``per_param``: per parameter, in model order, max |g_p − g64_p| / max |g64| (or its
+  norm difference / max_p ‖g64_p‖ without canonical layouts) — the report names the first
+  layer over the bound.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from models import truth as truth_module
+
+
+def enabled() -> bool:
+    return os.environ.get("DLBENCH_TRUTH", "on").lower() not in ("0", "off", "false", "no")
+
+
+def _max_rel(a: np.ndarray, b: np.ndarray, scale: float) -> float:
+    diff = np.abs(np.asarray(a, dtype=np.float64) - b)
+    return float(diff.max()) / scale if diff.size else 0.0
+
+
+def errors(output: np.ndarray, loss: float | None, grads: dict[str, np.ndarray] | None,
+           truth: truth_module.Truth, canonical: bool) -> dict[str, Any]:
+    """The errors of one framework's arrays against ``truth`` (module docstring)."""
+    found: dict[str, Any] = {"norm": "max-abs relative to the largest float64 value"}
+    ref_out = truth.output
+    if np.shape(output) != ref_out.shape:
+        found["output"] = math.inf
+        found["problem"] = f"output shape {np.shape(output)} != {ref_out.shape}"
+    else:
+        found["output"] = _max_rel(output, ref_out, max(float(np.abs(ref_out).max()), 1e-300))
+    if loss is not None:
+        found["loss"] = abs(loss - truth.loss) / max(truth.loss_scale, 1e-300)
+    if grads is None:
+        return found
+    if set(grads) != set(truth.grads):
+        found["grad_norms"] = math.inf
+        found["problem"] = f"parameters differ: {sorted(set(grads) ^ set(truth.grads))[:4]}"
+        return found
+    order = list(truth.grads)
+    ref_norms = {n: float(np.linalg.norm(truth.grads[n])) for n in order}
+    norm_scale = max(max(ref_norms.values()), 1e-300)
+    norms = {n: float(np.linalg.norm(np.asarray(grads[n], dtype=np.float64))) for n in order}
+    found["grad_norms"] = max(abs(norms[n] - ref_norms[n]) / norm_scale for n in order)
+    shapes_fit = all(np.shape(grads[n]) == truth.grads[n].shape for n in order)
+    if canonical and shapes_fit:
+        scale = max(max(float(np.abs(g).max()) for g in truth.grads.values() if g.size), 1e-300)
+        per = {n: _max_rel(grads[n], truth.grads[n], scale) for n in order}
+        found["grad"] = max(per.values())
+    else:
+        found["grad"] = None
+        per = {n: abs(norms[n] - ref_norms[n]) / norm_scale for n in order}
+    found["per_param"] = per
+    return found
+
+
+def _model_order(model, names) -> list[str]:
+    from models.analysis import analyse
+
+    position = {spec.name: i for i, spec in enumerate(analyse(model).param_specs)}
+    return sorted(names, key=lambda n: position.get(n, len(position)))
+
+
+def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type) -> dict:
+    """The fingerprint dict of ``prepared`` (as ``Prepared.fingerprint`` makes it) with
+    its errors against float64 under ``vs_f64``."""
+    from adapters.base import Fingerprint
+
+    output = prepared.forward_output()
+    try:
+        loss, grads = prepared.loss_and_gradients()
+    except unsupported:
+        loss, grads = None, None
+    fields = asdict(Fingerprint.from_arrays(output, loss, grads))
+    if not enabled():
+        fields["vs_f64"] = {"skipped": "DLBENCH_TRUTH=off"}
+        return fields
+    reason = truth_module.too_expensive(model, batch)
+    if reason:
+        fields["vs_f64"] = {"skipped": reason}
+        return fields
+    truth = truth_module.load_or_compute(model, batch, seed)
+    truth = truth_module.Truth(truth.output, truth.loss, truth.loss_scale,
+                               {n: truth.grads[n] for n in _model_order(model, truth.grads)},
+                               truth.seconds, truth.cached)
+    convert = getattr(prepared, "canonical_gradient", None)
+    canonical = grads is not None and convert is not None
+    if canonical:
+        grads = {name: convert(name, g) for name, g in grads.items()}
+    found = errors(output, loss, grads, truth, canonical)
+    found["reference_s"] = round(truth.seconds, 3)
+    found["reference_cached"] = truth.cached
+    fields["vs_f64"] = found
+    return fields
