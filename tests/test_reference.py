@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from models import ir
+from models import reference as ref
 from models.inputs import Batch, make_batch
 from models.weights import canonical_weights
 from models.zoo import TINY, get_model
-from models import reference as ref
 
 TIGHT = dict(rtol=1e-10, atol=1e-12)
 

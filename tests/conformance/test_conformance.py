@@ -14,11 +14,11 @@ import pytest
 
 from adapters.base import CaseConfig, Unsupported
 from adapters.profiling import LAYER_TYPES
+from models import reference as reference_numpy
 from models.analysis import analyse
 from models.inputs import make_batch, make_epoch
 from models.weights import canonical_weights
 from models.zoo import TINY, get_model
-from models import reference as reference_numpy
 from tests.conformance import goldens
 
 TINY_MODELS = list(TINY)
