@@ -73,6 +73,32 @@ def test_gradients_match_goldens(adapter, entry, gradient_goldens, name):
     assert difference is None, f"{name}: {difference} (golden agreed by {golden['agreed_by']})"
 
 
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_fingerprint_is_within_the_fp32_bound_of_the_float64_truth(adapter, entry, name,
+                                                                    tmp_path, monkeypatch):
+    """The worker's fingerprint path: errors against the float64 reference (outputs, loss,
+    and every gradient element where the adapter reports canonical layouts, else gradient
+    norms) within the fp32 bound that models/error_bounds.py derives for the model."""
+    from models.error_bounds import bounds
+    from suites.truth_check import fingerprint_fields
+
+    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
+    model, _, _, prepared = prepare(adapter, name)
+    try:
+        errors = fingerprint_fields(prepared, model, goldens.BATCH, 0, Unsupported)["vs_f64"]
+    finally:
+        prepared.close()
+    limits = bounds(model, goldens.BATCH, "fp32")
+    assert errors["output"] <= limits.output, errors
+    if "gradient" not in entry.measures:
+        assert "grad_norms" not in errors
+        return
+    assert errors["loss"] <= limits.loss, errors
+    assert errors["grad_norms"] <= limits.grad, errors
+    if entry.name in ("torch", "jax"):   # their adapters report canonical layouts
+        assert errors["grad"] is not None and errors["grad"] <= limits.grad, errors
+
+
 def test_gradient_goldens_cover_every_tiny_model(gradient_goldens):
     assert set(gradient_goldens) == set(TINY_MODELS)
 
