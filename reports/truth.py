@@ -162,12 +162,13 @@ def truth_table(frame: pd.DataFrame) -> Table | None:
     skipped = sorted({json.loads(r["fingerprint"] or "{}").get("vs_f64", {}).get("skipped", "")
                       for r in frame.to_dict("records")
                       if r["measure"] == FINGERPRINT and r["status"] == "ok"} - {""})
-    notes = ("Errors are max |x − x64| / max |x64| over the inference output, over every "
-             "gradient element (\"norms\": only per-parameter gradient norms, where the "
-             "adapter does not report canonical layouts), and |L − L64| / |L64| for the "
-             "loss. Bounds (output / gradient) follow from the network's reduction lengths "
-             "and depth for the row's precision (models/error_bounds.py): fp32 "
-             "u=2^-24, tf32 operands u=2^-11, bf16 u=2^-8.",
+    notes = ("Errors against the float64 reference: output max |y − y64| / max |y64|; "
+             "loss |L − L64| / |L64|; gradient ‖g − g64‖₂ / ‖g64‖₂ over all trainable "
+             "parameters (\"norms\": from per-parameter gradient norms only, where the "
+             "adapter does not report canonical layouts). Bounds (output / gradient) follow "
+             "from the network's reduction lengths and depth for the row's precision "
+             "(models/error_bounds.py): 4 standard deviations of fp32 accumulation error "
+             "(u=2^-24) plus operand rounding (tf32 u=2^-11, bf16 u=2^-8).",
              *(f"Pairwise only: {s}" for s in skipped))
     return Table("truth", "Equivalence against float64",
                  ("model", "batch", "precision", "framework", "output err", "loss err",

@@ -2,18 +2,20 @@
 
 The worker has the framework's output and gradients in hand when it writes the
 fingerprint, so the comparison happens there, on whole arrays, and the row carries only
-the errors (``fingerprint["vs_f64"]``). Every error is relative to the largest reference
-value of its quantity (max-norm), the normalisation ``models/error_bounds.py`` bounds:
+the errors (``fingerprint["vs_f64"]``), the quantities ``models/error_bounds.py`` bounds:
 
-* ``output``: max |y − y64| / max |y64| over the inference output;
+* ``output``: max |y − y64| / max |y64| over the inference output (the normalisation of
+  the H100 measurements the bounds are checked against);
 * ``loss``: |L − L64| / |L64| (a "sum" loss: / Σ|y64|, since a signed sum cancels);
-* ``grad``: max |g − g64| / max |g64| over every element of every trainable parameter,
-  where the adapter reports gradients in canonical layouts, else None;
-* ``grad_norms``: max over parameters of | ‖g_p‖ − ‖g64_p‖ | / max_p ‖g64_p‖ (layout-free,
-  so every framework with gradients has it);
-* ``per_param``: per parameter, in model order, max |g_p − g64_p| / max |g64| (or its
-  norm difference / max_p ‖g64_p‖ without canonical layouts) — the report names the first
-  layer over the bound.
+* ``grad``: ‖g − g64‖₂ / ‖g64‖₂ over all trainable parameters together, where the adapter
+  reports gradients in canonical layouts (``Prepared.canonical_gradient``), else None.
+  A 2-norm, not a max: a max-pooling near-tie resolved differently in fp32 moves one
+  gradient contribution to a neighbouring input, a sparse difference a max would magnify;
+* ``grad_norms``: sqrt(Σ_p (‖g_p‖ − ‖g64_p‖)²) / ‖g64‖₂, layout-free, so every framework
+  with gradients has it;
+* ``per_param``: per parameter, in model order, ‖g_p − g64_p‖ / ‖g64‖₂ (or the norm
+  difference over ‖g64‖₂ without canonical layouts): each parameter's share of ``grad``,
+  from which the report names the first layer over the bound.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def _max_rel(a: np.ndarray, b: np.ndarray, scale: float) -> float:
 def errors(output: np.ndarray, loss: float | None, grads: dict[str, np.ndarray] | None,
            truth: truth_module.Truth, canonical: bool) -> dict[str, Any]:
     """The errors of one framework's arrays against ``truth`` (module docstring)."""
-    found: dict[str, Any] = {"norm": "max-abs relative to the largest float64 value"}
+    found: dict[str, Any] = {"norm": "output: max-abs / max |y64|; gradients: 2-norm / ||g64||"}
     ref_out = truth.output
     if np.shape(output) != ref_out.shape:
         found["output"] = math.inf
@@ -57,17 +59,18 @@ def errors(output: np.ndarray, loss: float | None, grads: dict[str, np.ndarray] 
         return found
     order = list(truth.grads)
     ref_norms = {n: float(np.linalg.norm(truth.grads[n])) for n in order}
-    norm_scale = max(max(ref_norms.values()), 1e-300)
+    total = max(math.sqrt(sum(v * v for v in ref_norms.values())), 1e-300)
     norms = {n: float(np.linalg.norm(np.asarray(grads[n], dtype=np.float64))) for n in order}
-    found["grad_norms"] = max(abs(norms[n] - ref_norms[n]) / norm_scale for n in order)
+    norm_diffs = {n: abs(norms[n] - ref_norms[n]) / total for n in order}
+    found["grad_norms"] = math.sqrt(sum(v * v for v in norm_diffs.values()))
     shapes_fit = all(np.shape(grads[n]) == truth.grads[n].shape for n in order)
     if canonical and shapes_fit:
-        scale = max(max(float(np.abs(g).max()) for g in truth.grads.values() if g.size), 1e-300)
-        per = {n: _max_rel(grads[n], truth.grads[n], scale) for n in order}
-        found["grad"] = max(per.values())
+        per = {n: float(np.linalg.norm(np.asarray(grads[n], dtype=np.float64)
+                                       - truth.grads[n])) / total for n in order}
+        found["grad"] = math.sqrt(sum(v * v for v in per.values()))
     else:
         found["grad"] = None
-        per = {n: abs(norms[n] - ref_norms[n]) / norm_scale for n in order}
+        per = norm_diffs
     found["per_param"] = per
     return found
 
