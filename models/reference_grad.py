@@ -258,10 +258,11 @@ class _Tape:
             return (ref.global_avg_pool(x),
                     lambda dy: np.broadcast_to(dy[:, :, None, None] / area, x.shape))
         if isinstance(node, ir.Activation):
+            # Slopes from the output, which the next layer keeps anyway (no extra copy).
             y = ref.activation(x, node.kind)
-            slope = {"relu": lambda: (x > 0).astype(np.float64), "tanh": lambda: 1 - y * y,
-                     "sigmoid": lambda: y * (1 - y)}[node.kind]()
-            return y, lambda dy: dy * slope
+            slope = {"relu": lambda: y > 0, "tanh": lambda: 1 - y * y,
+                     "sigmoid": lambda: y * (1 - y)}[node.kind]
+            return y, lambda dy: dy * slope()
         if isinstance(node, ir.LRN):
             return lrn(x, node)
         if isinstance(node, ir.BatchNorm):

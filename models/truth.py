@@ -93,8 +93,16 @@ def compute(model: ir.Model, batch: int, seed: int) -> Truth:
     return Truth(output, loss, scale, grads, time.perf_counter() - started, False)
 
 
+def _path(model: ir.Model, batch: int, seed: int) -> Path:
+    return cache_dir() / f"{key(model, batch, seed)}.npz"
+
+
+def is_cached(model: ir.Model, batch: int, seed: int) -> bool:
+    return _path(model, batch, seed).exists()
+
+
 def load_or_compute(model: ir.Model, batch: int, seed: int) -> Truth:
-    path = cache_dir() / f"{key(model, batch, seed)}.npz"
+    path = _path(model, batch, seed)
     if path.exists():
         with np.load(path) as stored:
             grads = {name[len("grad:"):]: stored[name] for name in stored.files

@@ -100,7 +100,11 @@ def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type
     if reason:
         fields["vs_f64"] = {"skipped": reason}
         return fields
-    truth = truth_module.load_or_compute(model, batch, seed)
+    try:
+        truth = truth_module.load_or_compute(model, batch, seed)
+    except (MemoryError, OSError, ValueError, TypeError, RuntimeError) as error:
+        fields["vs_f64"] = {"skipped": f"float64 reference failed: {error}"}
+        return fields
     truth = truth_module.Truth(truth.output, truth.loss, truth.loss_scale,
                                {n: truth.grads[n] for n in _model_order(model, truth.grads)},
                                truth.seconds, truth.cached)
@@ -113,3 +117,24 @@ def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type
     found["reference_cached"] = truth.cached
     fields["vs_f64"] = found
     return fields
+
+
+def fill_cache(pairs, seed: int, say) -> None:
+    """Compute the truth of every (model name, batch) not cached yet, in the runner's
+    process before any worker starts: workers are pinned to their benchmark's CPUs, the
+    runner may use every core, and each truth is computed once for all frameworks."""
+    from models.zoo import get_model
+
+    if not enabled():
+        return
+    for name, batch in pairs:
+        model = get_model(name)
+        if truth_module.too_expensive(model, batch) or truth_module.is_cached(model, batch, seed):
+            continue
+        say(f"float64 reference for {name} at batch {batch} "
+            f"({truth_module.cost_gflop(model, batch):.0f} GFLOP, once; cached in "
+            f"{truth_module.cache_dir()})")
+        try:
+            truth_module.load_or_compute(model, batch, seed)
+        except (MemoryError, OSError, ValueError, TypeError, RuntimeError) as error:
+            say(f"float64 reference for {name} at batch {batch} failed: {error}")
