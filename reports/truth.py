@@ -60,11 +60,13 @@ def judge(errors: dict, limits: Bounds) -> tuple[tuple[str, ...], str]:
     whose gradient error exceeds the gradient bound."""
     failures = []
     for field, which in _BOUND_OF.items():
+        if which == "grad" and not limits.grad_judged:
+            continue   # ReLU / max-pooling crossings: reported, not judged
         value = errors.get(field)
         limit = getattr(limits, which)
         if value is not None and not (value <= limit):   # NaN fails too
             failures.append(f"{field} {value:.1e} > {limit:.1e}")
-    per = errors.get("per_param") or {}
+    per = (errors.get("per_param") or {}) if limits.grad_judged else {}
     drift = next((name for name, value in per.items() if not (value <= limits.grad)), "")
     return tuple(failures), drift
 
@@ -156,7 +158,8 @@ def truth_table(frame: pd.DataFrame) -> Table | None:
                  (f"norms {_e(e.get('grad_norms'))}" if e.get("grad_norms") is not None
                   else "—")),
             cell(_timing(frame, t, "forward")), cell(_timing(frame, t, "gradient")),
-            cell("—" if b is None else f"{b.output:.1e} / {b.grad:.1e}"),
+            cell("—" if b is None else f"{b.output:.1e} / "
+                 + (f"{b.grad:.1e}" if b.grad_judged else "not judged")),
             cell(verdict, kind="" if t.ok else "fail"),
         ))
     skipped = sorted({json.loads(r["fingerprint"] or "{}").get("vs_f64", {}).get("skipped", "")
@@ -168,7 +171,11 @@ def truth_table(frame: pd.DataFrame) -> Table | None:
              "adapter does not report canonical layouts). Bounds (output / gradient) follow "
              "from the network's reduction lengths and depth for the row's precision "
              "(models/error_bounds.py): 4 standard deviations of fp32 accumulation error "
-             "(u=2^-24) plus operand rounding (tf32 u=2^-11, bf16 u=2^-8).",
+             "(u=2^-24) plus operand rounding (tf32 u=2^-11, bf16 u=2^-8). Gradients of "
+             "networks with ReLU or max pooling are shown but not judged: rounding moves "
+             "inputs across the kinks, which changes the gradient by far more than "
+             "accumulated rounding (2e-2 for PyTorch fp32 ResNet-50 on a CPU); their "
+             "verdict rests on output and loss.",
              *(f"Pairwise only: {s}" for s in skipped))
     return Table("truth", "Equivalence against float64",
                  ("model", "batch", "precision", "framework", "output err", "loss err",

@@ -107,6 +107,13 @@ def test_bounds_separate_fp32_from_tf32_on_every_default_suite_model():
         assert fp32.output <= fp32.grad and tf32.output <= tf32.grad, name
 
 
+def test_gradients_are_judged_only_without_relu_or_max_pooling():
+    judged = {n: bounds(get_model(n), 16, "fp32").grad_judged
+              for n in ("sae_se", "lstm", "conv_l5", "lenet", "resnet50", "googlenet")}
+    assert judged == {"sae_se": True, "lstm": True, "conv_l5": True, "lenet": False,
+                      "resnet50": False, "googlenet": False}
+
+
 def test_bounds_grow_with_depth():
     outputs = [bounds(get_model(n), 16, "fp32").output
                for n in ("resnet18", "resnet50", "resnet101", "resnet152", "resnet200")]

@@ -94,9 +94,13 @@ def test_fingerprint_is_within_the_fp32_bound_of_the_float64_truth(adapter, entr
         assert "grad_norms" not in errors
         return
     assert errors["loss"] <= limits.loss, errors
-    assert errors["grad_norms"] <= limits.grad, errors
     if entry.name in ("torch", "jax"):   # their adapters report canonical layouts
-        assert errors["grad"] is not None and errors["grad"] <= limits.grad, errors
+        assert errors["grad"] is not None, errors
+    if not limits.grad_judged:   # ReLU / max-pooling crossings (models/error_bounds.py)
+        return
+    assert errors["grad_norms"] <= limits.grad, errors
+    if errors["grad"] is not None:
+        assert errors["grad"] <= limits.grad, errors
 
 
 def test_gradient_goldens_cover_every_tiny_model(gradient_goldens):
