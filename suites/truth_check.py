@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -138,3 +139,30 @@ def fill_cache(pairs, seed: int, say) -> None:
             truth_module.load_or_compute(model, batch, seed)
         except (MemoryError, OSError, ValueError, TypeError, RuntimeError) as error:
             say(f"float64 reference for {name} at batch {batch} failed: {error}")
+
+
+def main(argv: list[str]) -> int:
+    """``python -m suites.truth_check SUITE [--seed N]``: fill the float64 cache for every
+    (model, batch) of a suite ahead of a run (the runner would do it at its start)."""
+    import argparse
+
+    from adapters.registry import load_registry
+    from suites.spec import SuiteError, load_suite, resolve_suite_path
+
+    parser = argparse.ArgumentParser(prog="python -m suites.truth_check")
+    parser.add_argument("suite")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        suite = load_suite(resolve_suite_path(args.suite), load_registry())
+    except SuiteError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    pairs = dict.fromkeys((m, b) for group in suite.groups for m in group.models
+                          for b in group.batches)
+    fill_cache(pairs, args.seed, print)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
