@@ -32,9 +32,9 @@ from models.analysis import analyse
 # the report falls back to pairwise agreement. Every pair of the default suites and of
 # cnn-benchmarks is below it (the largest, VGG-19 at batch 16, is 2.5 TFLOP); above it are
 # only Bahrampour's AlexNet without LRN at batch 512 (4.7) and VGG-A at batch 64 (3.9, in
-# convnet-benchmarks and li2016). Two cores run float64 numpy at 2 to 8 GFLOP/s on these
-# networks, so 3 TFLOP is at worst about 25 minutes, once. Override with
-# $DLBENCH_TRUTH_MAX_GFLOP.
+# convnet-benchmarks and li2016). float64 numpy runs these networks at 7 to 12 GFLOP per
+# CPU-second (measured: ResNet-50, GoogLeNet, VGG-16), so 3 TFLOP is at most about 7
+# CPU-minutes, once. Override with $DLBENCH_TRUTH_MAX_GFLOP.
 MAX_GFLOP = 3_000.0
 _CODE = (reference, reference_grad, weights, inputs, params, ir)
 
