@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import cells, compare, equivalence, historical, peaks, plots, ratios, tidy
+from reports import cells, compare, equivalence, historical, peaks, plots, ratios, tidy, truth
 from reports import tables_bahrampour as tb
 from reports import tables_conditions as tc
 from reports import tables_kernels as tk
@@ -105,7 +105,8 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     the other rows beside the reference rows (reports/compare.py)."""
     merged = tidy.tidy(loaded)
     frame = peaks.add_throughput(merged.frame, peaks.load_peaks())
-    equiv = equivalence.check(frame)
+    # Float64 errors judge equivalence where every row has them; pairwise elsewhere.
+    equiv = truth.prefer_truth(equivalence.check(frame), frame)
     frame = frame.assign(
         equiv=[equiv.rows[s].text() if s in equiv.rows else "—" for s in frame["source"]],
         equiv_worst_rel=[equiv.rows[s].worst if s in equiv.rows else float("nan")
@@ -182,6 +183,9 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     figures = plots.all_plots(steady)
     if figures:
         sections.append(Section("figures", "Figures", plots=tuple(figures)))
+    truth_table = truth.truth_table(frame)
+    if truth_table is not None:
+        sections.append(Section("truth", "Equivalence against float64", tables=(truth_table,)))
     scaling = ts.scaling_rows(loaded)
     scaling_table = ts.scaling_table(scaling)
     if scaling_table is not None:

@@ -27,6 +27,7 @@ from adapters.registry import FrameworkEntry, load_registry
 from suites.environment import host_environment, nvidia_smi, physical_cores, usable_cpus
 from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings
 from suites.spec import Job, SuiteError, expand, load_suite, resolve_suite_path, suggest
+from suites.truth_check import fill_cache
 from suites.worker import EVENT_PREFIX, Plan
 
 console = Console(stderr=True)
@@ -112,6 +113,9 @@ class Runner:
                       f"{self.request.device} · {self.total} measurements"
                       + (f" ({self.skipped} already done)" if self.skipped else "")
                       + f" → {self.path}")
+        # The float64 truth of every fingerprinted (model, batch), before any worker.
+        fill_cache(dict.fromkeys((job.model, job.batch) for job, names in self.pending
+                                 if FINGERPRINT in names), self.request.seed, console.print)
         # One worker per thread setting; a job with a compile-cache setting gets a fresh
         # process of its own, so that nothing compiled earlier in the process is reused.
         groups: dict[tuple, list[tuple[Job, list[str]]]] = defaultdict(list)

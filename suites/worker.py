@@ -154,7 +154,8 @@ class Worker:
                 check_interrupt()
                 started = time.perf_counter()
                 if name == FINGERPRINT:
-                    self.fingerprint_row(prepared, key(name), info, started, Unsupported)
+                    self.fingerprint_row(prepared, key(name), info, started, Unsupported,
+                                         model, job["batch"])
                     continue
                 try:
                     if name == PROFILE:
@@ -264,10 +265,14 @@ class Worker:
         # engine profiles its forward pass.
         return "gradient" if "gradient" in self.entry.measures else "forward"
 
-    def fingerprint_row(self, prepared, case_key: CaseKey, info, started, unsupported) -> None:
+    def fingerprint_row(self, prepared, case_key: CaseKey, info, started, unsupported,
+                        model, batch: int) -> None:
+        from suites.truth_check import fingerprint_fields
+
         try:
-            fingerprint = prepared.fingerprint()
-            self.write(case_key, "ok", "", started, fingerprint=asdict(fingerprint),
+            # The fingerprint and its errors against the float64 truth (suites/truth_check.py).
+            fingerprint = fingerprint_fields(prepared, model, batch, self.plan.seed, unsupported)
+            self.write(case_key, "ok", "", started, fingerprint=fingerprint,
                        model_info=info)
         except KeyboardInterrupt:
             raise

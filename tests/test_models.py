@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from models import ir
+from models import reference as ref
 from models.analysis import ModelError, analyse
 from models.inputs import Batch, make_batch
 from models.layers import conv, dense, relu, softmax
 from models.weights import canonical_weights
 from models.zoo import TINY, ZOO, UnknownModel, get_model, names
-from tests import reference_numpy as ref
 
 REPO = Path(__file__).resolve().parents[1]
 

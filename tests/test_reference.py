@@ -1,4 +1,4 @@
-"""The numpy reference (tests/reference_numpy.py) checked against PyTorch on CPU.
+"""The numpy reference (models/reference.py) checked against PyTorch on CPU.
 
 Forward goldens for every adapter come from the reference, so it must be right on its
 own: each node kind is compared with ``torch.nn.functional`` (or ``torch.nn.LSTM`` with
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from models import ir
+from models import reference as ref
 from models.inputs import Batch, make_batch
 from models.weights import canonical_weights
 from models.zoo import TINY, get_model
-from tests import reference_numpy as ref
 
 TIGHT = dict(rtol=1e-10, atol=1e-12)
 

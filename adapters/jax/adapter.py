@@ -674,6 +674,10 @@ class JaxPrepared(Prepared):
         return float(loss), {name: self.net.canonical(name, np.asarray(g, dtype=np.float32))
                              for name, g in grads.items()}
 
+    def canonical_gradient(self, name: str, grad: np.ndarray) -> np.ndarray:
+        """``loss_and_gradients`` already returns the IR's layouts (``net.canonical``)."""
+        return grad
+
     def hlo_text(self, measure: str) -> str:
         """The StableHLO the step's jit traces to (tests read its precision configs)."""
         self.step(measure)

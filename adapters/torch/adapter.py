@@ -253,6 +253,11 @@ class TorchPrepared(Prepared):
         return float(loss.detach()), {name: g.float().cpu().numpy()
                                       for name, g in zip(self.params, grads)}
 
+    def canonical_gradient(self, name: str, grad: np.ndarray) -> np.ndarray:
+        """A gradient of ``loss_and_gradients`` in the IR's layout: nn.Linear and nn.LSTM
+        hold their matrices as (out, in), the IR as (in, out); embedding tables agree."""
+        return grad.T if grad.ndim == 2 and not name.endswith(".table") else grad
+
     def close(self) -> None:
         del self.frozen, self.body, self.run_frozen, self.run_body, self.params, self.x, self.inputs
         self.pinned_x = None

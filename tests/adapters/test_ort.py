@@ -36,10 +36,10 @@ from adapters.ort.adapter import (  # noqa: E402
 from adapters.ort.network import IR_VERSION, OPSET, Builder, Value, build, lstm_weights  # noqa: E402
 from adapters.registry import load_registry  # noqa: E402
 from models import ir  # noqa: E402
+from models import reference as reference_numpy  # noqa: E402
 from models.inputs import make_batch, make_epoch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
-from tests import reference_numpy  # noqa: E402
 from tests.adapters.thread_probe import thread_shares  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -32,10 +32,10 @@ from adapters.tf.adapter import (  # noqa: E402
 )
 from adapters.tf.network import BatchNorm, Context, build  # noqa: E402
 from models import ir  # noqa: E402
+from models import reference as reference_numpy  # noqa: E402
 from models.inputs import Batch, make_batch, make_epoch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
-from tests import reference_numpy  # noqa: E402
 from tests.adapters.thread_probe import thread_shares  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """The adapter conformance kit: every adapter, in its own session, realises every tiny
 model of the zoo so that the canonical weights and the seeded batch give
 
-* the forward output of the independent numpy reference (tests/reference_numpy.py),
+* the forward output of the independent numpy reference (models/reference.py),
   within fp32 tolerance (rtol 1e-4);
 * the loss and per-parameter gradient norms of tests/goldens/gradients.json, which at
   least two frameworks agree on (a golden agreed by one framework only is provisional).
@@ -14,11 +14,11 @@ import pytest
 
 from adapters.base import CaseConfig, Unsupported
 from adapters.profiling import LAYER_TYPES
+from models import reference as reference_numpy
 from models.analysis import analyse
 from models.inputs import make_batch, make_epoch
 from models.weights import canonical_weights
 from models.zoo import TINY, get_model
-from tests import reference_numpy
 from tests.conformance import goldens
 
 TINY_MODELS = list(TINY)
@@ -71,6 +71,36 @@ def test_gradients_match_goldens(adapter, entry, gradient_goldens, name):
         pytest.fail(f"no gradient golden for {name}: run python -m tests.conformance.goldens")
     difference = goldens.agree(golden, loss, norms)
     assert difference is None, f"{name}: {difference} (golden agreed by {golden['agreed_by']})"
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_fingerprint_is_within_the_fp32_bound_of_the_float64_truth(adapter, entry, name,
+                                                                    tmp_path, monkeypatch):
+    """The worker's fingerprint path: errors against the float64 reference (outputs, loss,
+    and every gradient element where the adapter reports canonical layouts, else gradient
+    norms) within the fp32 bound that models/error_bounds.py derives for the model."""
+    from models.error_bounds import bounds
+    from suites.truth_check import fingerprint_fields
+
+    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
+    model, _, _, prepared = prepare(adapter, name)
+    try:
+        errors = fingerprint_fields(prepared, model, goldens.BATCH, 0, Unsupported)["vs_f64"]
+    finally:
+        prepared.close()
+    limits = bounds(model, goldens.BATCH, "fp32")
+    assert errors["output"] <= limits.output, errors
+    if "gradient" not in entry.measures:
+        assert "grad_norms" not in errors
+        return
+    assert errors["loss"] <= limits.loss, errors
+    if entry.name in ("torch", "jax"):   # their adapters report canonical layouts
+        assert errors["grad"] is not None, errors
+    if not limits.grad_judged:   # ReLU / max-pooling crossings (models/error_bounds.py)
+        return
+    assert errors["grad_norms"] <= limits.grad, errors
+    if errors["grad"] is not None:
+        assert errors["grad"] <= limits.grad, errors
 
 
 def test_gradient_goldens_cover_every_tiny_model(gradient_goldens):

@@ -53,7 +53,8 @@ def run(suite: Path, framework: str, out: Path, *extra: str, **kwargs):
 
 def test_rows_record_settings_environment_and_statistics(tmp_path, framework, entry):
     suite = suite_file(tmp_path, "rows", ["lenet_tiny"], [4])
-    result = run(suite, framework, tmp_path / "out")
+    result = run(suite, framework, tmp_path / "out",
+                 env={**os.environ, "DLBENCH_TRUTH_CACHE": str(tmp_path / "truth")})
     assert result.returncode == 0, result.stderr
     rows = {row["measure"]: row for row in rows_of(tmp_path / "out")}
     assert set(rows) == {"forward", "gradient", "fingerprint"}
@@ -79,6 +80,13 @@ def test_rows_record_settings_environment_and_statistics(tmp_path, framework, en
                 "dlbench_commit"):
         assert forward["env"][key], key
     assert rows["fingerprint"]["fingerprint"]["output_head"]
+    # Its errors against the float64 truth, which the runner computed once, before the
+    # worker started, and cached (models/truth.py).
+    vs_f64 = rows["fingerprint"]["fingerprint"]["vs_f64"]
+    assert 0 <= vs_f64["output"] < 1e-4 and vs_f64["reference_cached"] is True
+    assert "float64 reference for lenet_tiny at batch 4" in result.stdout + result.stderr
+    assert len(list((tmp_path / "truth").glob("*.npz"))) == 1
+    assert ("grad_norms" in vs_f64) == ("gradient" in entry.measures)
     if "gradient" not in entry.measures:
         assert rows["gradient"]["status"] == "unsupported" and rows["gradient"]["reason"]
 

@@ -50,6 +50,22 @@ def _matmul(x: np.ndarray, w: np.ndarray, macs: list[int] | None) -> np.ndarray:
 # Node kinds as functions.
 
 
+# The windows a convolution multiplies are copied into one array (im2col); batches are
+# split so that copy stays under this many bytes.
+WINDOW_BYTES = 256 * 2**20
+
+
+def batch_chunk(x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: Pair,
+                padding: Pair) -> int:
+    """How many examples one im2col copy of ``WINDOW_BYTES`` holds (at least one)."""
+    _, c, h, w = x_shape
+    _, _, kh, kw = w_shape
+    oh = (h + 2 * padding[0] - kh) // stride[0] + 1
+    ow = (w + 2 * padding[1] - kw) // stride[1] + 1
+    per_example = 8 * c * kh * kw * oh * ow
+    return max(1, WINDOW_BYTES // max(per_example, 1))
+
+
 def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
            stride: Pair = (1, 1), padding: Pair = (0, 0), groups: int = 1,
            macs: list[int] | None = None) -> np.ndarray:
@@ -60,6 +76,11 @@ def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
         raise ValueError(f"conv2d: input channels {c} and weight {weight.shape} "
                          f"do not fit groups={groups}")
     (sh, sw), (ph, pw) = stride, padding
+    chunk = batch_chunk(x.shape, weight.shape, stride, padding)
+    if chunk < n:  # bound the window copies' memory (a batch-128 11x11 layer: gigabytes)
+        y = np.concatenate([conv2d(x[i:i + chunk], weight, None, stride, padding, groups, macs)
+                            for i in range(0, n, chunk)])
+        return y if bias is None else y + bias[None, :, None, None]
     x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))  # zero padding
     # windows[n, c, i, j, di, dj] = x[n, c, i*sh + di, j*sw + dj]
     windows = sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]

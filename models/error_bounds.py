@@ -1,0 +1,145 @@
+"""How far from the float64 truth a correct implementation may land, per precision.
+
+A fingerprint's errors against float64 (``suites/truth_check.py``) are relative: the
+inference output's largest error over its largest value (the normalisation under which
+fp32-strict outputs of single convolutions, ResNet-50 and VGG-16 measured 3e-7 to 4e-6 on
+an H100, and TF32 ones 3e-4 to 1.2e-3), the gradient's 2-norm error over its 2-norm. The
+bound is derived from the network's reduction lengths and depth, not measured:
+
+* **Accumulation** in float32 (every precision here accumulates in fp32, u32 = 2^-24).
+  Under the probabilistic model of rounding (Higham & Mary, "A New Approach to
+  Probabilistic Rounding Error Analysis", SISC 2019: rounding errors independent, mean
+  zero), a length-K reduction's error has a standard deviation of about u32·sqrt(K) in
+  units of the result's scale; blocked and pairwise sums, which BLAS and cuDNN use, stay
+  below it. Layers that keep activations at unit scale (He initialisation, batch norm —
+  why outputs stay comparable at all) pass earlier errors on unchanged, and independent
+  errors add in quadrature: u32·sqrt(Σ_l K_l) over every reduction on the way (a
+  convolution's C/g·kh·kw, a dense layer's inputs, an LSTM's input + hidden once per time
+  step, a global average's window; in training also batch norm's N·H·W statistics, each
+  layer's data gradient and the longest weight-gradient reduction N·OH·OW). The bound is
+  LAMBDA = 4 standard deviations of that: a correct implementation exceeds it with
+  probability below 1e-4 per quantity, and it leaves a factor of a few for algorithms
+  whose error constant is larger than plain summation's (Winograd transforms, split-K).
+* **Operand rounding**: TF32 rounds both operands of every product to 10 explicit
+  mantissa bits (u = 2^-11), bf16 to 7 and stores results in bf16 (u = 2^-8), fp32
+  stores each layer's output in fp32 (u = 2^-24). Each matrix-product layer then adds a
+  relative error of order u, independent from layer to layer, so L such layers give about
+  sqrt(L)·u; the bound takes 2·u·sqrt(L) (two rounded operands).
+
+**Gradients of piecewise networks are not bounded this way.** ReLU and max pooling make
+the gradient piecewise: fp32 rounding moves a few inputs across a ReLU's zero or a pooling
+window's near-tie, and each crossing changes the gradient by an O(1) amount at one element.
+Measured on the CPU: PyTorch's fp32 ResNet-50 (batch 16) gradient is 2.3e-2 from float64
+in 2-norm (its outputs 4e-7), PyTorch's float64 gradient matches the reference to 9e-15,
+and a 1e-6 relative perturbation of the input alone moves float64 ResNet-18's gradient by
+1.3e-2 (6e-8 moves it by 3e-7): a crossing, not accumulated rounding. How often crossings
+happen depends on how densely the data sit near the kinks, which no depth-and-length
+formula captures, so ``grad_judged`` is False for such networks: their gradient errors are
+reported but the verdict rests on the output and the loss (where TF32 shows).
+
+For the default suites' forward passes the fp32 bound stays below 2e-4 (ResNet-152: 1e-4)
+while a TF32-sized error is 5e-4 or more, so an fp32-labelled row computed in TF32 fails;
+single convolutions' bounds (conv_l5: 1.4e-5) sit several times above the 2.6e-6 that
+PyTorch's fp32 CPU kernels measure there. Gradients are judged in 2-norm, not per
+element: a max-pooling window whose two largest inputs lie within rounding of each other
+sends its gradient to a different input in fp32 than in float64 — a legitimate, sparse
+difference that a max-norm would magnify.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from models import ir
+from models.analysis import analyse
+
+U_FP32 = 2.0 ** -24
+# Unit roundoff of the values each precision multiplies (and, for bf16, stores).
+OPERAND_U = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "bf16": 2.0 ** -8}
+_PRODUCTS = ("Conv2d", "Dense", "TiedDense", "LSTM")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    precision: str
+    output: float        # inference output: max error over the largest value
+    loss: float
+    grad: float          # all gradients: 2-norm error over the 2-norm
+    forward_terms: float     # Σ K of the inference pass (the derivation's terms)
+    training_terms: float    # Σ K of forward and backward in training
+    product_layers: int
+    grad_judged: bool = True  # False: ReLU or max pooling in training (module docstring)
+
+
+def _has_kinks(nodes) -> bool:
+    for node in nodes:
+        if isinstance(node, ir.Activation) and node.kind == "relu":
+            return True
+        if isinstance(node, ir.Pool2d) and node.kind == "max":
+            return True
+        if isinstance(node, ir.Residual) and _has_kinks(node.body + node.shortcut):
+            return True
+        if isinstance(node, ir.Concat) and any(_has_kinks(b) for b in node.branches):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class _Reductions:
+    forward: float       # Σ K over the inference pass
+    statistics: float    # Σ K of batch-norm statistics in training
+    backward: float      # Σ K of the data gradients and the longest weight gradient
+    products: int        # matrix-product layers (LSTM: one per time step)
+
+
+def _reductions(model: ir.Model, batch: int) -> _Reductions:
+    stats = analyse(model)
+    forward = statistics = backward = 0.0
+    products = 0
+    wgrad = 0.0
+    for layer in stats.layers:
+        if layer.frozen:
+            continue
+        out = math.prod(layer.out_shape)
+        if layer.kind in ("Conv2d", "Dense", "TiedDense"):
+            k = layer.flops / 2 / out                     # products per output element
+            forward += k
+            # The data gradient sums over out_channels/g·kh·kw, the forward's K scaled by
+            # the channel ratio: the forward's K is a fair estimate.
+            backward += k
+            spatial = out // layer.out_shape[0] if layer.kind == "Conv2d" else 1
+            wgrad = max(wgrad, batch * spatial)
+            products += 1
+        elif layer.kind == "LSTM":
+            steps, hidden = layer.out_shape
+            k = layer.in_shape[1] + hidden
+            forward += steps * k
+            backward += steps * k
+            wgrad = max(wgrad, batch * steps)
+            products += steps
+        elif layer.kind == "BatchNorm" and len(layer.out_shape) == 3:
+            statistics += 2 * batch * out // layer.out_shape[0]   # mean and variance
+        elif layer.kind in ("GlobalAvgPool", "MeanOverTime", "LRN"):
+            forward += max(math.prod(layer.in_shape) // max(out, 1), 1)
+    return _Reductions(forward, statistics, backward + wgrad, max(products, 1))
+
+
+LAMBDA = 4.0
+
+
+def bounds(model: ir.Model, batch: int, precision: str) -> Bounds:
+    """The largest error against float64 that ``precision`` arithmetic explains for
+    ``model`` at ``batch`` (see the module's docstring for the derivation)."""
+    r = _reductions(model, batch)
+    u = OPERAND_U.get(precision, OPERAND_U["bf16"])
+    rounding = 2 * u * math.sqrt(r.products)
+    output = LAMBDA * U_FP32 * math.sqrt(r.forward) + rounding
+    # The loss runs in training mode (batch-norm statistics) and averages N·classes terms.
+    classes = model.loss.classes or 1
+    loss = LAMBDA * U_FP32 * math.sqrt(r.forward + r.statistics + batch * classes) + rounding
+    # Gradients: the training forward, its backward, and twice as many rounded operands.
+    training = r.forward + r.statistics + r.backward
+    grad = LAMBDA * U_FP32 * math.sqrt(training) + 2 * u * math.sqrt(2 * r.products)
+    return Bounds(precision, output, loss, grad, r.forward, training, r.products,
+                  not _has_kinks(model.body))
