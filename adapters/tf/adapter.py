@@ -30,6 +30,7 @@ from adapters.base import (
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS, summarise
 from adapters.tf.network import Context, Conv2d, Dense, Lengths, build
+from adapters.tf.settings import describe_settings, settings_in_force
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
@@ -381,10 +382,12 @@ class TFPrepared(Prepared):
         self.x = self.inputs["x"]
         self.host_x = _placed("/CPU:0", self.x.numpy())
         self.variables = list(self.params.values())
-        # Recorded in every row: the thread pools in force, and the activation layout.
+        # Recorded in every row: the thread pools in force, the activation layout, and
+        # the precision and kernel-selection settings read back after apply_precision.
         self.extra = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                       "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-                      "layout": "NHWC" if model.input.kind == "image" else "NC"}
+                      "layout": "NHWC" if model.input.kind == "image" else "NC",
+                      "tf_settings": settings_in_force(self.on_gpu)}
         compile_fn = COMPILE[variant]
         self.run_forward = compile_fn(self._forward)
         self.run_gradient = compile_fn(self._gradient)
@@ -564,6 +567,16 @@ class TFAdapter(Adapter):
             if gpus:
                 tf.config.set_visible_devices([], "GPU")  # a CPU run touches no GPU
             self.device = "/CPU:0"
+
+    def describe(self, case: CaseConfig) -> str:
+        """The variant's text, then the settings that decide the numbers: TF32 as this case
+        sets it (the worker describes a case before preparing it), cuDNN's and XLA's
+        autotuning and determinism as TensorFlow reads them from the environment. Rows
+        also hold the same settings read back after the case was set up (``tf_settings``)."""
+        variant = self.resolve_variant(case.variant)
+        settings = {**settings_in_force(self.config.device == "gpu"),
+                    "tf32_execution": case.precision == "tf32"}
+        return f"{self.variants[variant]}; {describe_settings(settings)}"
 
     def environment(self) -> dict[str, Any]:
         on_gpu = self.config.device == "gpu"

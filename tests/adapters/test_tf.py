@@ -31,6 +31,12 @@ from adapters.tf.adapter import (  # noqa: E402
     self_times,
 )
 from adapters.tf.network import BatchNorm, Context, build  # noqa: E402
+from adapters.tf.settings import (  # noqa: E402
+    describe_settings,
+    read_bool_env,
+    settings_in_force,
+    xla_gpu_autotune_level,
+)
 from models import ir  # noqa: E402
 from models.inputs import Batch, make_batch, make_epoch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
@@ -67,10 +73,47 @@ def test_threads_are_set_and_recorded(adapter):
         prepared.sync(prepared.step("forward")())
         assert tf.config.threading.get_intra_op_parallelism_threads() == 2
         assert tf.config.threading.get_inter_op_parallelism_threads() == 1
+        settings = prepared.extra.pop("tf_settings")
         assert prepared.extra == {"intra_op_threads": 2, "inter_op_threads": 1,
                                   "layout": "NHWC"}
+        assert settings["tf32_execution"] is False and "cudnn_autotune" not in settings
     finally:
         prepared.close()
+
+
+def test_settings_are_read_as_tensorflow_reads_the_environment():
+    # ReadBoolFromEnvVar: unset -> default; 0/1/false/true in any case; else the default.
+    for value, expected in (("0", False), ("FALSE", False), ("1", True), ("True", True),
+                            ("no", True), ("", True)):
+        assert read_bool_env("TF_CUDNN_USE_AUTOTUNE", True, {"TF_CUDNN_USE_AUTOTUNE": value}) \
+            is expected, value
+    assert read_bool_env("TF_CUDNN_USE_AUTOTUNE", True, {}) is True
+    assert xla_gpu_autotune_level({}) == 4
+    assert xla_gpu_autotune_level({"XLA_FLAGS": "--xla_gpu_autotune_level=0 --foo=1 "
+                                                "--xla_gpu_autotune_level=2"}) == 2
+    gpu = settings_in_force(True, {"TF_CUDNN_USE_AUTOTUNE": "false",
+                                   "TF_CUDNN_DETERMINISTIC": "1",
+                                   "TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32": "1"})
+    assert gpu["cudnn_autotune"] is False and gpu["cudnn_deterministic"] is True
+    assert gpu["cublas_tensor_op_math_fp32_env"] == "1"
+    defaults = settings_in_force(True, {})
+    assert defaults["cudnn_autotune"] and not defaults["cudnn_deterministic"]
+    assert defaults["xla_gpu_autotune_level"] == 4 and defaults["grappler_options_set"] == {}
+    assert describe_settings({**defaults, "tf32_execution": False}) == (
+        "TF32 off, cuDNN autotune on, XLA GPU autotune level 4")
+    assert settings_in_force(False, {"TF_ENABLE_ONEDNN_OPTS": "0"})["onednn_opts"] == "0"
+
+
+def test_rows_describe_the_settings_in_force():
+    gpu = TFAdapter.__new__(TFAdapter)   # describe() needs only the config, not a GPU
+    gpu.config = RunConfig("gpu", 1, 1)
+    text = gpu.describe(CaseConfig())
+    assert text.startswith(TFAdapter.variants["graph"]) and "TF32 off" in text
+    assert "cuDNN autotune" in text and "XLA GPU autotune level" in text
+    assert "TF32 on" in gpu.describe(CaseConfig("tf32"))
+    cpu = TFAdapter.__new__(TFAdapter)
+    cpu.config = RunConfig("cpu", 1, 1)
+    assert cpu.describe(CaseConfig()).endswith("GPU); TF32 off")
 
 
 def test_other_thread_counts_cannot_be_set_once_running(adapter):
