@@ -28,7 +28,7 @@ from adapters.base import (
     Unsupported,
 )
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.profiling import WARMUP_RUNS, summarise
+from adapters.profiling import WARMUP_RUNS, device_timeline, summarise
 from adapters.tf.network import Context, Conv2d, Dense, Lengths, build
 from adapters.tf.settings import describe_settings, settings_in_force
 from models.inputs import Batch
@@ -342,6 +342,24 @@ def device_times(plane: Any) -> tuple[Times, Times]:
     return ops, kernels
 
 
+def kernel_intervals(planes: list[Any]) -> list[tuple[float, float, str, str]]:
+    """(start ms, end ms, kernel, launching op) of every event on the GPU planes' streams,
+    on one clock: an event's offset counts from its line's start (XLine.timestamp_ns)."""
+    intervals = []
+    for plane in planes:
+        if not plane.name.startswith(GPU_PLANE_PREFIX):
+            continue
+        for line in plane.lines:
+            if not line.name.startswith(STREAM_LINE_PREFIX):
+                continue
+            origin_ps = line.timestamp_ns * 1000
+            for event, metadata, stats in _events(plane, line):
+                start = (origin_ps + event.offset_ps) / PS_PER_MS
+                intervals.append((start, start + event.duration_ps / PS_PER_MS,
+                                  metadata.name, device_op_type(metadata.name, stats)))
+    return intervals
+
+
 def profiled_times(planes: list[Any], on_gpu: bool) -> tuple[Times, Times | None]:
     """(ops, kernels) for summarise. On a GPU both come from the device: the host's op
     events there only time the launches (Li et al. 2016 split GPU time)."""
@@ -506,7 +524,8 @@ class TFPrepared(Prepared):
                 tf.profiler.experimental.stop()
             planes = read_xplanes(Path(logdir))
         ops, kernels = profiled_times(planes, self.on_gpu)
-        return summarise("tf.profiler", measure, iterations, ops, kernels)
+        timeline = device_timeline(kernel_intervals(planes), iterations) if self.on_gpu else None
+        return summarise("tf.profiler", measure, iterations, ops, kernels, timeline)
 
     def sync(self, handle: Any) -> None:
         # GPU kernels run asynchronously; sync_devices waits for them (its docs name

@@ -20,12 +20,14 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported  # noqa: E402
+from adapters.profiling import device_timeline  # noqa: E402
 from adapters.tf import TFAdapter  # noqa: E402
 from adapters.tf.adapter import (  # noqa: E402
     apply_precision,
     cudnn_lstm,
     epoch_signature,
     has_kernel,
+    kernel_intervals,
     place_batch,
     profiled_times,
     self_times,
@@ -492,7 +494,7 @@ def test_gpu_profiles_take_op_and_kernel_times_from_the_device_streams():
             ("sm90_xmma_fprop_implicit_gemm", 0, 3_000_000_000, conv),
             ("nchwToNhwcKernel", 3_000_000_000, 1_000_000_000, conv),
             ("sm90_xmma_wgrad_implicit_gemm", 4_000_000_000, 4_000_000_000, grad),
-            ("MemcpyH2D", 8_000_000_000, 1_000_000_000, {})],
+            ("MemcpyH2D", 10_000_000_000, 1_000_000_000, {})],
         "TensorFlow Ops": [("conv1/Conv2D", 0, 4_000_000_000, {})],
     })
     host = _xspace_plane(xplane_pb2, space, "/host:CPU", {
@@ -506,6 +508,12 @@ def test_gpu_profiles_take_op_and_kernel_times_from_the_device_streams():
     assert sorted(name for name, _, _ in kernels) == [
         "MemcpyH2D", "nchwToNhwcKernel", "sm90_xmma_fprop_implicit_gemm",
         "sm90_xmma_wgrad_implicit_gemm"]
+    # The timeline: 11 ms from the first kernel to the last, 2 ms of them idle (before the
+    # copy), the 1 ms layout conversion counted as a transpose; the host's launch events
+    # and the derived "TensorFlow Ops" line stay off it.
+    timeline = device_timeline(kernel_intervals([plane, host]), iterations=1)
+    assert timeline == {"span_ms": 11.0, "busy_ms": 9.0, "idle_ms": 2.0, "kernel_ms": 9.0,
+                        "transpose_ms": 1.0, "kernels": 4.0}
 
 
 # --- unsupported cases say why --------------------------------------------------------------
