@@ -38,7 +38,7 @@ STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", 
                   "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
                   "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
                   "started_at", "case_id", "source", "hardware", "compile_cache",
-                  "profile_tool", "profile_measure", "profile_top_kernels")
+                  "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline")
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,9 @@ def flatten_profile(profile: dict | None) -> dict:
         **{f"profile_{kind}_ms": layers.get(kind, float("nan")) for kind in LAYER_TYPES},
         "profile_top_kernels": json.dumps(profile.get("top_kernels") or []),
         "profile_kernel_level": bool(profile.get("kernel_level", False)),
+        # adapters.profiling.device_timeline's per-iteration figures, where recorded.
+        "profile_timeline": json.dumps(profile.get("timeline")) if profile.get("timeline")
+        else "",
     }
 
 
