@@ -23,16 +23,19 @@ from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported 
 from adapters.profiling import device_timeline  # noqa: E402
 from adapters.tf import TFAdapter  # noqa: E402
 from adapters.tf.adapter import (  # noqa: E402
+    DEFAULT_LAYOUT,
+    ConvBackward,
     apply_precision,
     cudnn_lstm,
     epoch_signature,
     has_kernel,
     kernel_intervals,
+    layout_for,
     place_batch,
     profiled_times,
     self_times,
 )
-from adapters.tf.network import BatchNorm, Context, build  # noqa: E402
+from adapters.tf.network import NCHW, NHWC, BatchNorm, Context, Layout, build  # noqa: E402
 from adapters.tf.settings import (  # noqa: E402
     describe_settings,
     read_bool_env,
@@ -685,3 +688,123 @@ def test_gpu_tf32_variant_is_accepted(gpu_adapter):
     finally:
         prepared.close()
         apply_precision("fp32", on_gpu=True)
+
+
+# --- the NCHW layout (a GPU layout: checked here under XLA, which compiles NCHW on the CPU) --
+
+def test_layout_places_windows_paddings_and_arrays():
+    assert NHWC.window((2, 3)) == [1, 2, 3, 1] and NCHW.window((2, 3)) == [1, 1, 2, 3]
+    assert NHWC.paddings([1, 2], [3, 4]) == [[0, 0], [1, 2], [3, 4], [0, 0]]
+    assert NCHW.paddings([1, 2], [3, 4]) == [[0, 0], [0, 0], [1, 2], [3, 4]]
+    assert (NHWC.channel_axis, NCHW.channel_axis) == (-1, 1)
+    assert (NHWC.spatial_axes, NCHW.spatial_axes) == ([1, 2], [2, 3])
+    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    assert NHWC.from_nchw(x).shape == (2, 4, 5, 3) and NCHW.from_nchw(x) is x
+    np.testing.assert_array_equal(NHWC.to_nchw(NHWC.from_nchw(x)), x)
+    with pytest.raises(ValueError, match="NHWC or NCHW"):
+        Layout("CHWN")
+
+
+def test_layouts_by_device_and_variant():
+    assert layout_for("cpu", "graph") is NHWC and layout_for("cpu", "nhwc") is NHWC
+    assert layout_for("gpu", "nchw") is NCHW and layout_for("gpu", "nhwc") is NHWC
+    assert layout_for("gpu", "graph") is DEFAULT_LAYOUT["gpu"]
+    with pytest.raises(Unsupported, match="NHWC only"):
+        layout_for("cpu", "nchw")
+
+
+def test_the_nchw_variant_is_a_gpu_variant(adapter):
+    with pytest.raises(Unsupported, match="NHWC only"):
+        prepare(adapter, "lenet_tiny", variant="nchw")
+    nhwc = prepare(adapter, "lenet_tiny", variant="nhwc")
+    try:
+        assert nhwc.extra["layout"] == "NHWC"
+        assert isinstance(nhwc.run_forward, tf.types.experimental.PolymorphicFunction)
+    finally:
+        nhwc.close()
+
+
+def nchw_network(name: str, batch: int = 2):
+    model = get_model(name)
+    weights, data = canonical_weights(model), make_batch(model, batch)
+    frozen, body, params = build(model, weights, cudnn_lstm=False, layout=NCHW)
+    assert not frozen.layers
+    return model, weights, data, body, params
+
+
+@pytest.mark.parametrize("name", ["resnet_tiny", "vgg_tiny", "googlenet_tiny",
+                                  "alexnet_bvlc_tiny"])
+def test_an_nchw_network_computes_the_reference_function(name):
+    """Forward: NCHW in, NCHW out, equal to the float64 reference at the conformance
+    kit's rtol 1e-4. Gradients: the same as the NHWC network's (filters are HWIO in both
+    layouts; the first dense layer after a Flatten keeps canonical row order in NCHW, so
+    its gradient is the NHWC one with rows permuted: compared by norm)."""
+    model, weights, data, body, params = nchw_network(name)
+    x, labels = tf.constant(data.x), tf.constant(data.labels)
+    forward = tf.function(lambda: body(x, FP32), jit_compile=True)
+    expected = reference_numpy.forward(model, weights, data)
+    output = forward().numpy()
+    np.testing.assert_allclose(output, expected, rtol=1e-4,
+                               atol=1e-4 * float(np.abs(expected).max()))
+    # No transposes in the traced graph (only around LRN, whose op is NHWC only).
+    ops = graph_ops(tf.function(lambda: body(x, FP32)))
+    has_lrn = any(isinstance(node, ir.LRN) for node in ir.all_nodes(model))
+    assert ("Transpose" in ops) == has_lrn, ops
+    assert "Conv2D" in ops
+
+    def loss_and_grads(network, variables, inputs):
+        with tf.GradientTape() as tape:
+            out = network(inputs, Context(True, tf.float32))
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=out))
+        return loss, tape.gradient(loss, variables)
+
+    names = list(params)
+    loss, grads = tf.function(lambda: loss_and_grads(body, [params[n] for n in names], x),
+                              jit_compile=True)()
+    _, nhwc_body, nhwc_params = build(model, weights, cudnn_lstm=False)
+    nhwc_x = tf.constant(NHWC.from_nchw(data.x))
+    nhwc_loss, nhwc_grads = tf.function(lambda: loss_and_grads(
+        nhwc_body, [nhwc_params[n] for n in names], nhwc_x), jit_compile=True)()
+    assert np.isclose(float(loss), float(nhwc_loss), rtol=1e-5)
+    for param, grad, nhwc_grad in zip(names, grads, nhwc_grads):
+        # fp32 sums of up to a few thousand terms in another order: relative 1e-4 of the
+        # norm is ~30x the sqrt(K)·2^-24 rounding expected for K ~ 1e3.
+        assert np.linalg.norm(grad) == pytest.approx(np.linalg.norm(nhwc_grad), rel=1e-4,
+                                                     abs=1e-7), param
+
+
+@pytest.mark.parametrize("size, k, s, p, kind, ceil", [
+    (7, 3, 2, 1, "max", True), (8, 3, 2, 0, "avg", True), (9, 2, 2, 0, "avg", False),
+    (6, 3, 1, 1, "max", False)])
+def test_nchw_pooling_places_windows_as_the_reference(size, k, s, p, kind, ceil):
+    node = ir.Pool2d("pool", kind, (k, k), (s, s), (p, p), ceil)
+    model = ir.Model("pool", "test", ir.InputSpec("image", (2, size, size)), (node,),
+                     ir.Loss("sum"))
+    _, body, _ = build(model, {}, layout=NCHW)
+    x = np.random.default_rng(3).standard_normal((1, 2, size, size), dtype=np.float32)
+    y = tf.function(lambda: body(tf.constant(x), FP32), jit_compile=True)().numpy()
+    expected = reference_numpy.pool2d(x.astype(np.float64), kind, (k, k), (s, s), (p, p), ceil)
+    np.testing.assert_allclose(y, expected, atol=1e-6)
+
+
+def test_nchw_backward_kernels_match_the_tape():
+    """grad_input and grad_weight in NCHW, explicit padding cropped on the right axes."""
+    model = get_model("conv:c=3,i=8,f=4,k=3,s=2,p=1")
+    weights = canonical_weights(model)
+    _, body, _ = build(model, weights, layout=NCHW)
+    layer = body.layers[0]
+    assert layer.explicit is not None
+    x = tf.Variable(make_batch(model, 2).x)
+
+    def taped():
+        with tf.GradientTape() as tape:
+            out = tf.reduce_sum(body(x, FP32))
+        return tape.gradient(out, [x, layer.weight, layer.bias])
+    expected = tf.function(taped, jit_compile=True)()
+    kernels = ConvBackward(layer, x, tf.float32, "/CPU:0")
+    dx = tf.function(kernels.grad_input, jit_compile=True)()
+    dw, db = tf.function(kernels.grad_weight, jit_compile=True)()
+    np.testing.assert_allclose(dx.numpy(), expected[0].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dw.numpy(), expected[1].numpy(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(db.numpy(), expected[2].numpy(), rtol=1e-6)
