@@ -227,6 +227,14 @@ REFERENCES = {
 }
 # TensorFlow's CPU convolutions and pooling are NHWC only.
 GPU_ONLY = {"tf_keras_nchw"}
+# The reference the ±5% target is about: tf_keras, TensorFlow's own tf.keras (Keras 2),
+# whose BatchNormalization runs TensorFlow's fused kernel as idiomatic TensorFlow models
+# (and dlbench) do. Keras 3 builds batch norm from separate ops (moments, then
+# batch_normalization), which is slower: keras.applications.ResNet50 in Keras 3 took
+# 15.1 ms forward at batch 16 on an H100 where the adapter took 11-12 ms; keras_fused_bn
+# shows that the batch norm is the difference. The other references are reported
+# beside it.
+TARGET_REFERENCE = "tf_keras"
 GPU_CASES = "resnet50:16,vgg16:16,resnet50:64"
 
 
@@ -309,10 +317,11 @@ def identity_check(prepared, reference: KerasSteps, tf) -> dict[str, float]:
 
 
 def print_table(results: list[dict]) -> None:
-    print("\nmodel     batch  measure   reference         dlbench ms  reference ms   ratio  "
-          f"verdict (target ±{TOLERANCE:.0%})  outputs")
+    print("\nmodel     batch  measure   reference          dlbench ms  reference ms   ratio  "
+          f"verdict (target ±{TOLERANCE:.0%})  outputs     (* the target reference)")
     for r in results:
-        print(f"{r['model']:<9} {r['batch']:>5}  {r['measure']:<8}  {r['reference']:<16} "
+        mark = "*" if r["reference"] == TARGET_REFERENCE else " "
+        print(f"{r['model']:<9} {r['batch']:>5}  {r['measure']:<8}  {r['reference']:<16}{mark} "
               f"{r['dlbench_ms']:>10.3f}  {r['reference_ms']:>12.3f}  {r['ratio']:>6.3f}  "
               f"{r['verdict']:<26} {'identical' if r['identical'] else 'DIFFER'}")
 

@@ -100,6 +100,9 @@ def settings_in_force(on_gpu: bool, environ: Mapping[str, str] | None = None) ->
         "cudnn_deterministic": determinism or read_bool_env("TF_CUDNN_DETERMINISTIC",
                                                             False, env),
         "cublas_tensor_op_math_fp32_env": env.get("TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32"),
+        # The workspace cuDNN's algorithms may use (an algorithm needing more is skipped
+        # by the autotuner): unset means TensorFlow's default.
+        "cudnn_workspace_limit_mb_env": env.get("TF_CUDNN_WORKSPACE_LIMIT_IN_MB"),
         "xla_gpu_autotune_level": xla_gpu_autotune_level(env),
     })
     return settings
