@@ -808,3 +808,149 @@ def test_nchw_backward_kernels_match_the_tape():
     np.testing.assert_allclose(dx.numpy(), expected[0].numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(dw.numpy(), expected[1].numpy(), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(db.numpy(), expected[2].numpy(), rtol=1e-6)
+
+
+# --- GPU: settings in force, arithmetic, placement, layouts, timeline ---------------------
+
+def fp32_tolerance(model: ir.Model) -> float:
+    """Relative tolerance (of the output's largest magnitude) between two fp32 runs of
+    ``model`` that sum in different orders or with different algorithms: a dot product
+    of K terms carries a relative rounding error near sqrt(K)·u (u = 2^-24, random-sign
+    errors), L such layers in sequence grow it about sqrt(L)-fold; cuDNN's Winograd and
+    FFT algorithms add up to 10x, and 3x is margin. TF32 (u = 2^-11) exceeds it by ~1e3."""
+    products = [(n.in_channels // n.groups) * n.kernel[0] * n.kernel[1]
+                if isinstance(n, ir.Conv2d) else n.in_features
+                for n in ir.all_nodes(model) if isinstance(n, (ir.Conv2d, ir.Dense))]
+    return 30 * np.sqrt(len(products)) * np.sqrt(max(products)) * 2.0 ** -24
+
+
+def test_gpu_rows_record_the_settings_in_force(gpu_adapter):
+    prepared = prepare(gpu_adapter, "lenet_tiny")
+    try:
+        settings = prepared.extra["tf_settings"]
+        assert settings["tf32_execution"] is False   # read back from TensorFlow
+        assert settings["cudnn_autotune"] == read_bool_env("TF_CUDNN_USE_AUTOTUNE", True)
+        assert settings["xla_gpu_autotune_level"] == xla_gpu_autotune_level()
+        assert "TF32 off" in gpu_adapter.describe(CaseConfig())
+        print("settings in force:", settings)
+    finally:
+        prepared.close()
+
+
+def test_gpu_fp32_is_strict_in_the_arithmetic(gpu_adapter):
+    """TF32 off is checked by its effect, not only its flag: a 1024-term fp32 matmul on
+    the GPU stays near sqrt(K)·2^-24 ≈ 2e-6 of the float64 product, where TF32's 10-bit
+    mantissa (2^-11) gives ~1e-3. With TF32 switched on, the same product is that coarse
+    (Ampere and newer GPUs; older ones have no TF32 and are skipped for that half)."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((256, 1024), dtype=np.float32),
+            rng.standard_normal((1024, 256), dtype=np.float32))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+
+    def error() -> float:
+        with tf.device("/GPU:0"):
+            product = tf.matmul(tf.constant(a), tf.constant(b)).numpy()
+        return float(np.abs(product - exact).max() / np.abs(exact).max())
+
+    prepare(gpu_adapter, "lenet_tiny").close()      # the adapter's fp32 setting
+    strict = error()
+    assert strict < 1e-5, strict
+    try:
+        apply_precision("tf32", on_gpu=True)
+        coarse = error()
+    finally:
+        apply_precision("fp32", on_gpu=True)
+    details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+    if details.get("compute_capability", (0, 0)) >= (8, 0):
+        assert coarse > 1e-4, coarse
+    print(f"max relative error: fp32 {strict:.1e}, tf32 {coarse:.1e}")
+
+
+def test_gpu_places_variables_batch_and_outputs_on_the_gpu(gpu_adapter):
+    prepared = prepare(gpu_adapter, "resnet_tiny")
+    try:
+        assert all("GPU" in v.device for v in prepared.variables)
+        assert "GPU" in prepared.x.device and "GPU" in prepared.inputs["labels"].device
+        assert "GPU" in prepared.run_forward().device
+        loss, grads = prepared.run_gradient()
+        assert all("GPU" in g.device for g in grads)
+    finally:
+        prepared.close()
+
+
+@pytest.mark.parametrize("name, batch", [("resnet50", 2), ("vgg16", 2),
+                                         ("alexnet_bvlc_tiny", 4), ("googlenet_tiny", 4)])
+def test_gpu_outputs_equal_the_cpu_within_fp32_rounding(gpu_adapter, name, batch):
+    """The same network on the CPU (NHWC, built under tf.device: a CPU adapter would hide
+    the GPU from this process) and through the GPU adapter (a grouped convolution and LRN
+    in alexnet_bvlc_tiny, concatenation in googlenet_tiny): equal up to fp32 rounding
+    (fp32_tolerance), which TF32 on either side would exceed."""
+    model = get_model(name)
+    weights, data = canonical_weights(model), make_batch(model, batch)
+    prepared = gpu_adapter.prepare(model, weights, data, CaseConfig())
+    try:
+        gpu_out = prepared.forward_output()
+    finally:
+        prepared.close()
+    with tf.device("/CPU:0"):
+        # Eagerly: in a graph Grappler's remapper fuses a grouped Conv2D + BiasAdd + Relu,
+        # which TensorFlow 2.21's CPU kernels refuse where oneDNN is off.
+        _, body, _ = build(model, weights, cudnn_lstm=False)
+        cpu_out = body(tf.constant(NHWC.from_nchw(data.x)), FP32).numpy()
+    tolerance = fp32_tolerance(model)
+    difference = float(np.abs(gpu_out - cpu_out).max() / np.abs(cpu_out).max())
+    assert difference < tolerance, (difference, tolerance)
+    print(f"{name}: GPU vs CPU {difference:.1e} (tolerance {tolerance:.1e})")
+
+
+@pytest.mark.parametrize("name", ["resnet_tiny", "vgg_tiny", "alexnet_bvlc_tiny"])
+def test_gpu_nchw_variant_computes_the_same_function(gpu_adapter, name):
+    """NCHW on cuDNN: the reference's outputs and the NHWC network's loss and gradient
+    norms (Flatten -> Dense and LRN and grouped convolution included)."""
+    model = get_model(name)
+    weights, data = canonical_weights(model), make_batch(model, 4)
+    runs = {}
+    for variant in ("nhwc", "nchw"):
+        prepared = gpu_adapter.prepare(model, weights, data, CaseConfig(variant=variant))
+        try:
+            assert prepared.extra["layout"] == variant.upper()
+            assert tuple(prepared.x.shape[1:]) == (tuple(model.input.shape) if variant == "nchw"
+                                                   else NHWC.from_nchw(data.x).shape[1:])
+            runs[variant] = (prepared.forward_output(), *prepared.loss_and_gradients())
+        finally:
+            prepared.close()
+    expected = reference_numpy.forward(model, weights, data)
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(runs["nchw"][0], expected, rtol=1e-4, atol=1e-4 * scale)
+    assert np.isclose(runs["nchw"][1], runs["nhwc"][1], rtol=1e-5)
+    for param, grad in runs["nchw"][2].items():
+        assert np.linalg.norm(grad) == pytest.approx(np.linalg.norm(runs["nhwc"][2][param]),
+                                                     rel=1e-4, abs=1e-7), param
+
+
+def test_gpu_grouped_convolution_runs_as_one_cudnn_op(gpu_adapter):
+    model = get_model("alexnet_bvlc_tiny")
+    convs = [n for n in ir.all_nodes(model) if isinstance(n, ir.Conv2d)]
+    prepared = prepare(gpu_adapter, "alexnet_bvlc_tiny")
+    try:
+        assert graph_ops(prepared.run_forward).count("Conv2D") == len(convs)
+        loss, grads = prepared.loss_and_gradients()
+        assert np.isfinite(loss) and all(np.isfinite(g).all() for g in grads.values())
+        assert np.isclose(loss, reference_numpy.loss(model, canonical_weights(model),
+                                                     make_batch(model, 4)), rtol=1e-4)
+    finally:
+        prepared.close()
+
+
+def test_gpu_forward_profile_has_a_device_timeline(gpu_adapter):
+    prepared = prepare(gpu_adapter, "resnet_tiny", batch=8)
+    try:
+        profile = prepared.profile("forward", iterations=5)
+    finally:
+        prepared.close()
+    timeline = profile.timeline
+    assert profile.kernel_level and timeline is not None
+    assert 0 < timeline["busy_ms"] <= timeline["span_ms"] + 1e-9
+    assert timeline["kernel_ms"] == pytest.approx(profile.total_ms, rel=1e-6)
+    assert 0 <= timeline["transpose_ms"] <= timeline["kernel_ms"]
+    print("forward timeline:", timeline)
