@@ -747,7 +747,9 @@ def test_transfer_share_in_the_fixture_report(built):
 def test_device_timeline_table_sets_profiled_span_beside_the_timed_median(tmp_path):
     """A forward profile with a timeline (TensorFlow on GPU): idle and transpose shares
     from the recorded per-iteration figures, the timed forward median of the same setting,
-    model and batch beside them; profiles without a timeline (torch here) stay out."""
+    model and batch beside them and the time outside kernels. A torch forward profile
+    without a timeline joins with its kernel sum; profiles whose measure was not timed
+    and that have no timeline (the fixtures' gradient profiles) stay out."""
     timeline = {"span_ms": 10.0, "busy_ms": 7.5, "idle_ms": 2.5, "kernel_ms": 8.0,
                 "transpose_ms": 2.0, "kernels": 321.0}
     forward_profile = {**fx.profile(5.0, 0.5, 0.5, 0.2, 0.0, 1.0, 0.8, [("k", 5.0, 1.0)],
@@ -757,11 +759,19 @@ def test_device_timeline_table_sets_profiled_span_beside_the_timed_median(tmp_pa
         fx.make_row("resnet50", 16, "profile", "tf", "gpu", None, threads=4,
                     profile=forward_profile),
         fx.make_row("resnet50", 16, "forward", "tf", "gpu", 9.0, threads=4),
-        fx.make_row("resnet50", 64, "forward", "tf", "gpu", 30.0, threads=4)]
+        fx.make_row("resnet50", 64, "forward", "tf", "gpu", 30.0, threads=4),
+        fx.make_row("resnet50", 16, "profile", "torch", "gpu", None, threads=4,
+                    profile={**fx.profile(4.0, 0.5, 0.5, 0.2, 0.0, 0.5, 0.3,
+                                          [("k", 4.0, 1.0)], True), "measure": "forward"}),
+        fx.make_row("resnet50", 16, "forward", "torch", "gpu", 6.5, threads=4)]
     report = report_of(tmp_path, rows)
     table = find_table(report, "Device timeline of profiled iterations")
-    assert len(table.rows) == 1
-    line = row_where(table, Model="resnet50", Batch="16")
+    assert len(table.rows) == 2
+    line = row_where(table, Model="resnet50", Batch="16", Setting="tf graph fp32 · gpu")
     assert line["Profiled"] == "forward" and line["Timed median (ms)"] == "9.00"
+    assert line["Kernel sum (ms/iter)"] == "8.00" and line["Outside kernels (ms)"] == "1.00"
     assert line["Idle % of span"] == "25.0" and line["Transposes % of kernels"] == "25.0"
-    assert line["Kernels/iter"] == "321" and line["Setting"].startswith("tf ")
+    assert line["Kernels/iter"] == "321"
+    torch = row_where(table, Model="resnet50", Batch="16", Setting="torch eager fp32 · gpu")
+    assert torch["Kernel sum (ms/iter)"] == "6.00" and torch["Outside kernels (ms)"] == "0.50"
+    assert torch["Idle % of span"] == "—"
