@@ -88,7 +88,10 @@ def timeline_tables(frame: pd.DataFrame) -> list[Table]:
                    "kernel sum: what an unprofiled iteration spends beyond computing, the "
                    "GPU waiting for the host to launch work. Two frameworks with equal kernel "
                    "sums and unequal medians differ in host work; unequal kernel sums point "
-                   "at the kernels (see the top-kernel table).",
+                   "at the kernels (see the top-kernel table). A negative difference means the "
+                   "profiled kernels took longer than the timed iteration (kernels on "
+                   "several streams overlapping, or the profiler slowing them): read it as "
+                   "no time outside kernels.",
                    "Span: from the first kernel's start to the last kernel's end, per "
                    "profiled iteration; GPU busy: the part of it with at least one kernel "
                    "running; idle = span − busy, the GPU waiting for the host (launch and "
