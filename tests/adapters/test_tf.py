@@ -954,3 +954,22 @@ def test_gpu_forward_profile_has_a_device_timeline(gpu_adapter):
     assert timeline["kernel_ms"] == pytest.approx(profile.total_ms, rel=1e-6)
     assert 0 <= timeline["transpose_ms"] <= timeline["kernel_ms"]
     print("forward timeline:", timeline)
+
+
+def test_keras_comparison_cases_and_references():
+    """The comparison's command line: MODEL:BATCH cases, one-line errors for bad ones;
+    the ±5% target is against tf_keras, which every model has, in both data formats."""
+    import argparse
+
+    from comparisons import keras_vs_dlbench as comparison
+
+    assert comparison.parse_cases(comparison.GPU_CASES) == [
+        ("resnet50", 16), ("vgg16", 16), ("resnet50", 64)]
+    for bad in ("resnet50", "resnet51:16", "vgg16:0", "vgg16:x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="MODEL:BATCH"):
+            comparison.parse_cases(bad)
+    for references in comparison.REFERENCES.values():
+        assert comparison.TARGET_REFERENCE in references
+        formats = {data_format for _, _, data_format in references.values()}
+        assert formats == {"channels_last", "channels_first"}
+    assert comparison.relative_difference([1.0, -2.0], [1.0, -2.002]) == pytest.approx(1e-3 / 2.002 * 2)
