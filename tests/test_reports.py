@@ -775,3 +775,33 @@ def test_device_timeline_table_sets_profiled_span_beside_the_timed_median(tmp_pa
     torch = row_where(table, Model="resnet50", Batch="16", Setting="torch eager fp32 · gpu")
     assert torch["Kernel sum (ms/iter)"] == "6.00" and torch["Outside kernels (ms)"] == "0.50"
     assert torch["Idle % of span"] == "—"
+
+
+def test_gap_splits_a_framework_gap_into_kernels_and_time_outside_them(tmp_path, capsys):
+    """reports.gap on a TF and a torch forward profile of ResNet-50 b16 with their timed
+    medians: 9.0 vs 6.5 ms = +2.5 ms, of which +2.0 kernels (8.0 vs 6.0) and +0.5 outside
+    (1.0 vs 0.5); conv is the largest kernel difference; the TF timeline's transposes."""
+    from reports import gap
+
+    timeline = {"span_ms": 10.0, "busy_ms": 7.5, "idle_ms": 2.5, "kernel_ms": 8.0,
+                "transpose_ms": 0.4, "kernels": 321.0}
+    tf_profile = {**fx.profile(5.0, 0.5, 0.5, 0.2, 0.0, 1.0, 0.8,
+                               [("implicit_convolve_sgemm", 3.0, 24.0)], True,
+                               tool="tf.profiler"), "measure": "forward", "timeline": timeline}
+    torch_profile = {**fx.profile(4.0, 0.5, 0.5, 0.2, 0.0, 0.5, 0.3,
+                                  [("sm90_xmma_fprop", 2.0, 20.0)], True), "measure": "forward"}
+    rows = [fx.make_row("resnet50", 16, "profile", "tf", "gpu", None, profile=tf_profile),
+            fx.make_row("resnet50", 16, "forward", "tf", "gpu", 9.0),
+            fx.make_row("resnet50", 16, "profile", "torch", "gpu", None, profile=torch_profile),
+            fx.make_row("resnet50", 16, "forward", "torch", "gpu", 6.5)]
+    fx._write(tmp_path / "r.jsonl", rows)
+    assert gap.main([str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "gap +2.500 ms (+38%)" in text
+    assert "8.000 vs 6.000 ms: +2.000 ms of the gap" in text
+    assert "1.000 vs 0.500 ms: +0.500 ms of the gap" in text
+    assert "conv 5.000 vs 4.000 (+1.000)" in text.split("by layer type")[1].split(";")[0]
+    assert "layout transposes 0.400 ms (5.0% of its kernel time); GPU idle 25.0%" in text
+    assert "implicit_convolve_sgemm" in text
+    assert gap.main([str(tmp_path), "--measure", "gradient"]) == 2
+    assert "no GPU kernel profile of gradient for tf resnet50 b16" in capsys.readouterr().err
