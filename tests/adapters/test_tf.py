@@ -713,7 +713,7 @@ def test_layouts_by_device_and_variant():
         layout_for("cpu", "nchw")
 
 
-def test_the_nchw_variant_is_a_gpu_variant(adapter):
+def test_the_nchw_variant_is_unsupported_on_the_cpu(adapter):
     with pytest.raises(Unsupported, match="NHWC only"):
         prepare(adapter, "lenet_tiny", variant="nchw")
     nhwc = prepare(adapter, "lenet_tiny", variant="nhwc")
@@ -841,7 +841,8 @@ def test_gpu_fp32_is_strict_in_the_arithmetic(gpu_adapter):
     """TF32 off is checked by its effect, not only its flag: a 1024-term fp32 matmul on
     the GPU stays near sqrt(K)·2^-24 ≈ 2e-6 of the float64 product, where TF32's 10-bit
     mantissa (2^-11) gives ~1e-3. With TF32 switched on, the same product is that coarse
-    (Ampere and newer GPUs; older ones have no TF32 and are skipped for that half)."""
+    (Ampere and newer GPUs; older ones have no TF32 and are skipped for that half). The
+    errors are printed."""
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((256, 1024), dtype=np.float32),
             rng.standard_normal((1024, 256), dtype=np.float32))
@@ -862,7 +863,9 @@ def test_gpu_fp32_is_strict_in_the_arithmetic(gpu_adapter):
         apply_precision("fp32", on_gpu=True)
     details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
     if details.get("compute_capability", (0, 0)) >= (8, 0):
-        assert coarse > 1e-4, coarse
+        # TF32 rounds each operand to 2^-11: ~4e-4 of the largest entry here, ~100x the
+        # fp32 figure; 5x is enough to show that the switch changes the arithmetic.
+        assert coarse > 5 * strict, (coarse, strict)
     print(f"max relative error: fp32 {strict:.1e}, tf32 {coarse:.1e}")
 
 
