@@ -69,6 +69,19 @@ def report(session: nox.Session) -> None:
     session.run(python(session), "-m", "reports", *(session.posargs or ["results"]))
 
 
+@nox.session
+def publish(session: nox.Session) -> None:
+    """Regenerate every published folder's README block and checked-in report pages
+    (report.md, headlines.md, plots/), or only the folders given."""
+    install(session, *CORE, *EXTRAS["report"])
+    folders = session.posargs or sorted(str(p) for p in (ROOT / "published").glob("*/")
+                                        if p.is_dir())
+    for folder in folders:
+        session.run(python(session), "-m", "reports.publish", "--to", folder)
+        session.run(python(session), "-m", "reports", folder, "--out", f"{folder}/report",
+                    "--pages", "--quiet")
+
+
 TEST_TARGETS = ["core", *REGISTRY]
 # Core tests that need a framework: the numpy reference is checked against
 # torch.nn.functional and FLOPs against torch's flop counter (they skip without torch).

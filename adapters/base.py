@@ -157,6 +157,11 @@ class Prepared(abc.ABC):
         framework's own profiler; see ``Profile``."""
         raise Unsupported("no profiler support")
 
+    def device_clock(self) -> Any:
+        """A ``suites.timer.DeviceClock`` that times kernels on this case's device, or None
+        where the framework offers none (suites/device_time.py)."""
+        return None
+
     def close(self) -> None:
         """Release device memory before the next case."""
 

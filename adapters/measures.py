@@ -7,6 +7,8 @@ nothing: the worker needs them before its CPU affinity is set, ahead of numpy.""
 # and kernel (Li et al. 2016, Fig. 2 and Fig. 4).
 EPOCH_MEASURES = ("epoch_forward", "epoch_gradient")
 PROFILE = "profile"
-MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer", *EPOCH_MEASURES,
-            PROFILE)
+# "transfer": the batch from a pageable host buffer to the device; "transfer_pinned": the
+# same from page-locked host memory (Li et al. 2016, Fig. 7 and its discussion).
+MEASURES = ("forward", "gradient", "grad_input", "grad_weight", "transfer", "transfer_pinned",
+            *EPOCH_MEASURES, PROFILE)
 PRECISIONS = ("fp32", "tf32", "bf16")

@@ -5,26 +5,30 @@ the ``Report`` (sections of text, tables and figures) that ``markdown``, ``html`
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from reports import equivalence, historical, peaks, plots, ratios, tidy
+from reports import cells, compare, equivalence, historical, peaks, plots, ratios, tidy
 from reports import tables_bahrampour as tb
+from reports import tables_conditions as tc
 from reports import tables_layers as tl
 from reports import tables_misc as tm
 from reports import tables_models as tmod
 from reports import tables_profiles as tp
+from reports import tables_scaling as ts
 from reports import tables_timeline as ttl
 from reports.load import Loaded, load
 from reports.naming import BAHRAMPOUR_SETS
 from reports.table import Cell, Table
 
 CONVENTIONS = (
-    "Times are medians of per-iteration samples in milliseconds, with a 95% bootstrap "
-    "confidence interval in parentheses; ⚠ marks rows the timer flagged unstable (CI wider "
-    "than ±2% or IQR above 10% of the median).",
+    "Times are medians in milliseconds over independent repetitions of each case, with "
+    "the 95% interval a re-run's median is expected in (parentheses); ⚠ marks rows whose "
+    "re-run interval is wider than ±10% (a row of one repetition: its bootstrap CI and "
+    "IQR). 'Measurement conditions' gives each row's repetitions, device time and GPU "
+    "clocks.",
     "Forward = inference pass; Total = one gradient computation (forward + loss + backward "
     "for all parameters, no optimizer update; Bahrampour's 'gradient computation time'); "
     "Backward = Total − Forward (convnet-benchmarks' and cnn-benchmarks' 'backward').",
@@ -96,7 +100,9 @@ def peaks_table(frame: pd.DataFrame) -> Table | None:
                  (False, False, False, True, False))
 
 
-def make_report(loaded: Loaded) -> Report:
+def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
+    """The report; with ``reference`` (published folders among the inputs) a section puts
+    the other rows beside the reference rows (reports/compare.py)."""
     merged = tidy.tidy(loaded)
     frame = peaks.add_throughput(merged.frame, peaks.load_peaks())
     equiv = equivalence.check(frame)
@@ -107,7 +113,9 @@ def make_report(loaded: Loaded) -> Report:
     hist = historical.load_historical()
     # Compile-cache rows exist for their first calls (Table 8); their steady-state samples
     # are a single one, so every other table reads the rows without a cache state.
-    steady = frame[frame["compile_cache"] == ""].reset_index(drop=True)
+    # Data-parallel rows have their own section (their batch is a global batch over N).
+    steady = frame[(frame["compile_cache"] == "")
+                   & (frame["measure"] != ts.MEASURE)].reset_index(drop=True)
     found = ratios.framework_ratios(steady) + ratios.device_ratios(steady)
 
     hosts = sorted(set(frame["host"]))
@@ -124,6 +132,10 @@ def make_report(loaded: Loaded) -> Report:
                         tables=(environment_table(frame),))]
     sections.append(Section("summary", "Summary: models × frameworks",
                             tables=tuple(tmod.summary_tables(steady, equiv))))
+    if reference:
+        text, tables = compare.section_parts(loaded, reference)
+        sections.insert(1, Section("compare", "Compared with the reference", text,
+                                   tables=tables))
     sentences = tuple(r.sentence() + "." for r in found)
     ratio_tables = tuple(t for t in (tm.ratio_table(found, "framework"),
                                      tm.ratio_table(found, "device")) if t is not None)
@@ -153,6 +165,9 @@ def make_report(loaded: Loaded) -> Report:
     if misc:
         sections.append(Section("layers-misc", "Single layers and transfers",
                                 tables=tuple(misc)))
+    conditions = tc.conditions_table(steady)
+    if conditions is not None:
+        sections.append(Section("conditions", "Measurement conditions", tables=(conditions,)))
     profiles = (tp.hotspot_tables(steady) + tp.top_kernel_tables(steady)
                 + ttl.timeline_tables(steady))
     if profiles:
@@ -161,9 +176,16 @@ def make_report(loaded: Loaded) -> Report:
     figures = plots.all_plots(steady)
     if figures:
         sections.append(Section("figures", "Figures", plots=tuple(figures)))
-    failures = tm.failures_table(frame)
-    if failures is not None:
-        sections.append(Section("failures", "Failures", tables=(failures,)))
+    scaling = ts.scaling_rows(loaded)
+    scaling_table = ts.scaling_table(scaling)
+    if scaling_table is not None:
+        scaling_plot = ts.efficiency_plot(scaling)
+        sections.append(Section("scaling", "Data-parallel scaling",
+                                ts.interconnect_lines(scaling), tables=(scaling_table,),
+                                plots=(scaling_plot,) if scaling_plot else ()))
+    failures = tm.failure_tables(frame)
+    if failures:
+        sections.append(Section("failures", "Failures", tables=tuple(failures)))
     peak = peaks_table(frame)
     studies = hist.groupby("study").size()
     sections.append(Section(
@@ -171,42 +193,71 @@ def make_report(loaded: Loaded) -> Report:
         ("Historical rows: " + ", ".join(f"{s} ({n} values)" for s, n in studies.items())
          + " — reports/data/historical.csv, transcribed from the seed studies.",),
         tables=(peak,) if peak is not None else ()))
+    # A reason repeated down a column is said once under its table (cells.compact_...).
+    sections = [replace(s, tables=tuple(cells.compact_repeated_failures(t) for t in s.tables))
+                for s in sections]
     return Report("dlbench report", tuple(sections), frame, loaded.warnings,
                   merged.superseded, tuple(found), equiv)
+
+
+# The seeds' formats a visitor looks for first (README "Published results"): cnn-benchmarks'
+# per-model tables, convnet-benchmarks' L1-L5, Bahrampour's Tables 3-8, Li's Fig. 2 (hotspot
+# layers), Fig. 3 (the input-size sweep) and Fig. 7 (host-to-device copies).
+HEADLINE_SECTIONS = ("summary", "models", "layers", "bahrampour", "layers-misc", "profiles")
+HEADLINE_FIGURES = ("Li et al. Fig. 3", "Li et al. Fig. 7")
+
+
+def headlines(report: Report) -> Report:
+    """The headline tables of ``report`` (a published folder's headlines.md)."""
+    kept = [s for s in report.sections if s.key in HEADLINE_SECTIONS]
+    figures = tuple(p for s in report.sections if s.key == "figures" for p in s.plots
+                    if any(fig in p.caption for fig in HEADLINE_FIGURES))
+    if figures:
+        kept.append(Section("figures", "Figures (Li et al. Fig. 3 and 7)", plots=figures))
+    intro = Section("about", "About these tables",
+                    ("The seeds' headline formats, every framework measured; the full report "
+                     "(failures, equivalence, environments, all figures) is report.md beside "
+                     "this file.",))
+    return replace(report, title="dlbench headline tables", sections=(intro, *kept))
 
 
 TIDY_DROP = ("order",)
 
 
 def write_tidy(frame: pd.DataFrame, out: Path) -> list[Path]:
-    data = frame.drop(columns=list(TIDY_DROP))
-    written = [out / "results_tidy.csv"]
-    data.to_csv(written[0], index=False)
-    try:
-        import pyarrow  # noqa: F401  (optional: Parquet only when available)
-    except ImportError:
-        return written
-    path = out / "results_tidy.parquet"
-    data.to_parquet(path, index=False)
-    return written + [path]
+    """The tidy table as CSV only: pandas reads it back (``pd.read_csv``), and Parquet would
+    need pyarrow, a large dependency for a table of a few thousand rows."""
+    path = out / "results_tidy.csv"
+    frame.drop(columns=list(TIDY_DROP)).to_csv(path, index=False)
+    return [path]
 
 
-def build(paths: list[Path], out: Path) -> tuple[Report, list[Path]]:
+def build(paths: list[Path], out: Path, reference: tuple[Path, ...] = (),
+          pages: bool = False) -> tuple[Report, list[Path]]:
+    """Write the report of ``paths`` to ``out``; ``pages``: only what a repository host
+    shows (report.md and plots/*.png), for a published folder's checked-in report."""
     from reports import html as html_out
     from reports import markdown as md_out
     from reports import text as text_out
 
-    report = make_report(load(paths))
+    report = make_report(load(paths), reference)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(exist_ok=True)
+    if pages:   # a checked-in folder holds this build's figures only
+        for stale in (out / "plots").glob("*.png"):
+            stale.unlink()
     written = []
     for section in report.sections:
         for plot in section.plots:
             path = out / "plots" / f"{plot.key}.png"
             path.write_bytes(plot.png)
             written.append(path)
-    for name, content in (("report.md", md_out.render(report)),
-                          ("report.html", html_out.render(report)),
+    (out / "report.md").write_text(md_out.render(report), encoding="utf-8")
+    written.append(out / "report.md")
+    if pages:
+        (out / "headlines.md").write_text(md_out.render(headlines(report)), encoding="utf-8")
+        return report, written + [out / "headlines.md"]
+    for name, content in (("report.html", html_out.render(report)),
                           ("summary.txt", text_out.render(report))):
         (out / name).write_text(content, encoding="utf-8")
         written.append(out / name)

@@ -8,8 +8,10 @@ values as cnn-benchmarks prints them; failures shown in the cell, like convnet-b
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import replace
 
-from reports.table import Cell
+from reports.table import Cell, Table
 
 UNSTABLE = "⚠"
 MISSING = "—"
@@ -65,8 +67,15 @@ def time_cell(row, ci: bool = True) -> Cell:
         text += f" ({fmt_ms(row['ci_low_ms'])}–{fmt_ms(row['ci_high_ms'])})"
     title = (f"median {fmt_ms(row['median_ms'])} ms, 95% CI {fmt_ms(row['ci_low_ms'])}–"
              f"{fmt_ms(row['ci_high_ms'])}, IQR {fmt_ms(row['iqr_ms'])}, "
-             f"{int(row['samples']) if is_num(row['samples']) else 0} samples")
+             f"{int(row['samples']) if is_num(row['samples']) else 0} samples"
+             f"{repetitions_text(row)}")
     return _flag_unstable(row, text, title)
+
+
+def repetitions_text(row) -> str:
+    """", n independent repetitions" where the row has them (suites/repetitions.py)."""
+    count = row.get("repetitions")
+    return f" in {int(count)} independent repetitions" if is_num(count) else ""
 
 
 def _flag_unstable(row, text: str, title: str) -> Cell:
@@ -142,7 +151,17 @@ def memory_cell(rows) -> Cell:
 def first_call_cell(row) -> Cell:
     if row is None or row["status"] != "ok" or not is_num(row["first_call_ms"]):
         return Cell(MISSING, kind="muted")
-    return Cell(fmt_ms(row["first_call_ms"]), title="first call: compile/trace/autotune")
+    hits, compile_s = row.get("first_call_cache_hits"), row.get("first_call_compile_s")
+    if is_num(hits) and hits > 0:
+        # Loaded from a persistent compilation cache: not a compile time (README, Time to
+        # result); the mark keeps it from being compared with other frameworks' compiles.
+        return Cell(fmt_ms(row["first_call_ms"]) + " (cached)",
+                    title=f"first call loaded {hits:g} executable(s) from a persistent "
+                          f"compilation cache; {compile_s:g} s compiling")
+    title = "first call: compile/trace/autotune"
+    if is_num(compile_s):
+        title += f" ({compile_s:g} s in XLA backend compilation)"
+    return Cell(fmt_ms(row["first_call_ms"]), title=title)
 
 
 def tflops_cell(row) -> Cell:
@@ -157,3 +176,26 @@ def share_cell(row) -> Cell:
     return Cell(f"{row['peak_share']:.1%}",
                 title=f"of {row['peak_tflops']:g} TFLOP/s {row['precision']} peak "
                       f"({row['peak_device']}): {row['peak_source']}")
+
+
+def compact_repeated_failures(table: Table) -> Table:
+    """A failure reason that fills several cells of one table (ONNX Runtime's gradients:
+    one per row) is said once, as a numbered note under the table; its cells keep the
+    status and the note's number ("unsupported [1]"), the full reason on hover."""
+    counts = Counter(c.title for row in table.rows for c in row if c.kind == "fail" and c.title)
+    number = {reason: n for n, reason in
+              enumerate((r for r, k in counts.items() if k > 1), start=1)}
+    if not number:
+        return table
+    status: dict[str, str] = {}
+    rows = []
+    for row in table.rows:
+        cells = []
+        for c in row:
+            if c.kind == "fail" and c.title in number:
+                status[c.title] = c.text.split(" (", 1)[0]
+                c = Cell(f"{status[c.title]} [{number[c.title]}]", c.kind, c.title, c.emphasis)
+            cells.append(c)
+        rows.append(tuple(cells))
+    notes = tuple(f"[{n}] {status[reason]}: {reason}" for reason, n in number.items())
+    return replace(table, rows=tuple(rows), notes=table.notes + notes)

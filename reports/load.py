@@ -52,7 +52,7 @@ def find_files(paths: Sequence[Path]) -> tuple[Path, ...]:
     return tuple(dict.fromkeys(files))
 
 
-def _check(data: Any, where: str) -> Mapping[str, Any]:
+def check_row(data: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{where}: not a JSON object")
     schema = data.get("schema")
@@ -108,7 +108,7 @@ def read_file(path: Path, first_order: int) -> tuple[list[RawRow], list[str]]:
                 warnings.append(f"warning: {where}: {kind} JSON line skipped")
                 continue
             warnings.append(f"warning: {where}: torn line; recovered the row appended to it")
-        rows.append(RawRow(str(path), number, first_order + len(rows), _check(data, where)))
+        rows.append(RawRow(str(path), number, first_order + len(rows), check_row(data, where)))
     return rows, warnings
 
 

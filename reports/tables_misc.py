@@ -16,19 +16,45 @@ from reports.ratios import Ratio
 from reports.table import Cell, Table
 
 
-def failures_table(frame: pd.DataFrame) -> Table | None:
+def _reason_key(row: dict) -> tuple[str, str]:
+    return row["status"], " ".join(str(row["reason"] or "").split())
+
+
+def failure_tables(frame: pd.DataFrame) -> list[Table]:
+    """Every failed row, and first each distinct reason once with where it occurred: a
+    framework that lacks a measure altogether (ONNX Runtime's gradients) is one line there,
+    and its rows below point to it by number."""
     bad = [r for r in records(frame) if r["status"] != "ok"]
     if not bad:
-        return None
+        return []
     bad.sort(key=lambda r: (sort_key(r["model"]), r["batch"], r["measure"], r["framework"]))
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in bad:
+        groups.setdefault(_reason_key(r), []).append(r)
+    shared = {key: n for n, key in enumerate((k for k, rows in groups.items() if len(rows) > 1),
+                                             start=1)}
+    reasons = tuple((Cell(str(n)), Cell(status, kind="fail"), Cell(reason or "—"),
+                     Cell(", ".join(sorted({f"{r['framework']} {r['device']}"
+                                            for r in groups[(status, reason)]}))),
+                     Cell(", ".join(sorted({r["measure"] for r in groups[(status, reason)]}))),
+                     Cell(str(len(groups[(status, reason)]))))
+                    for (status, reason), n in shared.items())
     body = tuple((Cell(r["model"]), Cell(str(r["batch"])), Cell(r["measure"]),
                   Cell(label(setting_of(r))), Cell(cells.status_text(r, short=True),
                                                    kind="fail"),
-                  Cell(r["reason"] or "—")) for r in bad)
-    return Table("failures", f"Failures ({len(bad)} rows: OOM, unsupported, failed)",
-                 ("Model", "Batch", "Measure", "Setting", "Status", "Reason"), body,
-                 (False, True, False, False, False, False),
-                 notes=("Kept as rows, like convnet-benchmarks' Limitations column.",))
+                  Cell(f"reason {shared[_reason_key(r)]}" if _reason_key(r) in shared
+                       else r["reason"] or "—", title=r["reason"] or "")) for r in bad)
+    out = []
+    if reasons:
+        out.append(Table("failure-reasons", "Reasons shared by several failed rows",
+                         ("#", "Status", "Reason", "Framework, device", "Measures", "Rows"),
+                         reasons, (True, False, False, False, False, True)))
+    out.append(Table("failures", f"Failures ({len(bad)} rows: OOM, unsupported, failed)",
+                     ("Model", "Batch", "Measure", "Setting", "Status", "Reason"), body,
+                     (False, True, False, False, False, False),
+                     notes=("Kept as rows, like convnet-benchmarks' Limitations column; "
+                            "'reason n' is row n of the table above.",)))
+    return out
 
 
 def _gradient_rows(frame: pd.DataFrame) -> dict[tuple, dict]:
@@ -60,7 +86,7 @@ def _share_cell(transfer: dict, gradient: dict | None) -> Cell:
 
 
 def transfer_table(frame: pd.DataFrame) -> Table | None:
-    rows = [r for r in records(frame) if r["measure"] == "transfer"]
+    rows = [r for r in records(frame) if r["measure"] in ("transfer", "transfer_pinned")]
     if not rows:
         return None
     gradients = _gradient_rows(frame)
@@ -68,24 +94,30 @@ def transfer_table(frame: pd.DataFrame) -> Table | None:
     with_share = any(g is not None for _, g in paired)
     body = []
     for r, grad in sorted(paired, key=lambda rg: (sort_key(rg[0]["model"]), rg[0]["batch"],
-                                                  rg[0]["framework"])):
+                                                  rg[0]["framework"], rg[0]["measure"])):
         shape = json.loads(r["input_shape"] or "[]")
         size = r["batch"] * math.prod(shape) * (2 if r["precision"] == "bf16" else 4)
         rate = (size / (r["median_ms"] / 1e3) / 1e9 if r["status"] == "ok" and shape
                 and r["median_ms"] > 0 else math.nan)
+        buffer = r.get("host_buffer") or ("pinned" if r["measure"] == "transfer_pinned"
+                                          else "pageable")
         body.append((Cell(r["model"]), Cell(str(r["batch"])), Cell(label(setting_of(r))),
-                     cells.time_cell(r), cells.value_cell(size / 2**20),
+                     Cell(buffer.split(" ")[0], title=buffer), cells.time_cell(r),
+                     cells.value_cell(size / 2**20),
                      Cell(f"{rate:.3g}" if cells.is_num(rate) else cells.MISSING),
                      *((_share_cell(r, grad),) if with_share else ())))
-    notes = ["Size = batch × input shape × 4 bytes (2 for bf16)."]
+    notes = ["Size = batch × input shape × 4 bytes (2 for bf16). Host buffer: pageable "
+             "(ordinary memory, staged by the driver) or pinned (page-locked, read by the "
+             "copy engine directly), as Li et al. Fig. 7's discussion distinguishes."]
     if with_share:
         notes.append("Share of total = transfer / (transfer + gradient), as in Li et al. "
                      "Fig. 7: total = one gradient computation of the same model, batch and "
                      "setting plus the host → device transfer of its input batch.")
     return Table("transfer", "Host → device transfer of one input batch",
-                 ("Model", "Batch", "Setting", "Time (ms)", "Size (MiB)", "GB/s",
-                  *(("Share of total",) if with_share else ())), tuple(body),
-                 (False, True, False, True, True, True, *((True,) if with_share else ())),
+                 ("Model", "Batch", "Setting", "Host buffer", "Time (ms)", "Size (MiB)",
+                  "GB/s", *(("Share of total",) if with_share else ())), tuple(body),
+                 (False, True, False, False, True, True, True,
+                  *((True,) if with_share else ())),
                  notes=tuple(notes))
 
 

@@ -26,6 +26,13 @@ TIMING_FIELDS = ("first_call_ms", "median_ms", "iqr_ms", "ci_low_ms", "ci_high_m
 # Extra timing fields of the epoch measures (Bahrampour Table 6: one epoch of variable-length
 # batches): median_ms is the whole epoch, these say how it divides into batches.
 EPOCH_FIELDS = ("epoch_batches", "per_batch_median_ms", "mean_padded_length")
+# How the timing was taken (suites/repetitions.py, device_state.py, device_time.py): the
+# independent repetitions behind the median and interval, the device's own time, and the
+# GPU's clocks, power and temperature while sampling. NaN for rows written before them.
+CONDITION_FIELDS = ("repetitions", "device_median_ms", "gpu_sm_clock_mhz_min",
+                    "gpu_sm_clock_mhz_median", "gpu_sm_clock_mhz_max", "gpu_sm_clock_max_mhz",
+                    "gpu_mem_clock_mhz_median", "gpu_power_w_median", "gpu_temperature_c_max")
+CONDITION_TEXT = ("interval", "host_buffer", "gpu_state_reason", "device_time_reason")
 # Li et al. Fig. 2's layer types (and norm, other): adapters.profiling.LAYER_TYPES. A type this
 # report does not know is counted as "other", so the shares still sum to the whole.
 LAYER_TYPES = ("conv", "pool", "relu", "fc", "concat", "norm", "other")
@@ -38,7 +45,8 @@ STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", 
                   "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
                   "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
                   "started_at", "case_id", "source", "hardware", "compile_cache",
-                  "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline")
+                  "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline",
+                  *CONDITION_TEXT)
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,15 @@ def flatten_profile(profile: dict | None) -> dict:
     }
 
 
+def compile_event_columns(events: dict | None) -> dict:
+    """A row's first-call compile events (JAX: adapters/jax/adapter.py CompileLog) as two
+    columns: seconds of backend compilation, and persistent-cache hits (a first call that
+    hit loaded its executable instead of compiling it). NaN where not recorded."""
+    events = events or {}
+    return {"first_call_compile_s": _number(events.get("compile_s")),
+            "first_call_cache_hits": _number(events.get("persistent_cache_hits"))}
+
+
 def flatten(raw) -> dict:
     data = raw.data
     settings = data.get("settings") or {}
@@ -94,7 +111,9 @@ def flatten(raw) -> dict:
         "threads": int(settings.get("threads") or 0),
         "interop_threads": int(settings.get("interop_threads") or 0),
         "status": _text(data.get("status")), "reason": _text(data.get("reason")),
-        **{k: _number(timing.get(k)) for k in TIMING_FIELDS + EPOCH_FIELDS},
+        **{k: _number(timing.get(k)) for k in TIMING_FIELDS + EPOCH_FIELDS + CONDITION_FIELDS},
+        **{k: _text(timing.get(k)) for k in CONDITION_TEXT},
+        **compile_event_columns(timing.get("compile_events")),
         "unstable": bool(timing.get("unstable", False)),
         "unstable_reason": _text(timing.get("unstable_reason")),
         "samples_ms": json.dumps(timing.get("samples_ms") or []),

@@ -3,6 +3,8 @@
     python -m suites run default-cpu --framework torch --device cpu [--resume] [--out results]
     python -m suites validate suites/my_suite.toml
     python -m suites list
+    python -m suites compare RUN1 RUN2 [RUN3]   # do two or three runs agree? (suites/compare.py)
+    python -m suites interleave default-gpu --frameworks torch jax --device gpu [--blocks 2]
 """
 
 from __future__ import annotations
@@ -27,14 +29,53 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=Path("results"))
     run.add_argument("--resume", action="store_true", help="skip cases already recorded")
     run.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
+    run.add_argument("--rounds", type=int, default=1,
+                     help="run every case's repetitions in this many separate processes "
+                          "(suites/rounds.py)")
     validate = commands.add_parser("validate", help="check a suite file without running it")
     validate.add_argument("suite")
     commands.add_parser("list", help="list the bundled suites")
+    interleave = commands.add_parser("interleave", help="several frameworks in counterbalanced "
+                                     "blocks (suites/interleave.py)")
+    interleave.add_argument("suite")
+    interleave.add_argument("--frameworks", nargs="+", required=True)
+    interleave.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    interleave.add_argument("--out", type=Path, default=Path("results"))
+    interleave.add_argument("--resume", action="store_true")
+    interleave.add_argument("--seed", type=int, default=0)
+    interleave.add_argument("--blocks", type=int, default=2)
+    compare = commands.add_parser("compare", help="compare two or three runs case by case")
+    compare.add_argument("runs", nargs="+", type=Path,
+                         help="result folders (or .jsonl files); run 2 back to back, run 3 "
+                              "on another host")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        from parallel.spec import is_scaling_suite
+        if is_scaling_suite(args.suite):   # data-parallel scaling has its own runner
+            from parallel.__main__ import main as run_scaling
+            return run_scaling(["run", args.suite, "--framework", args.framework, "--device",
+                                args.device, "--out", str(args.out), "--seed", str(args.seed),
+                                *(["--resume"] if args.resume else [])])
     try:
+        if args.command == "run" and args.rounds != 1:
+            from suites.rounds import run_rounds
+            if args.rounds < 1:
+                raise SuiteError(f"--rounds must be at least 1, got {args.rounds}")
+            return run_rounds(RunRequest(args.suite, args.framework, args.device, args.out,
+                                         args.resume, args.seed), args.rounds)
         if args.command == "run":
             return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
                                      args.resume, args.seed)).run()
+        if args.command == "interleave":
+            from suites.interleave import run_interleaved
+            if args.blocks < 1:
+                raise SuiteError(f"--blocks must be at least 1, got {args.blocks}")
+            return run_interleaved([RunRequest(args.suite, name, args.device, args.out,
+                                               args.resume, args.seed)
+                                    for name in dict.fromkeys(args.frameworks)], args.blocks)
+        if args.command == "compare":
+            from suites.compare import main as compare_runs
+            return compare_runs(args.runs)
         if args.command == "validate":
             suite = load_suite(resolve_suite_path(args.suite), load_registry())
             print(f"{suite.path}: ok, {len(suite.groups)} case tables")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,21 @@ class TimerSettings:
     rel_ci: float = 0.02       # stop once the 95% CI of the median is within ±2%
     budget_s: float = 10.0     # time allowed for sampling one measurement
     min_block_s: float = 0.002  # blocks shorter than this repeat the call (launch-bound cases)
-    unstable_iqr: float = 0.10  # IQR / median above this flags the row as unstable
+    # One repetition: IQR / median above this flags the row as unstable; several: a re-run
+    # interval (suites/repetitions.py) wider than ± this does.
+    unstable_iqr: float = 0.10
+    # Between-run variance (suites/repetitions.py): every case is measured in at least
+    # ``repetitions`` independent repetitions (each with its own warm-up, inner-loop count
+    # and samples), interleaved with the job's other measures; more, up to
+    # ``max_repetitions``, while a re-run's median could still differ by more than
+    # ``rel_spread``. ``budget_s`` is then the case's whole sampling budget.
+    repetitions: int = 3
+    max_repetitions: int = 6
+    rel_spread: float = 0.03
+    # Longest time spent running the case before its first sample until the device reports
+    # steady clocks (suites/device_state.py); 0 turns the check off. Only GPUs are checked.
+    steady_max_s: float = 1.0
+    device_blocks: int = 1     # blocks timed on the device clock, where there is one
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,29 @@ class Timing:
     unstable: bool
     unstable_reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # The device's own time per iteration (``time_on_device``), where a device clock was
+    # given; empty otherwise.
+    device_samples_s: tuple[float, ...] = ()
+    steady_s: float = 0.0          # time spent bringing the device to steady clocks
+
+
+class DeviceClock:
+    """The device's own time for a block of iterations, without the host's launch gaps
+    (after nvbench's blocking kernel): ``hold`` queues a kernel that keeps the device
+    busy for about the given seconds, so that every launch of the block is queued before
+    the device reaches them; ``start`` and ``end`` record events around the block;
+    ``elapsed`` (after the sync) returns the device seconds between them, or None. A host
+    wall time well above this device time is launch and host overhead."""
+
+    kind: str = ""          # what the device time is, in words, for the row
+
+    def hold(self, seconds: float) -> None: ...
+
+    def start(self) -> None: ...
+
+    def end(self) -> None: ...
+
+    def elapsed(self) -> float | None: ...
 
 
 def bootstrap_median_ci(samples: np.ndarray, resamples: int = 500,
@@ -78,23 +115,42 @@ def summarise(first_call_s: float, samples: list[float], inner: int,
 
 def measure(run: Callable[[], Any], sync: Callable[[Any], None],
             settings: TimerSettings = TimerSettings(),
-            clock: Callable[[], float] = time.perf_counter) -> Timing:
-    """Time ``run`` (one iteration of the computation under test)."""
+            clock: Callable[[], float] = time.perf_counter,
+            steady: Callable[[], bool] | None = None,
+            device_clock: DeviceClock | None = None) -> Timing:
+    """Time ``run`` (one iteration of the computation under test).
+
+    ``steady`` (suites/device_state.py) is asked after each warm-up iteration whether the
+    device has reached its working clocks; the case keeps running, untimed, until it says
+    so or ``steady_max_s`` has passed. ``device_clock`` times ``device_blocks`` further
+    blocks on the device (``time_on_device``).
+    """
     sync(None)
     start = clock()
     sync(run())
     first_call = clock() - start
 
-    estimate = first_call
+    warm: list[float] = []
     spent = first_call
     for _ in range(settings.warmup):
         start = clock()
         sync(run())
-        estimate = clock() - start
-        spent += estimate
+        warm.append(clock() - start)
+        spent += warm[-1]
         if spent > settings.budget_s:
             break  # a very slow case: its warm-up already spent the budget
 
+    steady_started = clock()
+    if steady is not None and settings.steady_max_s > 0:
+        while not steady() and clock() - steady_started < settings.steady_max_s:
+            start = clock()
+            sync(run())
+            warm.append(clock() - start)
+    steady_s = clock() - steady_started
+
+    # The inner-loop count from the median of the warm iterations, not the last one: one
+    # slow or fast iteration made the count (and with it the median) differ between runs.
+    estimate = float(np.median(warm)) if warm else first_call
     inner = max(1, math.ceil(settings.min_block_s / max(estimate, 1e-9)))
     samples: list[float] = []
     sampling_started = clock()
@@ -114,4 +170,33 @@ def measure(run: Callable[[], Any], sync: Callable[[Any], None],
         median = float(np.median(data))
         if median > 0 and (high - low) / 2 / median <= settings.rel_ci:
             break
-    return summarise(first_call, samples, inner, settings)
+    timing = summarise(first_call, samples, inner, settings)
+    device_samples = [] if device_clock is None else time_on_device(
+        run, sync, device_clock, inner, timing.median_s * inner, settings.device_blocks)
+    return replace(timing, device_samples_s=tuple(device_samples), steady_s=steady_s)
+
+
+def time_on_device(run: Callable[[], Any], sync: Callable[[Any], None], device_clock: DeviceClock,
+                  inner: int, block_s: float, blocks: int) -> list[float]:
+    """Device seconds per iteration for ``blocks`` extra blocks, after the timed ones (they
+    are not host samples: the held device would add its hold to the wall time)."""
+    result = []
+    for _ in range(blocks):
+        sync(None)
+        # Long enough for the host to queue the whole block: its wall time plus margin,
+        # capped at 25 ms: a block that long is compute-bound, its launches are queued
+        # within a fraction of it (1,500 launches at ~5 µs take 7.5 ms), and an uncapped
+        # hold would add its whole length per block. Launches left unqueued when the hold
+        # ends only count their gaps into the device time, which errs toward the wall time.
+        device_clock.hold(min(1.5 * block_s + 0.001, 0.025))
+        device_clock.start()
+        handle = None
+        for _ in range(inner):
+            handle = run()
+        device_clock.end()
+        sync(handle)
+        elapsed = device_clock.elapsed()
+        if elapsed is None:
+            return []
+        result.append(elapsed / inner)
+    return result

@@ -23,7 +23,7 @@ from typing import Any
 
 from adapters.measures import EPOCH_MEASURES, PROFILE
 from suites.environment import host_environment, limit_cpus
-from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings, timing_fields
+from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings
 
 EVENT_PREFIX = "@@dlbench "
 INTERRUPTED = threading.Event()
@@ -92,6 +92,8 @@ class Worker:
         self.adapter = self.entry.load()(RunConfig(plan.device, plan.threads, plan.interop_threads))
         self.env = {**host_environment(plan.threads, self.affinity), **self.adapter.environment()}
         self.results = ResultsFile(Path(plan.results))
+        from suites.device_state import open_monitor
+        self.gpu_monitor, self.gpu_state_reason = open_monitor(plan.device)
 
     def write(self, key: CaseKey, status: str, reason: str = "", started: float = 0.0,
               **fields: Any) -> None:
@@ -109,7 +111,6 @@ class Worker:
         from models.inputs import make_batch
         from models.weights import canonical_weights
         from models.zoo import get_model
-        from suites.timer import TimerSettings, measure
 
         case = CaseConfig(job["precision"], job["variant"])
         settings = Settings(self.plan.framework, self.plan.device, job["precision"],
@@ -145,28 +146,20 @@ class Worker:
                 self.write(key(name), status, reason, started, model_info=info)
             return
         try:
+            timed = [name for name in pending if name not in (FINGERPRINT, PROFILE)]
+            self.time_measures(prepared, timed, model, job, key, info)
             for name in pending:
+                if name in timed:
+                    continue
                 check_interrupt()
                 started = time.perf_counter()
                 if name == FINGERPRINT:
                     self.fingerprint_row(prepared, key(name), info, started, Unsupported)
                     continue
                 try:
-                    if name == PROFILE:
-                        profile = prepared.profile(self.profiled_measure(),
-                                                   job["profile_iterations"])
-                        self.write(key(name), "ok", "", started, profile=asdict(profile),
-                                   model_info=info)
-                        continue
-                    step, extra = self.timed_step(prepared, name, model, job)
-                    prepared.reset_peak_memory()
-                    timing = measure(step, prepared.sync, TimerSettings(**job["timer"]))
-                    memory = prepared.peak_memory()
-                    fields = timing_fields(timing)
-                    fields.update(prepared.extra)
-                    fields.update(extra(timing))
-                    self.write(key(name), "ok", "", started, timing=fields,
-                               memory=asdict(memory), model_info=info)
+                    profile = prepared.profile(self.profiled_measure(), job["profile_iterations"])
+                    self.write(key(name), "ok", "", started, profile=asdict(profile),
+                               model_info=info)
                 except KeyboardInterrupt:
                     raise
                 except BaseException as error:
@@ -177,10 +170,75 @@ class Worker:
             del prepared
             gc.collect()
 
+    def time_measures(self, prepared, names: list[str], model, job: dict[str, Any], key,
+                      info: dict[str, Any]) -> None:
+        """The job's timed measures in interleaved independent repetitions
+        (suites/repetitions.py), with the GPU's state read during sampling
+        (suites/device_state.py) and the device's own time beside the wall time
+        (suites/device_time.py); each measure's row is written once it has enough."""
+        from adapters.base import Unsupported
+        from suites.device_state import empty_state, summarise_readings
+        from suites.device_time import device_clock_for
+        from suites.repetitions import combined_fields, interleave, repetition_settings
+        from suites.timer import TimerSettings, measure
+
+        settings = TimerSettings(**job["timer"])
+        device_clock, device_reason = device_clock_for(prepared, self.plan.device)
+        started = {name: time.perf_counter() for name in names}
+        steps: dict[str, Any] = {}
+        first: dict[str, dict[str, Any]] = {}     # memory and extra fields of repetition 1
+        readings: dict[str, list] = {name: [] for name in names}
+
+        def repeat(name: str, index: int):
+            check_interrupt()
+            if name not in steps:
+                started[name] = time.perf_counter()
+                steps[name] = self.timed_step(prepared, name, model, job)
+                prepared.reset_peak_memory()
+            step, _ = steps[name]
+            clock = device_clock if index < settings.repetitions else None
+            monitor = self.gpu_monitor
+            if monitor is not None:
+                monitor.begin_steady()
+                monitor.start_sampling()
+            try:
+                timing = measure(step, prepared.sync, repetition_settings(settings, index),
+                                 steady=monitor.steady if monitor is not None else None,
+                                 device_clock=clock)
+            finally:
+                if monitor is not None:
+                    readings[name].extend(monitor.stop_sampling())
+            if index == 0:
+                first[name] = {"memory": asdict(prepared.peak_memory()),
+                               "extra": dict(prepared.extra)}
+            return timing
+
+        def finish(name: str, repetitions) -> None:
+            fields = combined_fields(repetitions, settings)
+            fields.update(first[name]["extra"])
+            fields.update(steps[name][1](fields["median_ms"] / 1e3))
+            if self.gpu_monitor is not None:
+                fields.update(summarise_readings(readings[name],
+                                                 self.gpu_monitor.sm_max_mhz))
+            else:
+                fields.update(empty_state(self.gpu_state_reason))
+            if fields.get("device_median_ms") is None:
+                fields["device_time_reason"] = device_reason or "no device time was taken"
+            else:
+                fields["device_time_kind"] = getattr(device_clock, "kind", "")
+            self.write(key(name), "ok", "", started[name], timing=fields,
+                       memory=first[name]["memory"], model_info=info)
+
+        def fail(name: str, error: BaseException) -> None:
+            status, reason = self.classify(error, Unsupported)
+            self.write(key(name), status, reason, started[name], model_info=info)
+
+        interleave(names, lambda name: settings, repeat, finish, fail)
+
     def timed_step(self, prepared, name: str, model, job: dict[str, Any]):
         """The callable to time, and the extra timing fields its row gets."""
         if name not in EPOCH_MEASURES:
-            return prepared.step(name), lambda timing: {}
+            return prepared.step(name), lambda median_s: {}
         from models.inputs import make_epoch
 
         count = job["epoch_batches"]
@@ -189,9 +247,9 @@ class Worker:
         padded = [int(b.x.shape[1]) for b in batches] if batches[0].lengths is not None else []
         del batches
 
-        def extra(timing) -> dict[str, Any]:
+        def extra(median_s: float) -> dict[str, Any]:
             # Bahrampour et al. report the epoch's time per batch (Table 6).
-            return {"epoch_batches": count, "per_batch_median_ms": timing.median_s * 1e3 / count,
+            return {"epoch_batches": count, "per_batch_median_ms": median_s * 1e3 / count,
                     **({"mean_padded_length": sum(padded) / len(padded)} if padded else {})}
         return step, extra
 

@@ -66,11 +66,8 @@ def test_cli_writes_every_output_and_prints_summary(tmp_path):
     out = tmp_path / "out"
     for name in ("report.md", "report.html", "summary.txt", "results_tidy.csv"):
         assert (out / name).stat().st_size > 0, name
-    try:
-        import pyarrow  # noqa: F401
-        assert pd.read_parquet(out / "results_tidy.parquet").shape[0] == 100
-    except ImportError:
-        assert not (out / "results_tidy.parquet").exists()
+    assert pd.read_csv(out / "results_tidy.csv").shape[0] == 100
+    assert not list(out.glob("*.parquet"))   # CSV only: Parquet is not promised
     assert {p.name for p in (out / "plots").glob("*.png")} >= {
         "batch_resnet50.png", "sweep_i.png", "threads_resnet18_b16.png",
         "bars_resnet50_b16.png"}
@@ -593,7 +590,9 @@ def test_compile_cache_table_first_compile_vs_recompile(tmp_path):
     # a variant without a persistent cache is a failure cell with its reason, never dropped
     none = row_where(cpu, Setting="ort ort_all fp32")
     assert none["First compile (s)"] == none["Re-compile (s)"]
-    assert none["First compile (s)"].startswith("unsupported (ort variant 'ort_all' keeps no")
+    # said once: both cells point to one note under the table (cells.compact_repeated_failures)
+    assert none["First compile (s)"] == "unsupported [1]"
+    assert [n for n in cpu.notes if n.startswith("[1] unsupported: ort variant 'ort_all' keeps no")]
     # the unmanaged run is no Table 8 row; the model table shows only the unmanaged run
     # (compile-cache rows carry a single steady-state sample: they are for Table 8)
     assert len(cpu.rows) == 3
@@ -632,8 +631,9 @@ def test_epoch_rows_fill_table6_over_an_epoch_per_batch(tmp_path):
     table = find_table(report, "Table 6 over an epoch: lstm, batch 16")
     torch = row_where(table, Setting="torch eager fp32")
     assert (torch["Gradient (ms)"], torch["Forward (ms)"]) == ("20.00", "8.00")
-    assert row_where(table, Setting="jax jit fp32")["Gradient (ms)"] == (
-        "unsupported (no epoch of masked batches)")
+    # the same reason in both of jax's cells: said once, in the notes
+    assert row_where(table, Setting="jax jit fp32")["Gradient (ms)"] == "unsupported [1]"
+    assert "[1] unsupported: no epoch of masked batches" in table.notes
     assert "One epoch: 124 batches, mean padded length 231.5 tokens." in table.notes
     # the single-batch Table 6 keeps the single-batch rows and says what it is
     single = find_table(report, "Table 6: LSTM, batch 16")
@@ -805,3 +805,161 @@ def test_gap_splits_a_framework_gap_into_kernels_and_time_outside_them(tmp_path,
     assert "implicit_convolve_sgemm" in text
     assert gap.main([str(tmp_path), "--measure", "gradient"]) == 2
     assert "no GPU kernel profile of gradient for tf resnet50 b16" in capsys.readouterr().err
+
+
+# --- published folders and the comparison with them (reports/publish.py, compare.py) ---
+
+def published_reference(root: Path) -> Path:
+    """A published folder made by reports.publish from the GPU fixture rows."""
+    from reports import publish
+
+    source = root / "gpu-results"
+    (source / "default-gpu" / "gpubox").mkdir(parents=True)
+    fx._write(source / "default-gpu" / "gpubox" / "torch_gpu.jsonl", fx.gpu_rows())
+    target = root / "published" / "h100-2026-01"
+    assert publish.main([str(source), "--to", str(target), "--device-name", "H100"]) == 0
+    return target
+
+
+def users_run(root: Path) -> Path:
+    env = {**fx.GPU_HOST, "host": "userbox"}
+    rows = [fx.make_row("resnet50", 16, "forward", "torch", "gpu", 10.05, threads=4, env=env),
+            fx.make_row("resnet50", 16, "gradient", "torch", "gpu", 45.0, threads=4, env=env),
+            fx.make_row("resnet50", 8, "forward", "jax", "gpu", 12.0, threads=4, env=env),
+            fx.make_row("alexnet", 16, "forward", "torch", "gpu", 1.0, threads=4, env=env)]
+    rows[2]["env"]["framework_version"] = "0.12.0"
+    (root / "results" / "default-gpu" / "userbox").mkdir(parents=True)
+    fx._write(root / "results" / "default-gpu" / "userbox" / "mixed_gpu.jsonl", rows)
+    return root / "results"
+
+
+def test_publish_copies_rows_byte_for_byte_and_counts_them(tmp_path):
+    target = published_reference(tmp_path)
+    copied = target / "default-gpu" / "gpubox" / "torch_gpu.jsonl"
+    assert copied.read_bytes() == (tmp_path / "gpu-results" / "default-gpu" / "gpubox"
+                                   / "torch_gpu.jsonl").read_bytes()
+    readme = (target / "README.md").read_text()
+    total = len(fx.gpu_rows())
+    assert f"{total} rows in 1 files" in readme
+    assert "NVIDIA H100 80GB HBM3" in readme
+    assert "    nox -s torch_gpu -- test\n" in readme and "    nox -s jax_gpu -- test\n" in readme
+    missing = readme.split("Not in this folder", 1)[1]
+    assert "default-gpu torch gpu" in missing and "li2016 ort gpu" in missing
+    assert "cpu" not in missing.split(".\n", 1)[0].replace("gpu", "")   # only devices present
+    # text outside the generated block survives a second run; the block is rewritten
+    (target / "README.md").write_text(readme.replace("TODO: anything else", "Set up by hand"))
+    from reports import publish
+    assert publish.main([str(tmp_path / "gpu-results"), "--to", str(target)]) == 0
+    again = (target / "README.md").read_text()
+    assert "Set up by hand" in again and again.count(publish.BEGIN) == 1
+    assert publish.main(["--to", str(target)]) == 0      # refresh only: nothing copied
+    assert (target / "README.md").read_text() == again
+
+
+def test_publish_refuses_a_torn_line(tmp_path, capsys):
+    from reports import publish
+
+    source = tmp_path / "src" / "s" / "h"
+    source.mkdir(parents=True)
+    (source / "torch_cpu.jsonl").write_text(json.dumps(fx.cpu_rows()[0]) + "\n{\"schema\": 1, ")
+    assert publish.main([str(tmp_path / "src"), "--to", str(tmp_path / "pub")]) == 2
+    assert "line 2" in capsys.readouterr().err
+    assert not (tmp_path / "pub").exists()
+
+
+def test_compare_pairs_rows_and_names_every_differing_setting(tmp_path):
+    from reports.compare import pair_rows, split
+
+    reference = published_reference(tmp_path)
+    results = users_run(tmp_path)
+    loaded = load([results, reference])
+    report = make_report(loaded, (reference,))
+    pairs, unmatched = pair_rows(*split(loaded, (reference,)))
+    by = {(p.yours["model"], p.yours["batch"], p.yours["measure"], p.yours["framework"]): p
+          for p in pairs}
+    same = by[("resnet50", 16, "forward", "torch")]
+    assert same.reference["median_ms"] == 10.0   # fp32 like yours, not the 4.0 ms tf32 row
+    assert same.differs == () and same.overlap and round(same.ratio, 3) == 1.005
+    slower = by[("resnet50", 16, "gradient", "torch")]
+    assert slower.ratio == 1.5 and not slower.overlap
+    jax = by[("resnet50", 8, "forward", "jax")]   # no batch 8 there: the nearest setting
+    assert jax.differs == ("batch 8 vs 16", "version 0.12.0 vs 0.11.2")
+    assert [r["model"] for r in unmatched] == ["alexnet"]
+    section = next(s for s in report.sections if s.key == "compare")
+    summary = section.tables[0]
+    torch_row = next(r for r in summary.rows if r[0].text == "torch")
+    assert torch_row[2].text == "2" and torch_row[5].text == "2"
+
+
+def test_cli_compares_with_a_published_folder_named_among_the_inputs(tmp_path):
+    reference = published_reference(tmp_path)
+    results = users_run(tmp_path)
+    done = run_cli(str(results), str(reference), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert "Geo-mean ratio" in done.stdout and "\ntorch  gpu  2  " in done.stdout
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "Compared with the reference" in md and "batch 8 vs 16" in md
+    # the published folder alone is its own report; --pages writes only what a host shows
+    pages = reference / "report"
+    done = run_cli(str(reference), "--out", str(pages), "--quiet", "--pages")
+    assert done.returncode == 0, done.stderr
+    assert "Compared with the reference" not in (pages / "report.md").read_text()
+    assert sorted(p.name for p in pages.iterdir()) == ["headlines.md", "plots", "report.md"]
+    headline = (pages / "headlines.md").read_text()
+    for title in ("Per model (cnn-benchmarks format)", "Convolution layers (convnet-benchmarks",
+                  "Bahrampour et al. format", "Li et al. Fig. 3"):
+        assert title in headline, title
+    assert "Failures" not in headline
+    for link in re.findall(r"\]\((plots/[^)]+)\)", headline):
+        assert (pages / link).is_file(), link
+
+
+def test_a_first_call_loaded_from_a_persistent_cache_is_marked(tmp_path):
+    compiled = {"compile_s": 4.0, "persistent_cache_hits": 0, "compiles": 1}
+    loaded = {"compile_s": 0.0, "persistent_cache_hits": 1, "compiles": 0}
+    rows = [fx.make_row("resnet50", 16, "forward", "jax", "gpu", 20.0, threads=4,
+                        first_call=5000.0, timing_extra={"compile_events": compiled}),
+            fx.make_row("resnet50", 16, "gradient", "jax", "gpu", 60.0, threads=4,
+                        first_call=300.0, timing_extra={"compile_events": loaded})]
+    report = report_of(tmp_path, rows)
+    assert list(report.frame.first_call_cache_hits) == [0.0, 1.0]
+    assert list(report.frame.first_call_compile_s) == [4.0, 0.0]
+    texts = [c.text for s in report.sections for t in s.tables for r in t.rows for c in r]
+    assert any("5000" in t and "300" in t and t.count("(cached)") == 1 for t in texts), texts
+
+
+def test_compare_keeps_both_sides_when_the_reference_host_reruns(tmp_path):
+    """Your rows and the reference's from one host have identical settings: merged into one
+    table the later would replace the earlier; the comparison keeps both."""
+    from reports.compare import pair_rows, split
+
+    reference = published_reference(tmp_path)
+    rerun = [fx.make_row("resnet50", 16, "forward", "torch", "gpu", 10.0, threads=4,
+                         started="2026-02-01T10:00:00")]
+    (tmp_path / "again").mkdir()
+    fx._write(tmp_path / "again" / "torch_gpu.jsonl", rerun)
+    pairs, _ = pair_rows(*split(load([tmp_path / "again", reference]), (reference,)))
+    assert len(pairs) == 1 and pairs[0].ratio == 1.0 and pairs[0].differs == ()
+
+
+def test_a_measure_unsupported_everywhere_is_said_once(tmp_path):
+    """ONNX Runtime has no gradients: its reason is one line of the failures section and
+    one note per table, the cells say 'unsupported [n]'."""
+    reason = "onnxruntime InferenceSession computes no gradients (needs onnxruntime-training)"
+    rows = []
+    for model in ("resnet50", "vgg16", "lenet"):
+        rows.append(fx.make_row(model, 16, "forward", "ort", "gpu", 5.0, threads=4,
+                                variant="ort_all"))
+        rows.append(fx.make_row(model, 16, "gradient", "ort", "gpu", None, threads=4,
+                                variant="ort_all", status="unsupported", reason=reason))
+        rows.append(fx.make_row(model, 16, "forward", "torch", "gpu", 4.0, threads=4))
+    report = report_of(tmp_path, rows)
+    tables = [t for s in report.sections for t in s.tables]
+    shared = find_table(report, "Reasons shared by several failed rows")
+    assert [(r[2].text, r[5].text) for r in shared.rows] == [(reason, "3")]
+    failures = find_table(report, "Failures (3 rows")
+    assert {r[5].text for r in failures.rows} == {"reason 1"}
+    cells_text = [c.text for t in tables if t is not shared for r in t.rows for c in r]
+    assert not any(reason in text for text in cells_text)       # never the reason in a cell
+    notes = [n for t in tables for n in t.notes if reason in n]
+    assert notes and all(n.startswith("[") for n in notes)

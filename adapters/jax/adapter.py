@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
+import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -111,6 +112,71 @@ def cuda_versions() -> tuple[str | None, str | None]:
     except Exception:  # no plugin, or an API change: record unknown, do not fail
         return None, None
     return f"{runtime // 1000}.{runtime % 1000 // 10}", str(cudnn)
+
+
+# --- where a first call's time goes ------------------------------------------------------
+#
+# JAX reports each trace, lowering and backend compilation (and each persistent-cache hit
+# or miss) through jax.monitoring. A step's compilations happen in its first call, so the
+# events between ``step`` and the row's writing say what that first call spent on each, and
+# whether its executable was compiled or read from a persistent compilation cache (only
+# then is first_call_ms a cache load rather than a compile). Recorded from ``step`` (or
+# ``epoch_step``) to the end of the timed calls (``peak_memory`` follows them in the worker,
+# and its memory plan's re-lowering is not counted) in every row's timing as
+# ``compile_events``: a compile after the first call would show there as a second one.
+COMPILE_DURATIONS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace_s",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+    "/jax/core/compile/backend_compile_duration": "backend_compile_s",
+    "/jax/compilation_cache/cache_retrieval_time_sec": "cache_read_s",
+}
+COMPILE_COUNTS = {
+    "/jax/core/compile/backend_compile_duration": "backend_compiles",
+    "/jax/compilation_cache/cache_hits": "persistent_cache_hits",
+    "/jax/compilation_cache/cache_misses": "persistent_cache_misses",
+}
+
+
+class CompileLog:
+    """Sums JAX's compile events into the dict of the measure being run (one at a time)."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}
+        jax.monitoring.register_event_duration_secs_listener(self.on_duration)
+        jax.monitoring.register_event_listener(self.on_event)
+
+    def start(self) -> None:
+        self.current = {**dict.fromkeys(COMPILE_DURATIONS.values(), 0.0),
+                        **dict.fromkeys(COMPILE_COUNTS.values(), 0)}
+
+    def stop(self) -> dict[str, float]:
+        """What was recorded since ``start``; later events go nowhere until the next one.
+        JAX times a persistent-cache hit as a backend compile too (the event wraps "compile
+        or load"), so compiles and their seconds are the backend events less the hits and
+        their read time: ``compiles`` = executables XLA built, ``compile_s`` its seconds."""
+        recorded, self.current = self.current, {}
+        if not recorded:
+            return {}
+        backend_s = recorded.pop("backend_compile_s")
+        backend = recorded.pop("backend_compiles")
+        return {"trace_s": recorded["trace_s"], "lower_s": recorded["lower_s"],
+                "compile_s": round(max(backend_s - recorded["cache_read_s"], 0.0), 4),
+                "compiles": backend - recorded["persistent_cache_hits"],
+                **{k: recorded[k] for k in ("cache_read_s", "persistent_cache_hits",
+                                            "persistent_cache_misses")}}
+
+    def on_duration(self, event: str, duration: float, **_: Any) -> None:
+        if event in COMPILE_DURATIONS and self.current:
+            key = COMPILE_DURATIONS[event]
+            self.current[key] = round(self.current[key] + duration, 4)
+        self.on_event(event)
+
+    def on_event(self, event: str, **_: Any) -> None:
+        if event in COMPILE_COUNTS and self.current:
+            self.current[COMPILE_COUNTS[event]] += 1
+
+
+COMPILE_LOG = CompileLog()
 
 
 # --- jax.profiler's trace, reduced to operations and kernels -----------------------------
@@ -454,6 +520,12 @@ class JaxPrepared(Prepared):
         return lambda: self.backward_fn(backward, grad_out)
 
     def step(self, measure: str) -> Callable[[], Any]:
+        run = self._step(measure)
+        # From here on every compilation belongs to the timed calls (the first one).
+        COMPILE_LOG.start()
+        return run
+
+    def _step(self, measure: str) -> Callable[[], Any]:
         self.measured = None
         if measure in ("forward", "gradient"):
             fn = self._step_fn(measure)
@@ -466,8 +538,28 @@ class JaxPrepared(Prepared):
             if not self.on_gpu:
                 raise Unsupported("host and device are the same on cpu")
             # A pageable numpy buffer, as a framework's plain feed uses (Li et al. 2016, Fig. 7).
+            self.extra["host_buffer"] = "pageable (numpy array in ordinary host memory)"
             return lambda: jax.device_put(self.host_x, self.device)
+        if measure == "transfer_pinned":
+            if not self.on_gpu:
+                raise Unsupported("host and device are the same on cpu")
+            return self._pinned_transfer()
         raise Unsupported(f"unknown measure '{measure}'")
+
+    def _pinned_transfer(self) -> Callable[[], Any]:
+        """The batch placed once (untimed) in page-locked host memory, JAX's "pinned_host"
+        memory kind, then timed onto the device (Li et al. 2016, Fig. 7's discussion)."""
+        single = jax.sharding.SingleDeviceSharding
+        try:
+            pinned = jax.device_put(self.host_x, single(self.device, memory_kind="pinned_host"))
+            jax.block_until_ready(pinned)
+            # The device's own memory named explicitly: device_put(array, device) refuses an
+            # array whose memory kind differs from the target's ("memory kind mismatch").
+            target = single(self.device, memory_kind=self.device.default_memory().kind)
+        except (ValueError, RuntimeError, NotImplementedError) as error:
+            raise Unsupported(f"no pinned host memory kind on this backend: {error}") from None
+        self.extra["host_buffer"] = "pinned (page-locked, jax memory_kind='pinned_host')"
+        return lambda: jax.device_put(pinned, target)
 
     def _step_fn(self, measure: str) -> Callable:
         return self.forward_fn if measure == "forward" else self.gradient_fn
@@ -486,6 +578,7 @@ class JaxPrepared(Prepared):
         calls = [self._arguments(measure, inputs) for inputs in placed]
         # The memory plan is the largest batch's: it has the largest temporaries.
         self.measured = (fn, max(calls, key=lambda args: args[2].size)) if calls else None
+        COMPILE_LOG.start()
 
         def epoch() -> Any:
             handle = None
@@ -537,6 +630,7 @@ class JaxPrepared(Prepared):
         self.in_use_before = stats.get("bytes_in_use", 0)
 
     def peak_memory(self) -> Memory:
+        self.extra["compile_events"] = COMPILE_LOG.stop()   # the timed calls are over
         if not self.on_gpu:
             return peak_rss()
         stats = self.device.memory_stats() or {}
@@ -630,6 +724,9 @@ class JaxAdapter(Adapter):
             "xla_cpu_pool_threads": None if on_gpu else xla_pool_threads(),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "xla_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+            # A persistent compilation cache (JAX_COMPILATION_CACHE_DIR): first calls that
+            # hit it load an executable instead of compiling (compile_events says which).
+            "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir or None,
         }
 
     def prepare(self, model: Model, weights: Weights, batch: Batch,

@@ -439,6 +439,12 @@ class OrtAdapter(Adapter):
 
     def __init__(self, config: RunConfig):
         super().__init__(config)
+        # Errors only on ORT's process-wide logger too. Some warnings are logged there, not
+        # through the session's logger (log_severity_level below): onnxruntime-gpu 1.31's
+        # "No registered plugin EP device found for 'CUDAExecutionProvider'", once per
+        # session made with CUDA provider options (its bundled CUDA plugin EP registers at
+        # import, and a session given options for the built-in CUDA EP looks it up first).
+        ort.set_default_logger_severity(3)
         if config.device == "gpu":
             preload_cuda_libraries()
             if CUDA not in ort.get_available_providers():

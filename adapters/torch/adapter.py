@@ -42,6 +42,51 @@ def apply_precision(precision: str, on_gpu: bool) -> None:
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
+class CudaEventClock:
+    """suites.timer.DeviceClock with CUDA events on the current stream. ``hold`` queues
+    ``torch.cuda._sleep`` (a kernel that spins for a number of GPU cycles, calibrated
+    once against the events) so the block's launches queue up behind it and the events
+    time the kernels back to back, without the host's launch gaps (nvbench's blocking
+    kernel). Without ``_sleep`` the events span the block, launch gaps included."""
+
+    HOLD_LIMIT_S = 1.0
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.begin = torch.cuda.Event(enable_timing=True)
+        self.finish = torch.cuda.Event(enable_timing=True)
+        self.can_hold = hasattr(torch.cuda, "_sleep")
+        self.kind = ("CUDA events, launches queued behind a spin kernel" if self.can_hold
+                     else "CUDA events around the block (launch gaps included)")
+        self.cycles_per_s: float | None = None
+
+    def _calibrate(self) -> float:
+        cycles = 5_000_000
+        torch.cuda.synchronize(self.device)
+        self.begin.record()
+        torch.cuda._sleep(cycles)
+        self.finish.record()
+        self.finish.synchronize()
+        return cycles / max(self.begin.elapsed_time(self.finish) / 1e3, 1e-6)
+
+    def hold(self, seconds: float) -> None:
+        if not self.can_hold:
+            return
+        if self.cycles_per_s is None:
+            self.cycles_per_s = self._calibrate()
+        torch.cuda._sleep(int(min(seconds, self.HOLD_LIMIT_S) * self.cycles_per_s))
+
+    def start(self) -> None:
+        self.begin.record()
+
+    def end(self) -> None:
+        self.finish.record()
+
+    def elapsed(self) -> float | None:
+        self.finish.synchronize()
+        return self.begin.elapsed_time(self.finish) / 1e3
+
+
 @dataclass(frozen=True)
 class Inputs:
     """One batch on the device."""
@@ -76,6 +121,7 @@ class TorchPrepared(Prepared):
             self.run_body = torch.compile(self.body)
         self.memory_format = memory_format
         self.host_x = torch.from_numpy(batch.x)
+        self.pinned_x: torch.Tensor | None = None   # made on first use (transfer_pinned)
         self.inputs = self._place(batch)
         self.x = self.inputs.x
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) \
@@ -146,7 +192,17 @@ class TorchPrepared(Prepared):
             if not self.on_gpu:
                 raise Unsupported("host and device are the same on cpu")
             # A pageable host buffer, as a framework's plain feed uses (Li et al. 2016, Fig. 7).
+            self.extra["host_buffer"] = "pageable (numpy array in ordinary host memory)"
             return lambda: self.host_x.to(self.device)
+        if measure == "transfer_pinned":
+            if not self.on_gpu:
+                raise Unsupported("host and device are the same on cpu")
+            # Page-locked host memory, which the GPU's copy engine reads directly (Li et al.
+            # 2016, Fig. 7's discussion: a pageable buffer is staged through a pinned one).
+            if self.pinned_x is None:
+                self.pinned_x = self.host_x.pin_memory()
+            self.extra["host_buffer"] = "pinned (page-locked, torch pin_memory)"
+            return lambda: self.pinned_x.to(self.device, non_blocking=True)
         raise Unsupported(f"unknown measure '{measure}'")
 
     def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
@@ -168,6 +224,9 @@ class TorchPrepared(Prepared):
         for _ in range(WARMUP_RUNS):
             self.sync(run())
         return profile_steps(run, self.sync, measure, iterations, self.on_gpu)
+
+    def device_clock(self) -> CudaEventClock | None:
+        return CudaEventClock(self.device) if self.on_gpu else None
 
     def sync(self, handle: Any) -> None:
         if self.on_gpu:
@@ -196,6 +255,7 @@ class TorchPrepared(Prepared):
 
     def close(self) -> None:
         del self.frozen, self.body, self.run_frozen, self.run_body, self.params, self.x, self.inputs
+        self.pinned_x = None
         if self.on_gpu:
             torch.cuda.empty_cache()
 

@@ -692,3 +692,67 @@ def test_worker_rows_record_the_cpus_xla_used(tmp_path):
         assert row["status"] == "ok", row
         assert len(row["env"]["cpu_affinity"]) == threads
         assert row["env"]["xla_cpu_pool_threads"] == threads
+
+
+# --- the compile-event log (first calls) ------------------------------------------------------
+
+def test_rows_record_one_compile_per_step_and_none_when_compiled_already(adapter):
+    """A jit row's compile_events count the backend compilations of its step's timed calls
+    (the first call's): one for forward, one for gradient, none for a forward timed again
+    (jit's cache), and the memory plan's re-lowering after the timed calls is not counted."""
+    prepared = prepare(adapter, "conv_tiny", variant="jit")
+    events = {}
+    try:
+        for label, measure in (("forward", "forward"), ("gradient", "gradient"),
+                               ("again", "forward")):
+            run = prepared.step(measure)
+            prepared.sync(run())
+            prepared.sync(run())
+            prepared.peak_memory()
+            events[label] = dict(prepared.extra["compile_events"])
+            prepared._planned_bytes()     # lowers again: must not reach the row's events
+            assert prepared.extra["compile_events"] == events[label]
+    finally:
+        prepared.close()
+    assert events["forward"]["compiles"] == 1, events
+    assert events["gradient"]["compiles"] == 1, events
+    assert events["again"]["compiles"] == 0, events
+    assert events["forward"]["compile_s"] > 0 and events["again"]["trace_s"] == 0
+    assert events["forward"]["persistent_cache_hits"] == 0
+
+
+def test_a_first_call_from_a_persistent_cache_says_so(tmp_path):
+    """Two processes sharing JAX_COMPILATION_CACHE_DIR: the first compiles and fills the
+    cache, the second's first call loads the executable (a hit, no compile), and its
+    environment names the cache directory."""
+    code = """
+        import json
+        from adapters.base import CaseConfig, RunConfig
+        from adapters.jax import JaxAdapter
+        from models.inputs import make_batch
+        from models.weights import canonical_weights
+        from models.zoo import get_model
+        adapter = JaxAdapter(RunConfig("cpu", threads=1, interop_threads=1))
+        model = get_model("conv_tiny")
+        prepared = adapter.prepare(model, canonical_weights(model), make_batch(model, 2),
+                                   CaseConfig("fp32", "jit"))
+        run = prepared.step("forward")
+        prepared.sync(run())
+        prepared.peak_memory()
+        print(json.dumps([prepared.extra["compile_events"],
+                          adapter.environment()["jax_compilation_cache_dir"]]))
+    """
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+    results = []
+    for _ in range(2):
+        done = run_python(code, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    (cold, directory), (warm, _) = results
+    assert directory == str(tmp_path)
+    assert (cold["compiles"], cold["persistent_cache_misses"], cold["persistent_cache_hits"]) \
+        == (1, 1, 0), cold
+    assert (warm["compiles"], warm["persistent_cache_hits"]) == (0, 1), warm
+    assert warm["compile_s"] == 0 or warm["compile_s"] < cold["compile_s"]

@@ -117,6 +117,17 @@ def test_steps_run_and_sync(adapter, entry, measure):
         prepared.close()
 
 
+def test_transfers_and_device_clock_are_gpu_only(adapter):
+    _, _, _, prepared = prepare(adapter, "lenet_tiny")
+    try:
+        for measure in ("transfer", "transfer_pinned"):
+            with pytest.raises(Unsupported):
+                prepared.step(measure)
+        assert prepared.device_clock() is None
+    finally:
+        prepared.close()
+
+
 def test_cpu_peak_memory_is_the_process_rss(adapter):
     _, _, _, prepared = prepare(adapter, "lenet_tiny")
     try:

@@ -5,8 +5,10 @@ duration."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -65,6 +67,12 @@ def test_rows_record_settings_environment_and_statistics(tmp_path, framework, en
     assert len(timing["samples_ms"]) == timing["samples"] >= 3
     assert timing["ci_low_ms"] <= timing["median_ms"] <= timing["ci_high_ms"]
     assert timing["first_call_ms"] > 0
+    # Independent repetitions behind the median (suites/repetitions.py), and the CPU run's
+    # reasons for having no GPU state and no separate device time.
+    assert timing["repetitions"] == len(timing["repetition_medians_ms"]) >= 3
+    assert math.isclose(timing["median_ms"], statistics.median(timing["repetition_medians_ms"]))
+    assert timing["gpu_sm_clock_mhz_median"] is None and timing["gpu_state_reason"]
+    assert timing["device_median_ms"] is None and timing["device_time_reason"]
     assert forward["memory"]["peak_bytes"] > 0
     assert forward["model_info"]["params"] > 0
     for key in ("host", "cpu_model", "physical_cores", "python", "framework_version",

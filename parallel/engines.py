@@ -1,0 +1,97 @@
+"""How each framework's data-parallel engine is started (no framework is imported here).
+
+torch: one process per device, started by ``torch.distributed.run`` (torchrun) as a
+module, so no console script is needed; several hosts are several torchrun invocations
+meeting at a c10d rendezvous. JAX and TensorFlow: one process drives all local devices
+(JAX over a ``jax.sharding.Mesh``; TensorFlow's ``MirroredStrategy``); JAX across hosts is
+one process per host joined by ``jax.distributed.initialize``. ONNX Runtime: one process
+and one inference session per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+from parallel.spec import RankSpec
+
+# Frameworks whose single-host engine is one process per device.
+PROCESS_PER_DEVICE = {"torch", "ort"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    commands: list[list[str]]
+    envs: list[dict[str, str]]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def processes(framework: str, devices: int, hosts: int) -> int:
+    """Processes a case starts: one per device, or one per (stand-in) host."""
+    return devices if framework in PROCESS_PER_DEVICE else hosts
+
+
+def base_env(device: str, devices: int, framework: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("NCCL_NVLS_ENABLE", "0")   # NVLink multicast off on the lent hosts
+    env.setdefault("OMP_NUM_THREADS", "1")    # torch would warn; ranks set their threads
+    if framework == "jax":
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    if framework == "jax" and device == "cpu":
+        # Host "devices" for JAX on the CPU: must be set before jax is imported.
+        flags = env.get("XLA_FLAGS", "")
+        env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+        env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def plan(spec: RankSpec, spec_path: str, hosts: int = 1) -> Launch:
+    """The commands for one case. ``hosts`` > 1 stands several hosts in with processes
+    on this one, through the same multi-host path a real cluster uses."""
+    python = sys.executable
+    rank = [python, "-m", "parallel.rank", spec_path]
+    env = base_env(spec.device, spec.devices // max(1, hosts)
+                   if spec.framework == "jax" else spec.devices, spec.framework)
+    if spec.framework == "torch":
+        per_host = spec.devices // hosts
+        port = free_port()
+        commands, envs = [], []
+        for node in range(hosts):
+            if hosts == 1:
+                where = ["--standalone"]
+            else:
+                where = ["--nnodes", str(hosts), "--node-rank", str(node),
+                         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                         "--rdzv-id", "dlbench"]
+            commands.append([python, "-m", "torch.distributed.run", *where,
+                             "--nproc-per-node", str(per_host), "--max-restarts", "0",
+                             "--monitor-interval", "0.5", "-m", "parallel.rank", spec_path])
+            envs.append(env)
+        return Launch(commands, envs)
+    if spec.framework == "ort" or hosts > 1:
+        count = spec.devices if spec.framework == "ort" else hosts
+        port = free_port()
+        envs = [{**env, "RANK": str(i), "WORLD_SIZE": str(count),
+                 # One host here: process i uses the i-th slice of its devices.
+                 "LOCAL_RANK": str(i),
+                 "DLBENCH_COORDINATOR": f"127.0.0.1:{port}"} for i in range(count)]
+        if spec.framework == "ort" and spec.device == "gpu":
+            for index, env_i in enumerate(envs):
+                env_i["CUDA_VISIBLE_DEVICES"] = str(index)   # session i on GPU i
+        if spec.framework == "tf":
+            ports = [free_port() for _ in range(count)]
+            for index, env_i in enumerate(envs):
+                env_i["TF_CONFIG"] = json.dumps({
+                    "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                    "task": {"type": "worker", "index": index}})
+        return Launch([rank] * count, envs)
+    return Launch([rank], [env])
+

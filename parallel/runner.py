@@ -1,0 +1,188 @@
+"""Runs a scaling suite with one framework: one launch per case, one row per case.
+
+Cases run in order of N, so each N = 1 case (the framework's one-device step, on the same
+engine) is recorded before the cases compared with it. Efficiency:
+weak (fixed per-device batch b)  = t₁(b) / t_N(b);
+strong (fixed global batch B)    = t₁(B) / (N · t_N(B/N)).
+A case whose processes crash, hang or exceed the deadline becomes a ``failed`` or
+``timeout`` row and the suite goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from parallel.engines import plan, processes
+from parallel.launch import launch
+from parallel.spec import RankSpec, ScalingCase, ScalingSuite
+from parallel.topology import gpu_count, interconnect
+from suites.results import SCHEMA_VERSION
+
+MEASURE = "data_parallel"
+OTHER_DEVICES = 2   # CPU: logical devices the engines make (a CPU run checks the path)
+
+
+@dataclass(frozen=True)
+class ScalingRequest:
+    suite: ScalingSuite
+    framework: str
+    device: str
+    out: Path
+    resume: bool = False
+    seed: int = 0
+    precision: str = "fp32"
+    max_devices: int | None = None   # cap N (default: the GPUs present, or 2 on a CPU)
+    hosts: int = 1                   # >1: processes stand in for hosts (multi-host path)
+    fault_case: int = -1             # tests: the case (index) whose last rank is killed
+    models: list[str] | None = None  # only these models of the suite
+
+
+def available_devices(device: str) -> int:
+    return gpu_count() if device == "gpu" else OTHER_DEVICES
+
+
+def efficiency(case: ScalingCase, median_ms: float, baseline_ms: float | None) -> float | None:
+    if not baseline_ms or not median_ms:
+        return None
+    if case.mode == "weak":
+        return baseline_ms / median_ms
+    return baseline_ms / (case.devices * median_ms)
+
+
+class ScalingRunner:
+    def __init__(self, request: ScalingRequest):
+        self.request = request
+        host = platform.node() or "host"
+        self.path = request.out / request.suite.name / host / \
+            f"{request.framework}_{request.device}.jsonl"
+        self.baselines: dict[tuple[str, int], float] = {}
+
+    def case_id(self, case: ScalingCase) -> str:
+        r = self.request
+        return case.case_id(r.suite.name, r.framework, r.device, r.precision)
+
+    def _existing(self) -> dict[str, dict[str, Any]]:
+        rows: dict[str, dict[str, Any]] = {}
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                    rows[row["case_id"]] = row
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+        return rows
+
+    def run(self, echo=print) -> int:
+        r = self.request
+        present = available_devices(r.device)
+        limit = present if r.max_devices is None else min(present, r.max_devices)
+        if limit < 1:
+            echo(f"error: no {r.device.upper()} devices present")
+            return 3
+        cases = [c for c in r.suite.cases(limit) if not r.models or c.model in r.models]
+        existing = self._existing() if r.resume else {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for index, case in enumerate(cases):
+            done = existing.get(self.case_id(case))
+            if done and done.get("status") == "ok":
+                self._remember(case, done)
+                continue
+            row = self.run_case(case, fault=index == r.fault_case)
+            self._remember(case, row)
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(row, default=str) + "\n")
+            scaling = row["scaling"]
+            eff = scaling.get("efficiency")
+            echo(f"{self.case_id(case)}: {row['status']}"
+                 + (f" {row['timing']['median_ms']:.2f} ms" if row["status"] == "ok" else
+                    f" ({row['reason'][:200]})")
+                 + (f", efficiency {eff:.1%}" if eff is not None else ""))
+        echo(f"results: {self.path}")
+        return 0
+
+    def _remember(self, case: ScalingCase, row: dict[str, Any]) -> None:
+        if case.devices == 1 and row.get("status") == "ok":
+            self.baselines[(case.model, case.base_batch)] = row["timing"]["median_ms"]
+
+    def spec(self, case: ScalingCase, result: Path, fault: bool) -> RankSpec:
+        r = self.request
+        suite = r.suite
+        return RankSpec(r.framework, r.device, case.model, case.per_device_batch, case.devices,
+                        case.mode, suite.warmup, suite.samples, r.seed, r.precision,
+                        str(result), "time", processes(r.framework, case.devices, r.hosts),
+                        fault_step=2 if fault else -1)
+
+    def run_case(self, case: ScalingCase, fault: bool = False) -> dict[str, Any]:
+        r = self.request
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        clock = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="dlbench-dp-") as scratch:
+            result = Path(scratch) / "result.json"
+            spec = self.spec(case, result, fault)
+            spec_path = Path(scratch) / "spec.json"
+            spec.to_file(spec_path)
+            hosts = r.hosts if case.devices % r.hosts == 0 else 1
+            launch_plan = plan(spec, str(spec_path), hosts)
+            outcome = launch(launch_plan.commands, launch_plan.envs, r.suite.timeout_s,
+                             Path(scratch) / "logs", cwd=Path(__file__).resolve().parent.parent)
+            data = json.loads(result.read_text()) if outcome.status == "ok" and \
+                result.exists() else None
+        status, reason = outcome.status, outcome.reason
+        if status == "ok" and data is None:
+            status, reason = "failed", "rank 0 wrote no result"
+        from models.analysis import analyse
+        from models.zoo import get_model
+        stats = analyse(get_model(case.model))
+        row: dict[str, Any] = {
+            "schema": SCHEMA_VERSION, "case_id": self.case_id(case), "suite": r.suite.name,
+            "model": case.model, "batch": case.global_batch, "measure": MEASURE,
+            "settings": {"framework": r.framework, "device": r.device,
+                         "precision": r.precision,
+                         # N and mode in the variant: rows of one model and global batch at
+                         # different N are different settings, never merged.
+                         "variant": f"{MEASURE}-n{case.devices}-{case.mode}",
+                         "threads": 0, "interop_threads": 0,
+                         "execution": (data or {}).get("engine", ""), "compile_cache": ""},
+            "status": status, "reason": reason,
+            "timing": (data or {}).get("timing"), "memory": (data or {}).get("memory"),
+            "model_info": {"family": get_model(case.model).family, "params": stats.params,
+                           "flops_per_example": stats.flops},
+            "env": {**(data or {}).get("env", {}), "interconnect": interconnect()
+                    if r.device == "gpu" else None},
+            "started_at": started, "wall_s": round(time.perf_counter() - clock, 3),
+            "scaling": self.scaling_fields(case, data, hosts, launch_plan),
+        }
+        if status != "ok":
+            row["env"].setdefault("host", platform.node())
+        return row
+
+    def scaling_fields(self, case: ScalingCase, data, hosts: int, launch_plan) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            **asdict(case), "global_batch": case.global_batch,
+            "processes": len(launch_plan.commands) if self.request.framework not in
+            ("torch",) else case.devices, "hosts": hosts,
+            "engine": (data or {}).get("engine"), "backend": (data or {}).get("backend"),
+            "step": (data or {}).get("step"),
+        }
+        if data is None:
+            return fields
+        median = data["timing"]["median_ms"]
+        baseline = self.baselines.get((case.model, case.base_batch))
+        if case.devices == 1:
+            baseline = median
+        fields.update({
+            "images_per_s": case.global_batch / (median / 1e3) if median else None,
+            "baseline_ms": baseline,
+            "efficiency": efficiency(case, median, baseline),
+            "communication_share": data.get("communication_share"),
+            "communication_method": data.get("communication_method"),
+            "communication_kernels": data.get("communication_kernels"),
+        })
+        return fields

@@ -1,0 +1,155 @@
+"""What one rank process is asked to do (``RankSpec``) and how a scaling suite expands
+into cases (``ScalingCase``). Plain data: this module imports no framework."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SUITES_DIR = Path(__file__).resolve().parent / "suites"
+MODES = ("weak", "strong")
+
+
+class ScalingSuiteError(ValueError):
+    """A malformed scaling suite: the message names the problem."""
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything a rank needs; written to a JSON file the launcher passes on."""
+
+    framework: str
+    device: str                 # "cpu" or "gpu"
+    model: str
+    per_device_batch: int
+    devices: int                # N: devices taking part in the step
+    mode: str                   # "weak" or "strong" (only recorded: the batches say it)
+    warmup: int
+    samples: int
+    seed: int = 0
+    precision: str = "fp32"
+    result: str = ""            # where rank 0 writes its JSON result
+    task: str = "time"          # "time" or "gradients" (correctness: rank 0 saves an .npz)
+    processes: int = 1          # processes the launcher starts (JAX/TF: 1 drives all devices)
+    fault_step: int = -1        # tests: the last rank SIGKILLs itself at this timed step
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_device_batch * self.devices
+
+    def to_file(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)))
+
+    @staticmethod
+    def from_file(path: Path) -> RankSpec:
+        return RankSpec(**json.loads(Path(path).read_text()))
+
+
+@dataclass(frozen=True)
+class ScalingCase:
+    model: str
+    mode: str
+    devices: int
+    per_device_batch: int
+    base_batch: int             # weak: the per-device batch; strong: the global batch
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_device_batch * self.devices
+
+    def case_id(self, suite: str, framework: str, device: str, precision: str) -> str:
+        return (f"{suite}/{framework}/{device}/{self.model}/{self.mode}-b{self.base_batch}/"
+                f"n{self.devices}/data_parallel/{precision}")
+
+
+@dataclass(frozen=True)
+class ScalingSuite:
+    name: str
+    description: str
+    warmup: int
+    samples: int
+    timeout_s: float
+    groups: tuple[dict[str, Any], ...]
+    path: Path
+
+    def cases(self, available_devices: int) -> list[ScalingCase]:
+        """Every case, N = 1, 2, … up to the devices present (and the group's limit), in
+        order of N so each N = 1 baseline runs before the cases it is compared with."""
+        out: list[ScalingCase] = []
+        seen: set[tuple] = set()
+        for group in self.groups:
+            limit = min(available_devices, int(group.get("max_devices", available_devices)))
+            counts = [n for n in group.get("devices", range(1, limit + 1)) if n <= limit]
+            for model in group["models"]:
+                for batch in group["batches"]:
+                    for mode in group.get("modes", ["weak"]):
+                        for n in counts:
+                            if mode == "strong" and batch % n:
+                                continue  # the global batch does not split evenly
+                            per_device = batch if mode == "weak" else batch // n
+                            case = ScalingCase(model, mode, n, per_device, batch)
+                            # One device at batch b is the baseline of both modes.
+                            key = (model, "any", 1, batch) if n == 1 else \
+                                (model, mode, n, batch)
+                            if key not in seen:
+                                seen.add(key)
+                                out.append(case)
+        return sorted(out, key=lambda c: c.devices)
+
+
+def resolve(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix == ".toml" and path.exists():
+        return path
+    bundled = SUITES_DIR / f"{name_or_path}.toml"
+    if bundled.exists():
+        return bundled
+    known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.toml")))
+    raise ScalingSuiteError(f"unknown scaling suite '{name_or_path}' (known: {known})")
+
+
+def is_scaling_suite(name_or_path: str) -> bool:
+    """A bundled scaling suite's name, or a suite file that says ``kind = "scaling"``."""
+    if (SUITES_DIR / f"{name_or_path}.toml").exists():
+        return True
+    path = Path(name_or_path)
+    try:
+        return path.suffix == ".toml" and tomllib.loads(path.read_text()).get("kind") == "scaling"
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+
+
+def load(name_or_path: str) -> ScalingSuite:
+    path = resolve(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ScalingSuiteError(f"{path}: {error}") from None
+    from models.zoo import get_model
+
+    groups = data.get("cases")
+    if not groups:
+        raise ScalingSuiteError(f"{path}: no [[cases]]")
+    for index, group in enumerate(groups):
+        where = f"{path}: cases[{index}]"
+        for key in ("models", "batches"):
+            if not group.get(key):
+                raise ScalingSuiteError(f"{where}: '{key}' is missing or empty")
+        for model in group["models"]:
+            try:
+                get_model(model)
+            except KeyError as error:
+                raise ScalingSuiteError(f"{where}: {error}") from None
+        for mode in group.get("modes", ["weak"]):
+            if mode not in MODES:
+                raise ScalingSuiteError(f"{where}: mode '{mode}' is not one of {MODES}")
+        if any(not isinstance(b, int) or b < 1 for b in group["batches"]):
+            raise ScalingSuiteError(f"{where}: batches must be positive integers")
+    timer = data.get("timer", {})
+    return ScalingSuite(data.get("name", path.stem), data.get("description", ""),
+                        int(timer.get("warmup", 5)), int(timer.get("samples", 30)),
+                        float(data.get("timeout_s", 600)), tuple(groups), path)

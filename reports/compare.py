@@ -1,0 +1,185 @@
+"""Your run beside a published reference (``python -m reports results published/<folder>``).
+
+A directory given to the report is the *reference* when it is a published folder (its
+README.md carries ``reports.publish``'s generated block) or when named with
+``--reference``; every other row is *yours*. The usual tables show both side by side (their
+hosts differ, so no row is merged); this module adds one section: each of your timed rows
+beside the reference row of the same model, measure, framework and device (cpu/gpu), with
+the ratio of medians and every setting in which the two differ, so that a ratio is never
+read as a like-for-like comparison when it is not (another framework version, precision,
+batch, variant, thread count or device model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from reports import cells
+from reports.grouping import records
+from reports.load import Loaded
+from reports.naming import sort_key
+from reports.table import Cell, Table
+from reports.tidy import tidy
+
+# Settings compared between your row and the reference row, with the weight of a mismatch
+# when choosing among several reference rows: batch and precision change the computation,
+# the variant the execution, threads and versions only the speed.
+MATCH_WEIGHTS = (("batch", 8), ("precision", 8), ("variant", 4), ("compile_cache", 4),
+                 ("threads", 2), ("framework_version", 1), ("hardware", 1))
+LABELS = {"batch": "batch", "precision": "precision", "variant": "variant",
+          "compile_cache": "compile cache", "threads": "threads",
+          "framework_version": "version", "hardware": "device"}
+TIMED = ("median_ms", "ci_low_ms", "ci_high_ms")
+
+
+def is_published(path: Path) -> bool:
+    """A folder written by ``python -m reports.publish`` (its README has the block)."""
+    from reports.publish import BEGIN
+
+    readme = path / "README.md"
+    return path.is_dir() and readme.is_file() and BEGIN in readme.read_text(encoding="utf-8")
+
+
+def _under(path: str, roots: tuple[Path, ...]) -> bool:
+    return any(Path(path).resolve().is_relative_to(root) for root in roots)
+
+
+@dataclass(frozen=True)
+class Pair:
+    yours: dict
+    reference: dict
+    differs: tuple[str, ...]     # "batch 16 vs 32", ... (yours first)
+
+    @property
+    def ratio(self) -> float:
+        return self.yours["median_ms"] / self.reference["median_ms"]
+
+    @property
+    def overlap(self) -> bool:
+        """The two 95% CIs overlap: the medians are not told apart."""
+        return (self.yours["ci_low_ms"] <= self.reference["ci_high_ms"]
+                and self.reference["ci_low_ms"] <= self.yours["ci_high_ms"])
+
+
+def _timed(row: dict) -> bool:
+    return row["status"] == "ok" and all(
+        isinstance(row.get(k), float) and math.isfinite(row[k]) and row[k] > 0 for k in TIMED)
+
+
+def _differences(yours: dict, reference: dict) -> tuple[str, ...]:
+    return tuple(f"{LABELS[k]} {yours[k] or '—'} vs {reference[k] or '—'}"
+                 for k, _ in MATCH_WEIGHTS if yours[k] != reference[k])
+
+
+def split(loaded: Loaded, reference_roots: tuple[Path, ...]) -> tuple[pd.DataFrame,
+                                                                      pd.DataFrame]:
+    """(yours, reference) as two tidy tables, each merged on its own: a run on the host
+    that wrote the reference has the same settings as its rows, and one merged table would
+    keep only the later of each pair. Compile-cache rows (Table 8) are left out, as in
+    every steady-state table."""
+    roots = tuple(p.resolve() for p in reference_roots)
+    sides: tuple[list, list] = ([], [])
+    for row in loaded.rows:
+        sides[_under(row.path, roots)].append(row)
+    frames = []
+    for rows in sides:
+        if not rows:
+            frames.append(pd.DataFrame(columns=["compile_cache"]))
+            continue
+        frame = tidy(Loaded(tuple(rows), loaded.files, ())).frame
+        frames.append(frame[frame["compile_cache"] == ""].reset_index(drop=True))
+    return frames[0], frames[1]
+
+
+def pair_rows(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
+              ) -> tuple[list[Pair], list[dict]]:
+    """(pairs, your timed rows without a reference row of their model, measure, framework
+    and device). Among several candidates the reference row with the fewest (weighted)
+    differing settings is taken."""
+    reference: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records(reference_frame):
+        if _timed(r):
+            reference[(r["model"], r["measure"], r["framework"], r["device"])].append(r)
+    yours = [r for r in records(yours_frame) if _timed(r)]
+    pairs, unmatched = [], []
+    for r in yours:
+        candidates = reference.get((r["model"], r["measure"], r["framework"], r["device"]))
+        if not candidates:
+            unmatched.append(r)
+            continue
+        best = min(candidates, key=lambda c: sum(w for k, w in MATCH_WEIGHTS if c[k] != r[k]))
+        pairs.append(Pair(r, best, _differences(r, best)))
+    pairs.sort(key=lambda p: (p.yours["framework"], p.yours["device"],
+                              sort_key(p.yours["model"]), p.yours["batch"],
+                              p.yours["measure"], p.yours["variant"], p.yours["threads"]))
+    return pairs, unmatched
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def summary_table(pairs: list[Pair]) -> Table:
+    groups: dict[tuple[str, str], list[Pair]] = defaultdict(list)
+    for p in pairs:
+        groups[(p.yours["framework"], p.yours["device"])].append(p)
+    body = []
+    for (framework, device), group in sorted(groups.items()):
+        like = [p for p in group if not p.differs]
+        body.append((Cell(framework), Cell(device), Cell(str(len(group))),
+                     Cell(f"{geomean([p.ratio for p in group]):.2f}×"),
+                     Cell(f"{min(p.ratio for p in group):.2f}× – "
+                          f"{max(p.ratio for p in group):.2f}×"),
+                     Cell(str(len(like))),
+                     Cell(f"{geomean([p.ratio for p in like]):.2f}×" if like else "—"),
+                     Cell(str(sum(p.overlap for p in group)))))
+    return Table("compare-summary", "Your run / the reference, per framework and device",
+                 ("Framework", "Device", "Rows", "Geo-mean ratio", "Range",
+                  "Same settings", "Geo-mean (same settings)", "Within CIs"), tuple(body),
+                 (False, False, True, True, True, True, True, True),
+                 notes=("Ratio = your median / the reference median: below 1× you are "
+                        "faster. 'Same settings': rows whose batch, precision, variant, "
+                        "compile cache, threads, framework version and device model all "
+                        "agree; 'Within CIs': rows whose two 95% CIs overlap.",))
+
+
+def pair_table(pairs: list[Pair]) -> Table:
+    body = []
+    for p in pairs:
+        y, r = p.yours, p.reference
+        body.append((Cell(y["model"]), Cell(str(y["batch"])), Cell(y["measure"]),
+                     Cell(f"{y['framework']} {y['variant']}"), Cell(y["device"]),
+                     Cell(cells.fmt_ms(y["median_ms"]), title=y["hardware"]),
+                     Cell(cells.fmt_ms(r["median_ms"]), title=f"{r['hardware']}: {r['source']}"),
+                     Cell(f"{p.ratio:.2f}×" + ("" if not p.overlap else " ≈"),
+                          emphasis="" if p.differs else "bold"),
+                     Cell("; ".join(p.differs) or "—", kind="fail" if p.differs else "")))
+    return Table("compare-rows", "Each row beside the reference",
+                 ("Model", "Batch", "Measure", "Framework", "Device", "Yours (ms)",
+                  "Reference (ms)", "Ratio", "Settings that differ"), tuple(body),
+                 (False, True, False, False, False, True, True, True, False),
+                 notes=("≈: the two 95% confidence intervals overlap. Bold: every compared "
+                        "setting agrees. A ratio with differing settings is not a "
+                        "like-for-like comparison; read it with the differences beside it.",))
+
+
+def section_parts(loaded: Loaded, reference_roots: tuple[Path, ...]
+                  ) -> tuple[tuple[str, ...], tuple[Table, ...]]:
+    """The comparison section's paragraphs and tables (empty when nothing pairs)."""
+    pairs, unmatched = pair_rows(*split(loaded, reference_roots))
+    names = ", ".join(str(p) for p in reference_roots)
+    text = [f"Reference: {names}. {len(pairs)} of your timed rows have a reference row of "
+            f"the same model, measure, framework and device."]
+    if unmatched:
+        missing = sorted({f"{r['framework']} {r['device']} {r['model']} {r['measure']}"
+                          for r in unmatched})
+        text.append(f"{len(unmatched)} row(s) without one: " + ", ".join(missing[:20])
+                    + (", …" if len(missing) > 20 else "") + ".")
+    if not pairs:
+        return tuple(text), ()
+    return tuple(text), (summary_table(pairs), pair_table(pairs))

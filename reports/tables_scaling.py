@@ -1,0 +1,146 @@
+"""Data-parallel scaling (``python -m parallel``): the scaling table and the figure of
+efficiency against N per framework, read from the rows' ``scaling`` objects.
+
+Efficiency: weak scaling (fixed per-device batch b) t₁(b) / t_N(b); strong scaling (fixed
+global batch B) t₁(B) / (N · t_N(B/N)), against the same framework's one-device step on
+the same engine. Communication share: the part of the step the gradient all-reduce adds
+(1 − step without all-reduce / step with it): exposed communication, not what overlaps
+with the backward pass.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from reports.load import Loaded  # noqa: E402
+from reports.plots import Plot, _png, _safe  # noqa: E402
+from reports.table import Cell, Table  # noqa: E402
+
+MEASURE = "data_parallel"
+
+
+def scaling_rows(loaded: Loaded) -> list[dict[str, Any]]:
+    """The latest row of each data-parallel case (reruns keep the last)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for raw in loaded.rows:
+        data = raw.data
+        if data.get("measure") == MEASURE and isinstance(data.get("scaling"), dict):
+            latest[data.get("case_id", f"{raw.path}:{raw.line}")] = dict(data)
+    return sorted(latest.values(), key=lambda r: (
+        r["settings"]["framework"], r["settings"]["device"], r["model"],
+        r["scaling"].get("mode", ""), r["scaling"].get("base_batch", 0),
+        r["scaling"].get("devices", 0)))
+
+
+def _hardware(row: dict[str, Any]) -> str:
+    env = row.get("env") or {}
+    if row["settings"]["device"] == "gpu":
+        return env.get("gpu_model") or "GPU"
+    return env.get("cpu_model") or "CPU"
+
+
+def _pct(value) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _kernels(kernels: dict[str, Any] | None, median_ms: float | None) -> str:
+    if not kernels or not median_ms:
+        return "—"
+    ms = kernels["nccl_kernel_ms_per_step"]
+    return f"{ms:.2f} ms ({ms / median_ms:.0%})"
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> Table | None:
+    if not rows:
+        return None
+    body = []
+    for row in rows:
+        s, timing = row["scaling"], row.get("timing") or {}
+        ok = row["status"] == "ok"
+        step = (f"{timing['median_ms']:.2f} ({timing['ci_low_ms']:.2f}–"
+                f"{timing['ci_high_ms']:.2f})") if ok else row["status"]
+        body.append((
+            Cell(row["settings"]["framework"]), Cell(_hardware(row)), Cell(row["model"]),
+            Cell(s.get("mode", "")), Cell(str(s.get("devices", ""))),
+            Cell(str(s.get("per_device_batch", ""))), Cell(str(s.get("global_batch", ""))),
+            Cell(s.get("engine") or "—"), Cell(s.get("backend") or "—"),
+            Cell(step, kind="" if ok else "fail", title=row.get("reason", "")),
+            Cell(f"{s['images_per_s']:.1f}" if ok and s.get("images_per_s") else "—"),
+            Cell(_pct(s.get("efficiency")) if ok else "—"),
+            Cell(_pct(s.get("communication_share")) if ok else "—"),
+            Cell(_kernels(s.get("communication_kernels"), timing.get("median_ms"))),
+        ))
+    return Table("scaling", "Data-parallel scaling",
+                 ("Framework", "Hardware", "Model", "Mode", "N", "Batch/device", "Global batch",
+                  "Engine", "Backend", "Step ms (95% CI)", "Images/s", "Efficiency",
+                  "Comm. share", "All-reduce kernels"), tuple(body),
+                 (False,) * 4 + (True,) * 3 + (False, False) + (True,) * 5,
+                 notes=("Step: forward, loss, backward and gradient all-reduce, no optimizer "
+                        "update (ONNX Runtime: one forward pass per session).",
+                        "Efficiency: weak t₁(b)/t_N(b); strong t₁(B)/(N·t_N(B/N)), against the "
+                        "same framework's one-device step.",
+                        "Comm. share: 1 − (step without the all-reduce)/(step): the exposed "
+                        "communication time.",
+                        "All-reduce kernels: NCCL kernel time per step from torch.profiler "
+                        "(GPU, torch only), overlapped or not, and its share of the step."))
+
+
+def interconnect_lines(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    seen: dict[str, str] = {}
+    for row in rows:
+        env = row.get("env") or {}
+        link = env.get("interconnect")
+        host = env.get("host", "?")
+        if row["settings"]["device"] != "gpu":
+            seen.setdefault(host + " (cpu)", f"{host}: CPU run, no GPU interconnect (null).")
+        elif link:
+            pairs = ", ".join(f"{k}: {v}" for k, v in sorted(link.get("links", {}).items()))
+            seen[host] = f"{host}: GPU interconnect from {link.get('source')}: {pairs or '—'}."
+        else:
+            seen.setdefault(host, f"{host}: GPU interconnect not reported (no nvidia-smi).")
+    return tuple(seen.values())
+
+
+def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
+    ok = [r for r in rows if r["status"] == "ok" and r["scaling"].get("efficiency") is not None]
+    frameworks = sorted({(r["settings"]["framework"], r["settings"]["device"]) for r in ok})
+    if not frameworks:
+        return None
+    fig, axes = plt.subplots(1, len(frameworks), figsize=(4.2 * len(frameworks), 3.4),
+                             squeeze=False, sharey=True)
+    for ax, (framework, device) in zip(axes[0], frameworks):
+        lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for r in ok:
+            s = r["scaling"]
+            if (r["settings"]["framework"], r["settings"]["device"]) != (framework, device):
+                continue
+            label = f"{r['model']} {s['mode']} b{s['base_batch']}"
+            if s["devices"] == 1:
+                # One-device baseline: the start of both modes' lines at this batch.
+                for mode in ("weak", "strong"):
+                    lines[f"{r['model']} {mode} b{s['base_batch']}"].append((1, 1.0))
+                continue
+            lines[label].append((s["devices"], s["efficiency"]))
+        for label, points in sorted(lines.items()):
+            if len(points) < 2:
+                continue
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                    label=_safe(label))
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+        ax.axhline(0.9, color="grey", lw=0.8, ls="--")
+        ax.set_title(_safe(f"{framework} ({device})"), fontsize=9)
+        ax.set_xlabel("devices N")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("scaling efficiency")
+    return Plot("scaling-efficiency", "Scaling efficiency against N", _png(fig),
+                "Efficiency of the data-parallel step against the number of devices, per "
+                "framework (dashed: 90%).")

@@ -1,0 +1,144 @@
+"""The data-parallel harness without a framework: launcher deadlines and process-group
+kills, suite expansion, efficiency, the interconnect parser and the report section.
+(Each framework's engine is tested in tests/conformance/test_data_parallel.py.)"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parallel.launch import launch
+from parallel.runner import efficiency
+from parallel.spec import ScalingCase, ScalingSuiteError, is_scaling_suite, load
+from parallel.topology import parse_topology
+
+PY = sys.executable
+
+
+def run(tmp_path: Path, *scripts: str, timeout_s: float = 30.0):
+    return launch([[PY, "-c", s] for s in scripts], [{}] * len(scripts), timeout_s,
+                  tmp_path / "logs")
+
+
+def test_all_processes_ok(tmp_path):
+    outcome = run(tmp_path, "pass", "pass")
+    assert outcome.status == "ok" and outcome.exit_codes == (0, 0)
+
+
+def test_a_crashed_process_fails_the_case_and_its_hung_peer_is_killed(tmp_path, monkeypatch):
+    monkeypatch.setattr("parallel.launch.GRACE_S", 0.5)
+    pid_file = tmp_path / "child.pid"
+    # The peer starts a child of its own (as torchrun does) and then blocks forever.
+    peer = ("import subprocess, sys, time; "
+            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(600)")
+    outcome = run(tmp_path, "import os, signal, time; time.sleep(0.5); "
+                            "os.kill(os.getpid(), signal.SIGKILL)", peer)
+    assert outcome.status == "failed"
+    assert "process 0 killed by signal 9" in outcome.reason
+    assert "[1] still running were killed" in outcome.reason
+    assert outcome.wall_s < 30   # not the deadline: the crash ended the case
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{child}").exists() or \
+        Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+
+
+def test_a_hung_case_times_out(tmp_path):
+    outcome = run(tmp_path, "import time; time.sleep(600)", "pass", timeout_s=1.0)
+    assert outcome.status == "timeout"
+    assert outcome.exit_codes[1] == 0 and outcome.exit_codes[0] is None
+
+
+def test_failure_reason_quotes_the_log(tmp_path):
+    outcome = run(tmp_path, "raise SystemExit('no NCCL here')")
+    assert outcome.status == "failed" and "no NCCL here" in outcome.reason
+
+
+def test_suite_expansion():
+    suite = load("scaling")
+    cases = suite.cases(2)
+    assert [c.devices for c in cases] == sorted(c.devices for c in cases)
+    assert ScalingCase("resnet50", "weak", 2, 64, 64) in cases
+    assert ScalingCase("resnet50", "strong", 2, 32, 64) in cases
+    # One device at batch 64 is the baseline of both modes: it runs once.
+    assert sum(1 for c in cases if c.model == "resnet50" and c.devices == 1
+               and c.base_batch == 64) == 1
+    assert {c.devices for c in suite.cases(1)} == {1}
+    assert max(c.devices for c in suite.cases(8)) == 8
+
+
+def test_suite_errors_name_the_problem(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('kind = "scaling"\n[[cases]]\nmodels = ["no_such_net"]\nbatches = [4]\n')
+    with pytest.raises(ScalingSuiteError, match="no_such_net"):
+        load(str(bad))
+    bad.write_text('kind = "scaling"\n[[cases]]\nmodels = ["lenet"]\nbatches = [4]\n'
+                   'modes = ["sideways"]\n')
+    with pytest.raises(ScalingSuiteError, match="sideways"):
+        load(str(bad))
+    assert is_scaling_suite(str(bad)) and is_scaling_suite("scaling-quick")
+    assert not is_scaling_suite("default-cpu")
+
+
+def test_efficiency():
+    weak = ScalingCase("m", "weak", 2, 64, 64)
+    assert efficiency(weak, 110.0, 100.0) == pytest.approx(100 / 110)
+    strong = ScalingCase("m", "strong", 2, 32, 64)
+    assert efficiency(strong, 55.0, 100.0) == pytest.approx(100 / 110)
+    assert efficiency(weak, 10.0, None) is None
+
+
+TOPO = """\
+\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
+GPU0\t X \tNV18\tSYS\t0-63\t0\t\tN/A
+GPU1\tNV18\t X \tSYS\t0-63\t0\t\tN/A
+NIC0\tSYS\tSYS\t X
+"""
+
+
+def test_topology_pairs():
+    assert parse_topology(TOPO) == {"GPU0-GPU1": "NV18"}
+    assert parse_topology("No devices were found") == {}
+
+
+def _row(framework, devices, median, efficiency_, status="ok"):
+    return {"schema": 1, "case_id": f"s/{framework}/gpu/resnet50/weak-b64/n{devices}",
+            "suite": "s", "model": "resnet50", "batch": 64 * devices, "measure": "data_parallel",
+            "settings": {"framework": framework, "device": "gpu", "precision": "fp32",
+                         "variant": f"data_parallel-n{devices}-weak", "threads": 0},
+            "status": status, "reason": "" if status == "ok" else "process 1 killed",
+            "timing": {"median_ms": median, "ci_low_ms": median, "ci_high_ms": median}
+            if status == "ok" else None,
+            "env": {"host": "h", "gpu_model": "NVIDIA H200",
+                    "interconnect": {"source": "nvidia-smi topo -m",
+                                     "links": {"GPU0-GPU1": "NV18"}}},
+            "scaling": {"model": "resnet50", "mode": "weak", "devices": devices,
+                        "per_device_batch": 64, "base_batch": 64, "global_batch": 64 * devices,
+                        "engine": "DDP", "backend": "nccl",
+                        "images_per_s": 64 * devices / median * 1e3 if median else None,
+                        "efficiency": efficiency_, "communication_share": 0.05}}
+
+
+def test_report_has_the_scaling_section(tmp_path):
+    from reports.build import build
+
+    rows = [_row("torch", 1, 100.0, 1.0), _row("torch", 2, 105.0, 100 / 105),
+            _row("jax", 1, 90.0, 1.0), _row("jax", 2, 0.0, None, status="failed")]
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report, written = build([folder], tmp_path / "report")
+    section = next(s for s in report.sections if s.key == "scaling")
+    table = section.tables[0]
+    assert len(table.rows) == 4
+    texts = [[c.text for c in row] for row in table.rows]
+    assert [texts[1][0], texts[1][4]] == ["jax", "2"] and texts[1][9] == "failed"
+    assert any(r[11] == "95.2%" for r in texts)
+    assert any("NV18" in line for line in section.paragraphs)
+    assert section.plots and section.plots[0].png.startswith(b"\x89PNG")
+    assert (tmp_path / "report" / "plots" / "scaling-efficiency.png") in written
