@@ -84,7 +84,9 @@ class Profile:
     ``by_layer_type`` splits the profiled time (ms per iteration) over
     ``adapters.profiling.LAYER_TYPES`` (Li et al.'s conv, pool, ReLU, FC and concat, plus
     norm and other); ``top_kernels`` are the most expensive device kernels on a GPU, or
-    the most expensive operations where the profiler sees no kernels (a CPU)."""
+    the most expensive operations where the profiler sees no kernels (a CPU);
+    ``timeline``, where present, says how much of the profiled span the device spent in
+    kernels and how much in layout transposes."""
 
     tool: str
     measure: str
@@ -100,6 +102,10 @@ class Profile:
     wall_ms: float | None = None
     conv_families: dict[str, float] = field(default_factory=dict)
     forward_conv_families: dict[str, float] = field(default_factory=dict)
+    # Where the profiler gives kernel start and end times: per iteration, the time from
+    # the first kernel's start to the last one's end, the GPU busy within it, and the
+    # layout-transpose kernels' share (adapters.profiling.device_timeline).
+    timeline: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from adapters.base import Profile
-from adapters.profiling import layer_type, summarise
+from adapters.profiling import device_timeline, layer_type, summarise
 
 TOOL = "CUPTI activity API (cupti-python, CONCURRENT_KERNEL records)"
 NS_PER_MS = 1e6
@@ -104,8 +104,13 @@ def kernel_profile(trace: KernelTrace, measure: str) -> Profile:
     rows = [(r.name, r.ms, 1.0) for r in trace.records]
     profile = summarise(TOOL, measure, trace.iterations, rows, rows)
     families = conv_families((r.name, r.ms / trace.iterations) for r in trace.records)
+    # The same timeline the framework profilers give (span, busy, idle, transposes), so
+    # the report's device-timeline table reads every framework's GPU profile alike.
+    timeline = device_timeline(((r.start_ns / NS_PER_MS, r.end_ns / NS_PER_MS, r.name, "")
+                                for r in trace.records), trace.iterations) \
+        if trace.records else None
     return replace(profile, wall_ms=trace.wall_ms / trace.iterations,
-                   conv_families=families)
+                   conv_families=families, timeline=timeline)
 
 
 # --- CUPTI ------------------------------------------------------------------------------------

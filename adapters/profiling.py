@@ -49,6 +49,46 @@ _PATTERNS = (
 )
 
 
+# Layout conversions between NCHW and NHWC: cuDNN's own (nchwToNhwcKernel,
+# nhwcToNchwKernel), TensorFlow's Transpose kernels (SwapDimension1And2InTensor3UsingTiles,
+# ShuffleInTensor3Simple, in tensorflow/core/kernels/conv_2d_gpu.h) and anything launched by
+# a Transpose op (Grappler's layout optimiser names the ones it inserts
+# "...-TransposeNHWCToNCHW-LayoutOptimizer"), PyTorch's and XLA's transpose/copy kernels
+# named so.
+_LAYOUT = re.compile(r"nchwtonhwc|nhwctonchw|transpose|swapdimension|shuffleintensor3")
+
+
+def is_layout_transpose(*names: str) -> bool:
+    """Whether a kernel (or the op that launched it: pass both) converts a layout."""
+    return any(_LAYOUT.search(name.lower()) for name in names if name)
+
+
+def device_timeline(kernels: Iterable[tuple[float, float, str, str]],
+                    iterations: int) -> dict[str, float]:
+    """Per iteration, from (start ms, end ms, kernel, launching op) of every device kernel
+    on every stream: ``span_ms`` from the first kernel's start to the last one's end,
+    ``busy_ms`` the time at least one kernel ran (overlapping kernels count once),
+    ``idle_ms`` = span - busy (the device waiting: for the host to launch work, or for a
+    copy or sync), ``kernel_ms`` the sum of kernel times, ``transpose_ms`` the layout
+    transposes' part of it and ``kernels`` the number of kernels launched."""
+    spans = sorted((start, end, is_layout_transpose(kernel, op))
+                   for start, end, kernel, op in kernels)
+    if not spans:
+        raise ValueError("no kernels to lay on a timeline")
+    busy = kernel = transposes = 0.0
+    covered_until = spans[0][0]
+    for start, end, transpose in spans:
+        kernel += end - start
+        transposes += (end - start) if transpose else 0.0
+        if end > covered_until:
+            busy += end - max(start, covered_until)
+            covered_until = end
+    span = max(end for _, end, _ in spans) - spans[0][0]
+    return {"span_ms": span / iterations, "busy_ms": busy / iterations,
+            "idle_ms": (span - busy) / iterations, "kernel_ms": kernel / iterations,
+            "transpose_ms": transposes / iterations, "kernels": len(spans) / iterations}
+
+
 def layer_type(name: str) -> str:
     """The layer type of one operation or kernel name (case-insensitive)."""
     text = name.lower()
@@ -60,10 +100,12 @@ def layer_type(name: str) -> str:
 
 def summarise(tool: str, measure: str, iterations: int,
               ops: Iterable[tuple[str, float, float]],
-              kernels: Iterable[tuple[str, float, float]] | None = None) -> Profile:
+              kernels: Iterable[tuple[str, float, float]] | None = None,
+              timeline: dict[str, float] | None = None) -> Profile:
     """``ops``: (operation name, total ms, calls) over all profiled iterations, without
     double counting (self time); ``kernels``: the same for device kernels, where the
-    profiler reports them. Times become per-iteration."""
+    profiler reports them. Times become per-iteration. ``timeline``: device_timeline's,
+    kept as it is."""
     by_type: dict[str, float] = defaultdict(float)
     op_totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for name, ms, calls in ops:
@@ -82,4 +124,4 @@ def summarise(tool: str, measure: str, iterations: int,
         by_layer_type={kind: by_type.get(kind, 0.0) for kind in LAYER_TYPES},
         top_kernels=tuple(KernelTime(name, ms / iterations, calls / iterations)
                           for name, (ms, calls) in top),
-        kernel_level=bool(kernel_totals))
+        kernel_level=bool(kernel_totals), timeline=timeline)

@@ -19,6 +19,7 @@ from reports import tables_misc as tm
 from reports import tables_models as tmod
 from reports import tables_profiles as tp
 from reports import tables_scaling as ts
+from reports import tables_timeline as ttl
 from reports.load import Loaded, load
 from reports.naming import BAHRAMPOUR_SETS
 from reports.table import Cell, Table
@@ -169,7 +170,8 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     conditions = tc.conditions_table(steady)
     if conditions is not None:
         sections.append(Section("conditions", "Measurement conditions", tables=(conditions,)))
-    profiles = tp.hotspot_tables(steady) + tp.top_kernel_tables(steady)
+    profiles = (tp.hotspot_tables(steady) + tp.top_kernel_tables(steady)
+                + ttl.timeline_tables(steady))
     if profiles:
         sections.append(Section("profiles", "Hotspot layers and kernels (Li et al. format)",
                                 tables=tuple(profiles), plots=tuple(plots.profile_plots(steady))))

@@ -45,7 +45,7 @@ STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", 
                   "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
                   "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
                   "started_at", "case_id", "source", "hardware", "compile_cache",
-                  "profile_tool", "profile_measure", "profile_top_kernels",
+                  "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline",
                   "profile_conv_family", "profile_conv_families", "framework_profile_tool",
                   "counters_tool", "counters_measure", "counters_top_kernels", *CONDITION_TEXT)
 # The counters measure's values (suites/ncu_metrics.py keys: Li et al.'s nvprof names).
@@ -92,6 +92,9 @@ def flatten_profile(profile: dict | None) -> dict:
                                          or profile.get("conv_families")),
         "profile_conv_families": json.dumps(profile.get("forward_conv_families")
                                             or profile.get("conv_families") or {}),
+        # adapters.profiling.device_timeline's per-iteration figures, where recorded.
+        "profile_timeline": json.dumps(profile.get("timeline")) if profile.get("timeline")
+        else "",
     }
 
 

@@ -82,6 +82,15 @@ def test_traced_profile_of_an_fft_convolution():
     assert dominant_family(profile.conv_families) == "fft"
     # The kernel total stays below the host's time of the same iterations (launch gaps).
     assert profile.total_ms < profile.wall_ms
+    # The tracer's timeline: the summed kernel time is the profile's total, the GPU is
+    # busy at most that long (overlaps count once) and at most the span.
+    timeline = profile.timeline
+    assert math.isclose(timeline["kernel_ms"], profile.total_ms, rel_tol=REL)
+    assert timeline["busy_ms"] <= timeline["kernel_ms"] * (1 + REL)
+    assert timeline["busy_ms"] <= timeline["span_ms"] * (1 + REL)
+    assert math.isclose(timeline["idle_ms"], timeline["span_ms"] - timeline["busy_ms"],
+                        rel_tol=REL, abs_tol=1e-9)
+    assert timeline["kernels"] == len(trace.records) / trace.iterations
 
 
 def test_traced_profile_of_an_implicit_gemm_convolution():
@@ -196,7 +205,7 @@ def test_profile_on_a_cpu_is_the_framework_profiler_alone():
                     "total_ms": 1.0, "by_layer_type": {"conv": 1.0},
                     "top_kernels": ({"name": "aten::conv", "ms": 1.0, "calls": 1.0},),
                     "kernel_level": False, "wall_ms": None, "conv_families": {},
-                    "forward_conv_families": {}}}
+                    "forward_conv_families": {}, "timeline": None}}
     assert prepared.runs == 0
 
 

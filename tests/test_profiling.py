@@ -2,7 +2,13 @@
 
 import pytest
 
-from adapters.profiling import LAYER_TYPES, layer_type, summarise
+from adapters.profiling import (
+    LAYER_TYPES,
+    device_timeline,
+    is_layout_transpose,
+    layer_type,
+    summarise,
+)
 
 
 @pytest.mark.parametrize("name, kind", [
@@ -60,3 +66,27 @@ def test_summarise_ranks_operations_without_kernels():
     profile = summarise("tool", "forward", 1, ops=[("Relu", 1.0, 1), ("Conv", 3.0, 1)])
     assert [k.name for k in profile.top_kernels] == ["Conv", "Relu"]
     assert not profile.kernel_level
+
+
+@pytest.mark.parametrize("kernel, op, transpose", [
+    ("cudnn::engines_precompiled::nchwToNhwcKernel", "Conv2D", True),
+    ("void tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<...>", "Transpose", True),
+    ("void tensorflow::functor::ShuffleInTensor3Simple<float, 2, 1, 0>", "", True),
+    ("redzone_checker", "conv1/Conv2D-0-TransposeNHWCToNCHW-LayoutOptimizer", True),
+    ("sm90_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nchw", "Conv2D", False),
+    ("bn_fw_inf_1C11_kernel_NCHW", "FusedBatchNormV3", False),
+])
+def test_layout_transposes_are_recognised_by_kernel_or_op(kernel, op, transpose):
+    assert is_layout_transpose(kernel, op) is transpose
+
+
+def test_device_timeline_counts_overlaps_once_and_gaps_as_idle():
+    """Two streams: a kernel on the second overlaps the first's (counted once in busy,
+    twice in kernel time); a 2 ms gap before the last kernel is idle. Two iterations."""
+    kernels = [(0.0, 3.0, "fprop", "Conv2D"), (2.0, 4.0, "nchwToNhwcKernel", "Conv2D"),
+               (4.0, 5.0, "relu", "Relu"), (7.0, 8.0, "gemm", "MatMul")]
+    timeline = device_timeline(kernels, iterations=2)
+    assert timeline == {"span_ms": 4.0, "busy_ms": 3.0, "idle_ms": 1.0, "kernel_ms": 3.5,
+                        "transpose_ms": 1.0, "kernels": 2.0}
+    with pytest.raises(ValueError):
+        device_timeline([], 1)

@@ -787,6 +787,69 @@ def test_tracer_check_and_kernel_family_beside_layer_times(tmp_path):
     assert "Kernel family" not in backward.columns
 
 
+def test_device_timeline_table_sets_profiled_span_beside_the_timed_median(tmp_path):
+    """A forward profile with a timeline (TensorFlow on GPU): idle and transpose shares
+    from the recorded per-iteration figures, the timed forward median of the same setting,
+    model and batch beside them and the time outside kernels. A torch forward profile
+    without a timeline joins with its kernel sum; profiles whose measure was not timed
+    and that have no timeline (the fixtures' gradient profiles) stay out."""
+    timeline = {"span_ms": 10.0, "busy_ms": 7.5, "idle_ms": 2.5, "kernel_ms": 8.0,
+                "transpose_ms": 2.0, "kernels": 321.0}
+    forward_profile = {**fx.profile(5.0, 0.5, 0.5, 0.2, 0.0, 1.0, 0.8, [("k", 5.0, 1.0)],
+                                    True, tool="tf.profiler"),
+                       "measure": "forward", "timeline": timeline}
+    rows = fx.profile_rows() + [
+        fx.make_row("resnet50", 16, "profile", "tf", "gpu", None, threads=4,
+                    profile=forward_profile),
+        fx.make_row("resnet50", 16, "forward", "tf", "gpu", 9.0, threads=4),
+        fx.make_row("resnet50", 64, "forward", "tf", "gpu", 30.0, threads=4),
+        fx.make_row("resnet50", 16, "profile", "torch", "gpu", None, threads=4,
+                    profile={**fx.profile(4.0, 0.5, 0.5, 0.2, 0.0, 0.5, 0.3,
+                                          [("k", 4.0, 1.0)], True), "measure": "forward"}),
+        fx.make_row("resnet50", 16, "forward", "torch", "gpu", 6.5, threads=4)]
+    report = report_of(tmp_path, rows)
+    table = find_table(report, "Device timeline of profiled iterations")
+    assert len(table.rows) == 2
+    line = row_where(table, Model="resnet50", Batch="16", Setting="tf graph fp32 · gpu")
+    assert line["Profiled"] == "forward" and line["Timed median (ms)"] == "9.00"
+    assert line["Kernel sum (ms/iter)"] == "8.00" and line["Outside kernels (ms)"] == "1.00"
+    assert line["Idle % of span"] == "25.0" and line["Transposes % of kernels"] == "25.0"
+    assert line["Kernels/iter"] == "321"
+    torch = row_where(table, Model="resnet50", Batch="16", Setting="torch eager fp32 · gpu")
+    assert torch["Kernel sum (ms/iter)"] == "6.00" and torch["Outside kernels (ms)"] == "0.50"
+    assert torch["Idle % of span"] == "—"
+
+
+def test_gap_splits_a_framework_gap_into_kernels_and_time_outside_them(tmp_path, capsys):
+    """reports.gap on a TF and a torch forward profile of ResNet-50 b16 with their timed
+    medians: 9.0 vs 6.5 ms = +2.5 ms, of which +2.0 kernels (8.0 vs 6.0) and +0.5 outside
+    (1.0 vs 0.5); conv is the largest kernel difference; the TF timeline's transposes."""
+    from reports import gap
+
+    timeline = {"span_ms": 10.0, "busy_ms": 7.5, "idle_ms": 2.5, "kernel_ms": 8.0,
+                "transpose_ms": 0.4, "kernels": 321.0}
+    tf_profile = {**fx.profile(5.0, 0.5, 0.5, 0.2, 0.0, 1.0, 0.8,
+                               [("implicit_convolve_sgemm", 3.0, 24.0)], True,
+                               tool="tf.profiler"), "measure": "forward", "timeline": timeline}
+    torch_profile = {**fx.profile(4.0, 0.5, 0.5, 0.2, 0.0, 0.5, 0.3,
+                                  [("sm90_xmma_fprop", 2.0, 20.0)], True), "measure": "forward"}
+    rows = [fx.make_row("resnet50", 16, "profile", "tf", "gpu", None, profile=tf_profile),
+            fx.make_row("resnet50", 16, "forward", "tf", "gpu", 9.0),
+            fx.make_row("resnet50", 16, "profile", "torch", "gpu", None, profile=torch_profile),
+            fx.make_row("resnet50", 16, "forward", "torch", "gpu", 6.5)]
+    fx._write(tmp_path / "r.jsonl", rows)
+    assert gap.main([str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "gap +2.500 ms (+38%)" in text
+    assert "8.000 vs 6.000 ms: +2.000 ms of the gap" in text
+    assert "1.000 vs 0.500 ms: +0.500 ms of the gap" in text
+    assert "conv 5.000 vs 4.000 (+1.000)" in text.split("by layer type")[1].split(";")[0]
+    assert "layout transposes 0.400 ms (5.0% of its kernel time); GPU idle 25.0%" in text
+    assert "implicit_convolve_sgemm" in text
+    assert gap.main([str(tmp_path), "--measure", "gradient"]) == 2
+    assert "no GPU kernel profile of gradient for tf resnet50 b16" in capsys.readouterr().err
+
+
 # --- published folders and the comparison with them (reports/publish.py, compare.py) ---
 
 def published_reference(root: Path) -> Path:

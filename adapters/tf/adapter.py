@@ -28,8 +28,9 @@ from adapters.base import (
     Unsupported,
 )
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.profiling import WARMUP_RUNS, summarise
-from adapters.tf.network import Context, Conv2d, Dense, Lengths, build
+from adapters.profiling import WARMUP_RUNS, device_timeline, summarise
+from adapters.tf.network import NCHW, NHWC, Context, Conv2d, Dense, Layout, Lengths, build
+from adapters.tf.settings import describe_settings, settings_in_force
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
@@ -53,7 +54,31 @@ COMPILE: dict[str, Callable[..., Callable]] = {
     "graph": lambda fn, **options: tf.function(fn, **options),
     "eager": lambda fn, **options: fn,
     "xla": lambda fn, **options: tf.function(fn, jit_compile=True, **options),
+    "nchw": lambda fn, **options: tf.function(fn, **options),
+    "nhwc": lambda fn, **options: tf.function(fn, **options),
 }
+
+# The activation layout of image networks, per device, unless the variant names one.
+# CPU: NHWC, the only layout of TensorFlow's CPU convolutions and pooling. GPU: NHWC too,
+# Keras's default (channels_last), and not slower: keras.applications in TF 2.21 on an
+# H100, fp32, batch 16, ran ResNet50 forward in 15.1 ms channels_last vs 17.1 ms
+# channels_first (gradient 46.6 vs 46.9) and VGG16 20.1 vs 20.0 (41.2 vs 41.1). In graph
+# mode Grappler's layout optimiser hands cuDNN NCHW for fp32 convolutions anyway (the
+# profiles' kernels are "..._nchwkcrs_nchw_..."), converting at the boundaries with
+# Transpose kernels (ShuffleInTensor3Simple: about 3% of a ResNet-50 gradient profile).
+# The nchw/nhwc variants fix the layout, to measure the other one.
+DEFAULT_LAYOUT = {"cpu": NHWC, "gpu": NHWC}
+LAYOUT_VARIANTS = {"nchw": NCHW, "nhwc": NHWC}
+
+
+def layout_for(device: str, variant: str) -> Layout:
+    """The activation layout a case runs in; raises Unsupported where it cannot run."""
+    layout = LAYOUT_VARIANTS.get(variant, DEFAULT_LAYOUT[device])
+    if device == "cpu" and not layout.channels_last:
+        raise Unsupported("TensorFlow's CPU convolutions and pooling run NHWC only "
+                          "(\"The Conv2D op currently only supports the NHWC tensor format "
+                          "on the CPU\")")
+    return layout
 
 
 def set_threads(intra: int, inter: int) -> None:
@@ -106,13 +131,14 @@ def _placed(device: str, array: np.ndarray) -> tf.Tensor:
         return tf.identity(tf.constant(array))
 
 
-def place_batch(model: Model, batch: Batch, device: str) -> dict[str, Any]:
-    """A batch as the computations take it: "x" (NHWC for images), and "labels" and
+def place_batch(model: Model, batch: Batch, device: str, layout: Layout = NHWC
+                ) -> dict[str, Any]:
+    """A batch as the computations take it: "x" (images in ``layout``), and "labels" and
     "lengths" where the batch has them. A dict, because tf.function input signatures
     cannot hold None for the parts a model has no use for."""
     x = batch.x
     if model.input.kind == "image":
-        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))  # NCHW -> NHWC, once
+        x = layout.from_nchw(x)  # NCHW -> the network's layout, once
     inputs: dict[str, Any] = {"x": _placed(device, x)}
     if batch.labels is not None:
         inputs["labels"] = _placed(device, batch.labels)
@@ -143,22 +169,24 @@ class ConvBackward:
     replayed: a taped step would time the forward pass too.)"""
 
     def __init__(self, layer: Conv2d, x: tf.Tensor, dtype: tf.DType, device: str):
-        self.device, self.explicit, self.has_bias = device, layer.explicit, layer.bias is not None
+        self.device, self.layer, self.has_bias = device, layer, layer.bias is not None
+        self.conv = dict(strides=layer.strides, padding=layer.padding,
+                         data_format=layer.layout.name)
         with tf.device(device):
             self.x = tf.cast(layer.pad(x), dtype)  # the input the convolution kernel sees
             self.w = tf.cast(tf.convert_to_tensor(layer.weight), dtype)
-            self.g = tf.ones_like(tf.nn.conv2d(self.x, self.w, layer.strides, layer.padding))
+            # The output's shape from shape inference alone: nothing runs a forward
+            # kernel (which on the CPU would not exist for NCHW).
+            shape = tf.function(lambda x, w: tf.nn.conv2d(x, w, **self.conv)) \
+                .get_concrete_function(self.x, self.w).structured_outputs.shape
+            self.g = tf.ones(shape, dtype)
             self.x_shape, self.w_shape = tf.shape(self.x), tf.shape(self.w)
-        self.conv = dict(strides=layer.strides, padding=layer.padding, data_format="NHWC")
 
     def grad_input(self) -> tf.Tensor:
         with tf.device(self.device):
             dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=self.x_shape, filter=self.w,
                                                 out_backprop=self.g, **self.conv)
-            if self.explicit is None:
-                return dx
-            (top, bottom), (left, right) = self.explicit[1], self.explicit[2]
-            return dx[:, top:dx.shape[1] - bottom, left:dx.shape[2] - right, :]  # tf.pad's
+            return self.layer.crop(dx)  # tf.pad's gradient
 
     def grad_weight(self) -> tuple[tf.Tensor, ...]:
         with tf.device(self.device):
@@ -166,7 +194,8 @@ class ConvBackward:
                                                  out_backprop=self.g, **self.conv)
             if not self.has_bias:
                 return (dw,)
-            return dw, tf.raw_ops.BiasAddGrad(out_backprop=self.g, data_format="NHWC")
+            return dw, tf.raw_ops.BiasAddGrad(out_backprop=self.g,
+                                              data_format=self.conv["data_format"])
 
 
 class DenseBackward:
@@ -341,6 +370,24 @@ def device_times(plane: Any) -> tuple[Times, Times]:
     return ops, kernels
 
 
+def kernel_intervals(planes: list[Any]) -> list[tuple[float, float, str, str]]:
+    """(start ms, end ms, kernel, launching op) of every event on the GPU planes' streams,
+    on one clock: an event's offset counts from its line's start (XLine.timestamp_ns)."""
+    intervals = []
+    for plane in planes:
+        if not plane.name.startswith(GPU_PLANE_PREFIX):
+            continue
+        for line in plane.lines:
+            if not line.name.startswith(STREAM_LINE_PREFIX):
+                continue
+            origin_ps = line.timestamp_ns * 1000
+            for event, metadata, stats in _events(plane, line):
+                start = (origin_ps + event.offset_ps) / PS_PER_MS
+                intervals.append((start, start + event.duration_ps / PS_PER_MS,
+                                  metadata.name, device_op_type(metadata.name, stats)))
+    return intervals
+
+
 def profiled_times(planes: list[Any], on_gpu: bool) -> tuple[Times, Times | None]:
     """(ops, kernels) for summarise. On a GPU both come from the device: the host's op
     events there only time the launches (Li et al. 2016 split GPU time)."""
@@ -369,6 +416,7 @@ class TFPrepared(Prepared):
         self.on_gpu = adapter.config.device == "gpu"
         self.model = model
         self.variant = variant
+        self.layout = layout_for(adapter.config.device, variant)
         bf16 = case.precision == "bf16"
         # Mixed precision as Keras's "mixed_bfloat16" policy: bfloat16 compute, float32
         # variables (cast where used), float32 loss.
@@ -376,15 +424,17 @@ class TFPrepared(Prepared):
         with tf.device(self.device):
             self.frozen, self.body, self.params = build(
                 model, weights, cudnn_lstm(self.on_gpu, variant, case.precision),
-                "mixed_bfloat16" if bf16 else "float32")
-        self.inputs = place_batch(model, batch, self.device)
+                "mixed_bfloat16" if bf16 else "float32", self.layout)
+        self.inputs = place_batch(model, batch, self.device, self.layout)
         self.x = self.inputs["x"]
         self.host_x = _placed("/CPU:0", self.x.numpy())
         self.variables = list(self.params.values())
-        # Recorded in every row: the thread pools in force, and the activation layout.
+        # Recorded in every row: the thread pools in force, the activation layout, and
+        # the precision and kernel-selection settings read back after apply_precision.
         self.extra = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                       "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-                      "layout": "NHWC" if model.input.kind == "image" else "NC"}
+                      "layout": self.layout.name if model.input.kind == "image" else "NC",
+                      "tf_settings": settings_in_force(self.on_gpu)}
         compile_fn = COMPILE[variant]
         self.run_forward = compile_fn(self._forward)
         self.run_gradient = compile_fn(self._gradient)
@@ -466,7 +516,7 @@ class TFPrepared(Prepared):
         if measure not in computations:
             raise Unsupported(f"no epoch of {measure}")
         # The whole epoch in device memory, placed once (Bahrampour et al. 2016, 4.4).
-        epoch = [place_batch(self.model, batch, self.device) for batch in batches]
+        epoch = [place_batch(self.model, batch, self.device, self.layout) for batch in batches]
         # The batches are arguments, not captured tensors, and the signature leaves the
         # padded length open: the epoch traces one graph on its first batch and every
         # later batch and epoch reuses it. (Without a signature tf.function would trace
@@ -503,7 +553,8 @@ class TFPrepared(Prepared):
                 tf.profiler.experimental.stop()
             planes = read_xplanes(Path(logdir))
         ops, kernels = profiled_times(planes, self.on_gpu)
-        return summarise("tf.profiler", measure, iterations, ops, kernels)
+        timeline = device_timeline(kernel_intervals(planes), iterations) if self.on_gpu else None
+        return summarise("tf.profiler", measure, iterations, ops, kernels, timeline)
 
     def sync(self, handle: Any) -> None:
         # GPU kernels run asynchronously; sync_devices waits for them (its docs name
@@ -526,7 +577,7 @@ class TFPrepared(Prepared):
 
     def forward_output(self) -> np.ndarray:
         out = tf.cast(self.run_forward(), tf.float32).numpy()
-        return out.transpose(0, 3, 1, 2) if out.ndim == 4 else out  # NHWC -> NCHW
+        return self.layout.to_nchw(out) if out.ndim == 4 else out  # -> canonical NCHW
 
     def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:
         loss, grads = self.run_gradient()
@@ -545,6 +596,8 @@ class TFAdapter(Adapter):
         "graph": "tf.function graph (Grappler; oneDNN kernels on CPU, cuDNN on GPU)",
         "eager": "eager execution, op by op",
         "xla": "tf.function(jit_compile=True): XLA-compiled",
+        "nchw": "tf.function graph with NCHW activations (cuDNN's native fp32 layout; GPU only)",
+        "nhwc": "tf.function graph with NHWC activations (Keras's channels_last)",
     }
 
     def __init__(self, config: RunConfig):
@@ -564,6 +617,16 @@ class TFAdapter(Adapter):
             if gpus:
                 tf.config.set_visible_devices([], "GPU")  # a CPU run touches no GPU
             self.device = "/CPU:0"
+
+    def describe(self, case: CaseConfig) -> str:
+        """The variant's text, then the settings that decide the numbers: TF32 as this case
+        sets it (the worker describes a case before preparing it), cuDNN's and XLA's
+        autotuning and determinism as TensorFlow reads them from the environment. Rows
+        also hold the same settings read back after the case was set up (``tf_settings``)."""
+        variant = self.resolve_variant(case.variant)
+        settings = {**settings_in_force(self.config.device == "gpu"),
+                    "tf32_execution": case.precision == "tf32"}
+        return f"{self.variants[variant]}; {describe_settings(settings)}"
 
     def environment(self) -> dict[str, Any]:
         on_gpu = self.config.device == "gpu"

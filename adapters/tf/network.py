@@ -1,11 +1,13 @@
 """The IR realised with TensorFlow's core ops over ``tf.Variable``s holding the canonical
-weights, NHWC inside.
+weights, in the activation layout the adapter picks per device (``Layout``).
 
 Every IR node becomes the op a hand-written TensorFlow model runs (tf.nn.conv2d,
 tf.nn.max_pool2d, fused batch norm, tf.nn.local_response_normalization, keras.layers.LSTM
-...), the same kernels Keras's layers call. Activations are NHWC because TensorFlow's CPU
-convolutions only implement NHWC (oneDNN and Eigen) and cuDNN runs it as well; canonical
-NCHW inputs and OIHW weights are converted once, when the network is built.
+...), the same kernels Keras's layers call. Activations are NHWC on the CPU, where
+TensorFlow's convolutions and pooling only implement NHWC (oneDNN and Eigen); on a GPU
+either layout runs (cuDNN), and the network can be built NCHW, cuDNN's native fp32 layout.
+Canonical NCHW inputs and OIHW weights are converted once, when the network is built; the
+filter is HWIO in both layouts (tf.nn.conv2d takes no other).
 """
 
 from __future__ import annotations
@@ -36,6 +38,50 @@ class Lengths(NamedTuple):
         mask = np.arange(steps)[None, :] < lengths[:, None]
         return Lengths(tf.constant(mask), tf.constant(mask[:, :, None], tf.float32),
                        tf.constant(lengths[:, None], tf.float32))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a 4-D activation keeps its channels: "NHWC" (channels last, Keras's default)
+    or "NCHW" (channels first). Every layout-dependent argument comes from here."""
+
+    name: str
+
+    def __post_init__(self):
+        if self.name not in ("NHWC", "NCHW"):
+            raise ValueError(f"no activation layout {self.name!r} (NHWC or NCHW)")
+
+    @property
+    def channels_last(self) -> bool:
+        return self.name == "NHWC"
+
+    @property
+    def channel_axis(self) -> int:
+        return -1 if self.channels_last else 1
+
+    @property
+    def spatial_axes(self) -> list[int]:
+        return [1, 2] if self.channels_last else [2, 3]
+
+    def window(self, pair: ir.Pair) -> list[int]:
+        """A (height, width) pair as the 4-element ksize/strides list of this layout."""
+        return [1, *pair, 1] if self.channels_last else [1, 1, *pair]
+
+    def paddings(self, height: list[int], width: list[int]) -> list[list[int]]:
+        """tf.pad's paddings for (before, after) pairs along height and width."""
+        spatial = [list(height), list(width)]
+        return [[0, 0], *spatial, [0, 0]] if self.channels_last else [[0, 0], [0, 0], *spatial]
+
+    def from_nchw(self, array: np.ndarray) -> np.ndarray:
+        """A canonical NCHW array (a batch, per-pixel constants) in this layout."""
+        return np.ascontiguousarray(array.transpose(0, 2, 3, 1)) if self.channels_last \
+            else array
+
+    def to_nchw(self, array: np.ndarray) -> np.ndarray:
+        return array.transpose(0, 3, 1, 2) if self.channels_last else array
+
+
+NHWC, NCHW = Layout("NHWC"), Layout("NCHW")
 
 
 @dataclass(frozen=True)
@@ -72,8 +118,9 @@ def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
 
 def window_padding(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: ir.Pair,
                    stride: ir.Pair, pad: ir.Pair) -> tuple[str, list[list[int]] | None]:
-    """TensorFlow's padding mode for a window op, plus explicit NHWC paddings to apply
-    first with tf.pad when neither "VALID" nor "SAME" places the windows right. An
+    """TensorFlow's padding mode for a window op, plus explicit (before, after) paddings
+    of height and width (``Layout.paddings`` places them) to apply first with tf.pad when
+    neither "VALID" nor "SAME" places the windows right. An
     explicit padding list in tf.nn.conv2d would do too, but its filter gradient on CPU
     is several times slower than pad + VALID (measured here with TF 2.21 on the ResNet
     stem), which is also what Keras models do (ZeroPadding2D, keras.applications)."""
@@ -84,7 +131,7 @@ def window_padding(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: ir.P
     same = [_same_padding(in_hw[i], kernel[i], stride[i]) for i in range(2)]
     if pads == same and all(-(-in_hw[i] // stride[i]) == out_hw[i] for i in range(2)):
         return "SAME", None
-    return "VALID", [[0, 0], list(pads[0]), list(pads[1]), [0, 0]]
+    return "VALID", [list(pads[0]), list(pads[1])]
 
 
 class Sequence:
@@ -109,35 +156,50 @@ class Residual:
 
 
 class Concat:
-    """Inception: every branch on the same input, concatenated along channels (last)."""
+    """Inception: every branch on the same input, concatenated along channels."""
 
-    def __init__(self, branches: list[Sequence]):
+    def __init__(self, branches: list[Sequence], layout: Layout):
         self.branches = branches
+        self.axis = layout.channel_axis
 
     def __call__(self, x, ctx):
-        return tf.concat([branch(x, ctx) for branch in self.branches], axis=-1)
+        return tf.concat([branch(x, ctx) for branch in self.branches], axis=self.axis)
 
 
 class Conv2d:
-    """tf.nn.conv2d on NHWC with an HWIO filter. Grouped convolution is the same op: a
-    filter whose input depth is the input's depth / groups (tf.nn.conv2d docs), which
-    oneDNN and cuDNN run as one grouped kernel."""
+    """tf.nn.conv2d with an HWIO filter in the network's layout. Grouped convolution is
+    the same op: a filter whose input depth is the input's depth / groups (tf.nn.conv2d
+    docs), which oneDNN and cuDNN run as one grouped kernel."""
 
     def __init__(self, weight: tf.Variable, bias: tf.Variable | None, stride: ir.Pair,
-                 padding: str, explicit: list[list[int]] | None):
+                 padding: str, explicit: list[list[int]] | None, layout: Layout = NHWC):
         self.weight = weight
         self.bias = bias
-        self.strides = [1, *stride, 1]
+        self.layout = layout
+        self.strides = layout.window(stride)
         self.padding = padding
-        self.explicit = explicit
+        self.explicit = explicit   # (before, after) of height and width, or None
 
     def pad(self, x):
-        return x if self.explicit is None else tf.pad(x, self.explicit)
+        return x if self.explicit is None else tf.pad(x, self.layout.paddings(*self.explicit))
+
+    def crop(self, dx):
+        """The gradient of ``pad``: the padded input's gradient cut back to the input."""
+        if self.explicit is None:
+            return dx
+        (top, bottom), (left, right) = self.explicit
+        h, w = self.layout.spatial_axes
+        index = [slice(None)] * 4
+        index[h] = slice(top, dx.shape[h] - bottom)
+        index[w] = slice(left, dx.shape[w] - right)
+        return dx[tuple(index)]
 
     def __call__(self, x, ctx):
-        y = tf.nn.conv2d(self.pad(x), _cast(self.weight, ctx), self.strides, self.padding)
+        y = tf.nn.conv2d(self.pad(x), _cast(self.weight, ctx), self.strides, self.padding,
+                         data_format=self.layout.name)
         # BiasAdd (not +) so Grappler fuses Conv2D + BiasAdd + Relu, as for Keras's Conv2D.
-        return y if self.bias is None else tf.nn.bias_add(y, _cast(self.bias, ctx))
+        return y if self.bias is None else tf.nn.bias_add(y, _cast(self.bias, ctx),
+                                                          data_format=self.layout.name)
 
 
 class Pool2d:
@@ -146,35 +208,43 @@ class Pool2d:
     never wins); zeros for average pooling, which then divides by the number of valid
     elements in each window, as Caffe and PyTorch do in ceil mode."""
 
-    def __init__(self, node: ir.Pool2d, in_hw: tuple[int, int], out_hw: tuple[int, int]):
+    def __init__(self, node: ir.Pool2d, in_hw: tuple[int, int], out_hw: tuple[int, int],
+                 layout: Layout = NHWC):
         self.max = node.kind == "max"
-        self.ksize = [1, *node.kernel, 1]
-        self.strides = [1, *node.stride, 1]
-        self.padding, self.explicit = window_padding(in_hw, out_hw, node.kernel,
-                                                     node.stride, node.padding)
+        self.layout = layout
+        self.ksize = layout.window(node.kernel)
+        self.strides = layout.window(node.stride)
+        self.padding, explicit = window_padding(in_hw, out_hw, node.kernel, node.stride,
+                                                node.padding)
+        self.explicit = None if explicit is None else layout.paddings(*explicit)
         self.scale = None
-        if not self.max and self.explicit is not None:
-            valid = np.pad(np.ones(in_hw, np.float32), self.explicit[1:3])
+        if not self.max and explicit is not None:
+            valid = np.pad(np.ones(in_hw, np.float32), explicit)
             counts = np.lib.stride_tricks.sliding_window_view(valid, node.kernel)
             counts = counts[::node.stride[0], ::node.stride[1]][:out_hw[0], :out_hw[1]]
             counts = counts.sum(axis=(2, 3))
-            self.scale = tf.constant((np.prod(node.kernel) / counts)[None, :, :, None],
-                                     tf.float32)
+            scale = (np.prod(node.kernel) / counts)[None, None, :, :].astype(np.float32)
+            self.scale = tf.constant(layout.from_nchw(scale))
 
     def __call__(self, x, ctx):
+        window = dict(data_format=self.layout.name)
         if self.max:
             if self.explicit is not None:
                 x = tf.pad(x, self.explicit, constant_values=-np.inf)
-            return tf.nn.max_pool2d(x, self.ksize, self.strides, self.padding)
+            return tf.nn.max_pool2d(x, self.ksize, self.strides, self.padding, **window)
         if self.explicit is None:
-            return tf.nn.avg_pool2d(x, self.ksize, self.strides, self.padding)
-        y = tf.nn.avg_pool2d(tf.pad(x, self.explicit), self.ksize, self.strides, "VALID")
+            return tf.nn.avg_pool2d(x, self.ksize, self.strides, self.padding, **window)
+        y = tf.nn.avg_pool2d(tf.pad(x, self.explicit), self.ksize, self.strides, "VALID",
+                             **window)
         return y * _cast(self.scale, ctx)
 
 
 class GlobalAvgPool:
+    def __init__(self, layout: Layout = NHWC):
+        self.axes = layout.spatial_axes
+
     def __call__(self, x, ctx):
-        return tf.reduce_mean(x, axis=[1, 2])
+        return tf.reduce_mean(x, axis=self.axes)
 
 
 class Activation:
@@ -190,16 +260,24 @@ class Activation:
 class LRN:
     """Caffe's LRN divides alpha by the window size and counts ``size`` channels;
     tf.nn.local_response_normalization sums 2 * depth_radius + 1 channels and does not
-    divide: depth_radius = (size - 1) / 2, alpha = alpha / size, bias = k."""
+    divide: depth_radius = (size - 1) / 2, alpha = alpha / size, bias = k. The op
+    normalises over the last axis only, so an NCHW network transposes around it (as an
+    NCHW TensorFlow AlexNet must)."""
 
-    def __init__(self, node: ir.LRN):
+    def __init__(self, node: ir.LRN, layout: Layout = NHWC):
         self.args = dict(depth_radius=(node.size - 1) // 2, bias=node.k,
                          alpha=node.alpha / node.size, beta=node.beta)
+        self.channels_last = layout.channels_last
 
     def __call__(self, x, ctx):
         # TensorFlow's LRN has float32 and float16 kernels only (CPU and cuDNN), so under
         # bfloat16 mixed precision it runs in float32, as Keras keeps such ops in float32.
-        y = tf.nn.local_response_normalization(tf.cast(x, tf.float32), **self.args)
+        y = tf.cast(x, tf.float32)
+        if not self.channels_last:
+            y = tf.transpose(y, [0, 2, 3, 1])
+        y = tf.nn.local_response_normalization(y, **self.args)
+        if not self.channels_last:
+            y = tf.transpose(y, [0, 3, 1, 2])
         return tf.cast(y, x.dtype)
 
 
@@ -208,13 +286,15 @@ class BatchNorm:
     statistics in training mode, the canonical running statistics in inference. The
     op is functional, so gradient passes never move the running statistics."""
 
-    def __init__(self, gamma, beta, mean, var, eps: float):
+    def __init__(self, gamma, beta, mean, var, eps: float, layout: Layout = NHWC):
         self.gamma, self.beta, self.mean, self.var, self.eps = gamma, beta, mean, var, eps
+        self.layout = layout
 
     def __call__(self, x, ctx):
         if x.shape.rank == 4:
             # Scale, offset and statistics stay float32 under mixed precision (FusedBatchNormV3).
-            args = dict(epsilon=self.eps, data_format="NHWC", is_training=ctx.training)
+            args = dict(epsilon=self.eps, data_format=self.layout.name,
+                        is_training=ctx.training)
             if not ctx.training:
                 args.update(mean=self.mean, variance=self.var)
             y, _, _ = tf.compat.v1.nn.fused_batch_norm(x, self.gamma, self.beta, **args)
@@ -260,7 +340,8 @@ class Identity:
 class Flatten:
     """NHWC flattens in (H, W, C) order, the canonical order is (C, H, W). Where a Dense
     follows, the builder permutes that Dense's weight rows once instead
-    (``nchw=False``); otherwise the activation is transposed back to NCHW first."""
+    (``nchw=False``); otherwise the activation is transposed back to NCHW first. An NCHW
+    network flattens in the canonical order already (``nchw=False``)."""
 
     def __init__(self, nchw: bool):
         self.nchw = nchw
@@ -321,8 +402,10 @@ class Builder:
     """Turns IR nodes into layers over tf.Variables and remembers which variable holds
     each canonical parameter (for gradients and fingerprints)."""
 
-    def __init__(self, model: ir.Model, weights: Weights, cudnn_lstm: bool, policy: str):
+    def __init__(self, model: ir.Model, weights: Weights, cudnn_lstm: bool, policy: str,
+                 layout: Layout = NHWC):
         self.weights = weights
+        self.layout = layout
         self.cudnn_lstm = cudnn_lstm
         self.policy = policy
         # Per-example canonical (C, H, W) shapes around every node, from the IR analysis.
@@ -347,7 +430,8 @@ class Builder:
         for index, node in enumerate(nodes):
             following = nodes[index + 1] if index + 1 < len(nodes) else None
             if isinstance(node, ir.Flatten):
-                layers.append(Flatten(nchw=not isinstance(following, ir.Dense)))
+                layers.append(Flatten(nchw=self.layout.channels_last
+                                      and not isinstance(following, ir.Dense)))
             elif isinstance(node, ir.Dense) and isinstance(previous, ir.Flatten):
                 layers.append(self.dense_layer(node, self.shapes[previous.name][0]))
             else:
@@ -357,7 +441,7 @@ class Builder:
 
     def dense_layer(self, node: ir.Dense, flattened: tuple[int, ...] = ()) -> Dense:
         weight = self.weights[f"{node.name}.weight"]
-        if len(flattened) == 3:
+        if len(flattened) == 3 and self.layout.channels_last:
             # Rows in canonical (C, H, W) order -> the (H, W, C) order of NHWC flattening.
             c, h, w = flattened
             weight = weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1)
@@ -375,21 +459,22 @@ class Builder:
                                                node.stride, node.padding)
             return Conv2d(self.variable(f"{node.name}.weight", weight),
                           self.variable(f"{node.name}.bias") if node.bias else None,
-                          node.stride, padding, explicit)
+                          node.stride, padding, explicit, self.layout)
         if isinstance(node, ir.Pool2d):
             (_, *in_hw), (_, *out_hw) = self.shapes[node.name]
-            return Pool2d(node, tuple(in_hw), tuple(out_hw))
+            return Pool2d(node, tuple(in_hw), tuple(out_hw), self.layout)
         if isinstance(node, ir.GlobalAvgPool):
-            return GlobalAvgPool()
+            return GlobalAvgPool(self.layout)
         if isinstance(node, ir.Activation):
             return Activation(node.kind)
         if isinstance(node, ir.LRN):
-            return LRN(node)
+            return LRN(node, self.layout)
         if isinstance(node, ir.BatchNorm):
             p = node.name
             return BatchNorm(self.variable(f"{p}.gamma"), self.variable(f"{p}.beta"),
                              self.variable(f"{p}.running_mean", trainable=False),
-                             self.variable(f"{p}.running_var", trainable=False), node.eps)
+                             self.variable(f"{p}.running_var", trainable=False), node.eps,
+                             self.layout)
         if isinstance(node, ir.Dense):
             return self.dense_layer(node)
         if isinstance(node, ir.TiedDense):
@@ -401,7 +486,7 @@ class Builder:
             shortcut = self.sequence(node.shortcut) if node.shortcut else None
             return Residual(self.sequence(node.body), shortcut)
         if isinstance(node, ir.Concat):
-            return Concat([self.sequence(branch) for branch in node.branches])
+            return Concat([self.sequence(branch) for branch in node.branches], self.layout)
         if isinstance(node, ir.Embedding):
             return Embedding(self.variable(f"{node.name}.table"))
         if isinstance(node, ir.LSTM):
@@ -417,10 +502,12 @@ class Builder:
 
 
 def build(model: ir.Model, weights: Weights, cudnn_lstm: bool = True,
-          policy: str = "float32") -> tuple[Sequence, Sequence, dict[str, tf.Variable]]:
+          policy: str = "float32", layout: Layout = NHWC
+          ) -> tuple[Sequence, Sequence, dict[str, tf.Variable]]:
     """(frozen prefix, trainable body, canonical name -> body variable). ``policy`` is
-    the Keras dtype policy of Keras-built layers ("mixed_bfloat16" under bf16)."""
-    builder = Builder(model, weights, cudnn_lstm, policy)
+    the Keras dtype policy of Keras-built layers ("mixed_bfloat16" under bf16); ``layout``
+    the activations' layout."""
+    builder = Builder(model, weights, cudnn_lstm, policy, layout)
     builder.trainable = False
     frozen = builder.sequence(model.frozen)
     frozen_names = set(builder.params)

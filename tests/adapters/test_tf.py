@@ -20,17 +20,28 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported  # noqa: E402
+from adapters.profiling import device_timeline  # noqa: E402
 from adapters.tf import TFAdapter  # noqa: E402
 from adapters.tf.adapter import (  # noqa: E402
+    DEFAULT_LAYOUT,
+    ConvBackward,
     apply_precision,
     cudnn_lstm,
     epoch_signature,
     has_kernel,
+    kernel_intervals,
+    layout_for,
     place_batch,
     profiled_times,
     self_times,
 )
-from adapters.tf.network import BatchNorm, Context, build  # noqa: E402
+from adapters.tf.network import NCHW, NHWC, BatchNorm, Context, Layout, build  # noqa: E402
+from adapters.tf.settings import (  # noqa: E402
+    describe_settings,
+    read_bool_env,
+    settings_in_force,
+    xla_gpu_autotune_level,
+)
 from models import ir  # noqa: E402
 from models import reference as reference_numpy  # noqa: E402
 from models.inputs import Batch, make_batch, make_epoch  # noqa: E402
@@ -67,10 +78,47 @@ def test_threads_are_set_and_recorded(adapter):
         prepared.sync(prepared.step("forward")())
         assert tf.config.threading.get_intra_op_parallelism_threads() == 2
         assert tf.config.threading.get_inter_op_parallelism_threads() == 1
+        settings = prepared.extra.pop("tf_settings")
         assert prepared.extra == {"intra_op_threads": 2, "inter_op_threads": 1,
                                   "layout": "NHWC"}
+        assert settings["tf32_execution"] is False and "cudnn_autotune" not in settings
     finally:
         prepared.close()
+
+
+def test_settings_are_read_as_tensorflow_reads_the_environment():
+    # ReadBoolFromEnvVar: unset -> default; 0/1/false/true in any case; else the default.
+    for value, expected in (("0", False), ("FALSE", False), ("1", True), ("True", True),
+                            ("no", True), ("", True)):
+        assert read_bool_env("TF_CUDNN_USE_AUTOTUNE", True, {"TF_CUDNN_USE_AUTOTUNE": value}) \
+            is expected, value
+    assert read_bool_env("TF_CUDNN_USE_AUTOTUNE", True, {}) is True
+    assert xla_gpu_autotune_level({}) == 4
+    assert xla_gpu_autotune_level({"XLA_FLAGS": "--xla_gpu_autotune_level=0 --foo=1 "
+                                                "--xla_gpu_autotune_level=2"}) == 2
+    gpu = settings_in_force(True, {"TF_CUDNN_USE_AUTOTUNE": "false",
+                                   "TF_CUDNN_DETERMINISTIC": "1",
+                                   "TF_ENABLE_CUBLAS_TENSOR_OP_MATH_FP32": "1"})
+    assert gpu["cudnn_autotune"] is False and gpu["cudnn_deterministic"] is True
+    assert gpu["cublas_tensor_op_math_fp32_env"] == "1"
+    defaults = settings_in_force(True, {})
+    assert defaults["cudnn_autotune"] and not defaults["cudnn_deterministic"]
+    assert defaults["xla_gpu_autotune_level"] == 4 and defaults["grappler_options_set"] == {}
+    assert describe_settings({**defaults, "tf32_execution": False}) == (
+        "TF32 off, cuDNN autotune on, XLA GPU autotune level 4")
+    assert settings_in_force(False, {"TF_ENABLE_ONEDNN_OPTS": "0"})["onednn_opts"] == "0"
+
+
+def test_rows_describe_the_settings_in_force():
+    gpu = TFAdapter.__new__(TFAdapter)   # describe() needs only the config, not a GPU
+    gpu.config = RunConfig("gpu", 1, 1)
+    text = gpu.describe(CaseConfig())
+    assert text.startswith(TFAdapter.variants["graph"]) and "TF32 off" in text
+    assert "cuDNN autotune" in text and "XLA GPU autotune level" in text
+    assert "TF32 on" in gpu.describe(CaseConfig("tf32"))
+    cpu = TFAdapter.__new__(TFAdapter)
+    cpu.config = RunConfig("cpu", 1, 1)
+    assert cpu.describe(CaseConfig()).endswith("GPU); TF32 off")
 
 
 def test_other_thread_counts_cannot_be_set_once_running(adapter):
@@ -449,7 +497,7 @@ def test_gpu_profiles_take_op_and_kernel_times_from_the_device_streams():
             ("sm90_xmma_fprop_implicit_gemm", 0, 3_000_000_000, conv),
             ("nchwToNhwcKernel", 3_000_000_000, 1_000_000_000, conv),
             ("sm90_xmma_wgrad_implicit_gemm", 4_000_000_000, 4_000_000_000, grad),
-            ("MemcpyH2D", 8_000_000_000, 1_000_000_000, {})],
+            ("MemcpyH2D", 10_000_000_000, 1_000_000_000, {})],
         "TensorFlow Ops": [("conv1/Conv2D", 0, 4_000_000_000, {})],
     })
     host = _xspace_plane(xplane_pb2, space, "/host:CPU", {
@@ -463,6 +511,12 @@ def test_gpu_profiles_take_op_and_kernel_times_from_the_device_streams():
     assert sorted(name for name, _, _ in kernels) == [
         "MemcpyH2D", "nchwToNhwcKernel", "sm90_xmma_fprop_implicit_gemm",
         "sm90_xmma_wgrad_implicit_gemm"]
+    # The timeline: 11 ms from the first kernel to the last, 2 ms of them idle (before the
+    # copy), the 1 ms layout conversion counted as a transpose; the host's launch events
+    # and the derived "TensorFlow Ops" line stay off it.
+    timeline = device_timeline(kernel_intervals([plane, host]), iterations=1)
+    assert timeline == {"span_ms": 11.0, "busy_ms": 9.0, "idle_ms": 2.0, "kernel_ms": 9.0,
+                        "transpose_ms": 1.0, "kernels": 4.0}
 
 
 # --- unsupported cases say why --------------------------------------------------------------
@@ -634,3 +688,291 @@ def test_gpu_tf32_variant_is_accepted(gpu_adapter):
     finally:
         prepared.close()
         apply_precision("fp32", on_gpu=True)
+
+
+# --- the NCHW layout (a GPU layout: checked here under XLA, which compiles NCHW on the CPU) --
+
+def test_layout_places_windows_paddings_and_arrays():
+    assert NHWC.window((2, 3)) == [1, 2, 3, 1] and NCHW.window((2, 3)) == [1, 1, 2, 3]
+    assert NHWC.paddings([1, 2], [3, 4]) == [[0, 0], [1, 2], [3, 4], [0, 0]]
+    assert NCHW.paddings([1, 2], [3, 4]) == [[0, 0], [0, 0], [1, 2], [3, 4]]
+    assert (NHWC.channel_axis, NCHW.channel_axis) == (-1, 1)
+    assert (NHWC.spatial_axes, NCHW.spatial_axes) == ([1, 2], [2, 3])
+    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    assert NHWC.from_nchw(x).shape == (2, 4, 5, 3) and NCHW.from_nchw(x) is x
+    np.testing.assert_array_equal(NHWC.to_nchw(NHWC.from_nchw(x)), x)
+    with pytest.raises(ValueError, match="NHWC or NCHW"):
+        Layout("CHWN")
+
+
+def test_layouts_by_device_and_variant():
+    assert layout_for("cpu", "graph") is NHWC and layout_for("cpu", "nhwc") is NHWC
+    assert layout_for("gpu", "nchw") is NCHW and layout_for("gpu", "nhwc") is NHWC
+    assert layout_for("gpu", "graph") is DEFAULT_LAYOUT["gpu"]
+    with pytest.raises(Unsupported, match="NHWC only"):
+        layout_for("cpu", "nchw")
+
+
+def test_the_nchw_variant_is_unsupported_on_the_cpu(adapter):
+    with pytest.raises(Unsupported, match="NHWC only"):
+        prepare(adapter, "lenet_tiny", variant="nchw")
+    nhwc = prepare(adapter, "lenet_tiny", variant="nhwc")
+    try:
+        assert nhwc.extra["layout"] == "NHWC"
+        assert isinstance(nhwc.run_forward, tf.types.experimental.PolymorphicFunction)
+    finally:
+        nhwc.close()
+
+
+def nchw_network(name: str, batch: int = 2):
+    model = get_model(name)
+    weights, data = canonical_weights(model), make_batch(model, batch)
+    frozen, body, params = build(model, weights, cudnn_lstm=False, layout=NCHW)
+    assert not frozen.layers
+    return model, weights, data, body, params
+
+
+@pytest.mark.parametrize("name", ["resnet_tiny", "vgg_tiny", "googlenet_tiny",
+                                  "alexnet_bvlc_tiny"])
+def test_an_nchw_network_computes_the_reference_function(name):
+    """Forward: NCHW in, NCHW out, equal to the float64 reference at the conformance
+    kit's rtol 1e-4. Gradients: the same as the NHWC network's (filters are HWIO in both
+    layouts; the first dense layer after a Flatten keeps canonical row order in NCHW, so
+    its gradient is the NHWC one with rows permuted: compared by norm)."""
+    model, weights, data, body, params = nchw_network(name)
+    x, labels = tf.constant(data.x), tf.constant(data.labels)
+    forward = tf.function(lambda: body(x, FP32), jit_compile=True)
+    expected = reference_numpy.forward(model, weights, data)
+    output = forward().numpy()
+    np.testing.assert_allclose(output, expected, rtol=1e-4,
+                               atol=1e-4 * float(np.abs(expected).max()))
+    # No transposes in the traced graph (only around LRN, whose op is NHWC only).
+    ops = graph_ops(tf.function(lambda: body(x, FP32)))
+    has_lrn = any(isinstance(node, ir.LRN) for node in ir.all_nodes(model))
+    assert ("Transpose" in ops) == has_lrn, ops
+    assert "Conv2D" in ops
+
+    def loss_and_grads(network, variables, inputs):
+        with tf.GradientTape() as tape:
+            out = network(inputs, Context(True, tf.float32))
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=out))
+        return loss, tape.gradient(loss, variables)
+
+    names = list(params)
+    loss, grads = tf.function(lambda: loss_and_grads(body, [params[n] for n in names], x),
+                              jit_compile=True)()
+    _, nhwc_body, nhwc_params = build(model, weights, cudnn_lstm=False)
+    nhwc_x = tf.constant(NHWC.from_nchw(data.x))
+    nhwc_loss, nhwc_grads = tf.function(lambda: loss_and_grads(
+        nhwc_body, [nhwc_params[n] for n in names], nhwc_x), jit_compile=True)()
+    assert np.isclose(float(loss), float(nhwc_loss), rtol=1e-5)
+    for param, grad, nhwc_grad in zip(names, grads, nhwc_grads):
+        # fp32 sums of up to a few thousand terms in another order: relative 1e-4 of the
+        # norm is ~30x the sqrt(K)·2^-24 rounding expected for K ~ 1e3.
+        assert np.linalg.norm(grad) == pytest.approx(np.linalg.norm(nhwc_grad), rel=1e-4,
+                                                     abs=1e-7), param
+
+
+@pytest.mark.parametrize("size, k, s, p, kind, ceil", [
+    (7, 3, 2, 1, "max", True), (8, 3, 2, 0, "avg", True), (9, 2, 2, 0, "avg", False),
+    (6, 3, 1, 1, "max", False)])
+def test_nchw_pooling_places_windows_as_the_reference(size, k, s, p, kind, ceil):
+    node = ir.Pool2d("pool", kind, (k, k), (s, s), (p, p), ceil)
+    model = ir.Model("pool", "test", ir.InputSpec("image", (2, size, size)), (node,),
+                     ir.Loss("sum"))
+    _, body, _ = build(model, {}, layout=NCHW)
+    x = np.random.default_rng(3).standard_normal((1, 2, size, size), dtype=np.float32)
+    y = tf.function(lambda: body(tf.constant(x), FP32), jit_compile=True)().numpy()
+    expected = reference_numpy.pool2d(x.astype(np.float64), kind, (k, k), (s, s), (p, p), ceil)
+    np.testing.assert_allclose(y, expected, atol=1e-6)
+
+
+def test_nchw_backward_kernels_match_the_tape():
+    """grad_input and grad_weight in NCHW, explicit padding cropped on the right axes."""
+    model = get_model("conv:c=3,i=8,f=4,k=3,s=2,p=1")
+    weights = canonical_weights(model)
+    _, body, _ = build(model, weights, layout=NCHW)
+    layer = body.layers[0]
+    assert layer.explicit is not None
+    x = tf.Variable(make_batch(model, 2).x)
+
+    def taped():
+        with tf.GradientTape() as tape:
+            out = tf.reduce_sum(body(x, FP32))
+        return tape.gradient(out, [x, layer.weight, layer.bias])
+    expected = tf.function(taped, jit_compile=True)()
+    kernels = ConvBackward(layer, x, tf.float32, "/CPU:0")
+    dx = tf.function(kernels.grad_input, jit_compile=True)()
+    dw, db = tf.function(kernels.grad_weight, jit_compile=True)()
+    np.testing.assert_allclose(dx.numpy(), expected[0].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dw.numpy(), expected[1].numpy(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(db.numpy(), expected[2].numpy(), rtol=1e-6)
+
+
+# --- GPU: settings in force, arithmetic, placement, layouts, timeline ---------------------
+
+def fp32_tolerance(model: ir.Model) -> float:
+    """Relative tolerance (of the output's largest magnitude) between two fp32 runs of
+    ``model`` that sum in different orders or with different algorithms: a dot product
+    of K terms carries a relative rounding error near sqrt(K)·u (u = 2^-24, random-sign
+    errors), L such layers in sequence grow it about sqrt(L)-fold; cuDNN's Winograd and
+    FFT algorithms add up to 10x, and 3x is margin. TF32 (u = 2^-11) exceeds it by ~1e3."""
+    products = [(n.in_channels // n.groups) * n.kernel[0] * n.kernel[1]
+                if isinstance(n, ir.Conv2d) else n.in_features
+                for n in ir.all_nodes(model) if isinstance(n, (ir.Conv2d, ir.Dense))]
+    return 30 * np.sqrt(len(products)) * np.sqrt(max(products)) * 2.0 ** -24
+
+
+def test_gpu_rows_record_the_settings_in_force(gpu_adapter):
+    prepared = prepare(gpu_adapter, "lenet_tiny")
+    try:
+        settings = prepared.extra["tf_settings"]
+        assert settings["tf32_execution"] is False   # read back from TensorFlow
+        assert settings["cudnn_autotune"] == read_bool_env("TF_CUDNN_USE_AUTOTUNE", True)
+        assert settings["xla_gpu_autotune_level"] == xla_gpu_autotune_level()
+        assert "TF32 off" in gpu_adapter.describe(CaseConfig())
+        print("settings in force:", settings)
+    finally:
+        prepared.close()
+
+
+def test_gpu_fp32_is_strict_in_the_arithmetic(gpu_adapter):
+    """TF32 off is checked by its effect, not only its flag: a 1024-term fp32 matmul on
+    the GPU stays near sqrt(K)·2^-24 ≈ 2e-6 of the float64 product, where TF32's 10-bit
+    mantissa (2^-11) gives ~1e-3. With TF32 switched on, the same product is that coarse
+    (Ampere and newer GPUs; older ones have no TF32 and are skipped for that half). The
+    errors are printed."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((256, 1024), dtype=np.float32),
+            rng.standard_normal((1024, 256), dtype=np.float32))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+
+    def error() -> float:
+        with tf.device("/GPU:0"):
+            product = tf.matmul(tf.constant(a), tf.constant(b)).numpy()
+        return float(np.abs(product - exact).max() / np.abs(exact).max())
+
+    prepare(gpu_adapter, "lenet_tiny").close()      # the adapter's fp32 setting
+    strict = error()
+    assert strict < 1e-5, strict
+    try:
+        apply_precision("tf32", on_gpu=True)
+        coarse = error()
+    finally:
+        apply_precision("fp32", on_gpu=True)
+    details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+    if details.get("compute_capability", (0, 0)) >= (8, 0):
+        # TF32 rounds each operand to 2^-11: ~4e-4 of the largest entry here, ~100x the
+        # fp32 figure; 5x is enough to show that the switch changes the arithmetic.
+        assert coarse > 5 * strict, (coarse, strict)
+    print(f"max relative error: fp32 {strict:.1e}, tf32 {coarse:.1e}")
+
+
+def test_gpu_places_variables_batch_and_outputs_on_the_gpu(gpu_adapter):
+    prepared = prepare(gpu_adapter, "resnet_tiny")
+    try:
+        assert all("GPU" in v.device for v in prepared.variables)
+        assert "GPU" in prepared.x.device and "GPU" in prepared.inputs["labels"].device
+        assert "GPU" in prepared.run_forward().device
+        loss, grads = prepared.run_gradient()
+        assert all("GPU" in g.device for g in grads)
+    finally:
+        prepared.close()
+
+
+@pytest.mark.parametrize("name, batch", [("resnet50", 2), ("vgg16", 2),
+                                         ("alexnet_bvlc_tiny", 4), ("googlenet_tiny", 4)])
+def test_gpu_outputs_equal_the_cpu_within_fp32_rounding(gpu_adapter, name, batch):
+    """The same network on the CPU (NHWC, built under tf.device: a CPU adapter would hide
+    the GPU from this process) and through the GPU adapter (a grouped convolution and LRN
+    in alexnet_bvlc_tiny, concatenation in googlenet_tiny): equal up to fp32 rounding
+    (fp32_tolerance), which TF32 on either side would exceed."""
+    model = get_model(name)
+    weights, data = canonical_weights(model), make_batch(model, batch)
+    prepared = gpu_adapter.prepare(model, weights, data, CaseConfig())
+    try:
+        gpu_out = prepared.forward_output()
+    finally:
+        prepared.close()
+    with tf.device("/CPU:0"):
+        # Eagerly: in a graph Grappler's remapper fuses a grouped Conv2D + BiasAdd + Relu,
+        # which TensorFlow 2.21's CPU kernels refuse where oneDNN is off.
+        _, body, _ = build(model, weights, cudnn_lstm=False)
+        cpu_out = body(tf.constant(NHWC.from_nchw(data.x)), FP32).numpy()
+    tolerance = fp32_tolerance(model)
+    difference = float(np.abs(gpu_out - cpu_out).max() / np.abs(cpu_out).max())
+    assert difference < tolerance, (difference, tolerance)
+    print(f"{name}: GPU vs CPU {difference:.1e} (tolerance {tolerance:.1e})")
+
+
+@pytest.mark.parametrize("name", ["resnet_tiny", "vgg_tiny", "alexnet_bvlc_tiny"])
+def test_gpu_nchw_variant_computes_the_same_function(gpu_adapter, name):
+    """NCHW on cuDNN: the reference's outputs and the NHWC network's loss and gradient
+    norms (Flatten -> Dense and LRN and grouped convolution included)."""
+    model = get_model(name)
+    weights, data = canonical_weights(model), make_batch(model, 4)
+    runs = {}
+    for variant in ("nhwc", "nchw"):
+        prepared = gpu_adapter.prepare(model, weights, data, CaseConfig(variant=variant))
+        try:
+            assert prepared.extra["layout"] == variant.upper()
+            assert tuple(prepared.x.shape[1:]) == (tuple(model.input.shape) if variant == "nchw"
+                                                   else NHWC.from_nchw(data.x).shape[1:])
+            runs[variant] = (prepared.forward_output(), *prepared.loss_and_gradients())
+        finally:
+            prepared.close()
+    expected = reference_numpy.forward(model, weights, data)
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(runs["nchw"][0], expected, rtol=1e-4, atol=1e-4 * scale)
+    assert np.isclose(runs["nchw"][1], runs["nhwc"][1], rtol=1e-5)
+    for param, grad in runs["nchw"][2].items():
+        assert np.linalg.norm(grad) == pytest.approx(np.linalg.norm(runs["nhwc"][2][param]),
+                                                     rel=1e-4, abs=1e-7), param
+
+
+def test_gpu_grouped_convolution_runs_as_one_cudnn_op(gpu_adapter):
+    model = get_model("alexnet_bvlc_tiny")
+    convs = [n for n in ir.all_nodes(model) if isinstance(n, ir.Conv2d)]
+    prepared = prepare(gpu_adapter, "alexnet_bvlc_tiny")
+    try:
+        assert graph_ops(prepared.run_forward).count("Conv2D") == len(convs)
+        loss, grads = prepared.loss_and_gradients()
+        assert np.isfinite(loss) and all(np.isfinite(g).all() for g in grads.values())
+        assert np.isclose(loss, reference_numpy.loss(model, canonical_weights(model),
+                                                     make_batch(model, 4)), rtol=1e-4)
+    finally:
+        prepared.close()
+
+
+def test_gpu_forward_profile_has_a_device_timeline(gpu_adapter):
+    prepared = prepare(gpu_adapter, "resnet_tiny", batch=8)
+    try:
+        profile = prepared.profile("forward", iterations=5)
+    finally:
+        prepared.close()
+    timeline = profile.timeline
+    assert profile.kernel_level and timeline is not None
+    assert 0 < timeline["busy_ms"] <= timeline["span_ms"] + 1e-9
+    assert timeline["kernel_ms"] == pytest.approx(profile.total_ms, rel=1e-6)
+    assert 0 <= timeline["transpose_ms"] <= timeline["kernel_ms"]
+    print("forward timeline:", timeline)
+
+
+def test_keras_comparison_cases_and_references():
+    """The comparison's command line: MODEL:BATCH cases, one-line errors for bad ones;
+    the ±5% target is against tf_keras, which every model has, in both data formats."""
+    import argparse
+
+    from comparisons import keras_vs_dlbench as comparison
+
+    assert comparison.parse_cases(comparison.GPU_CASES) == [
+        ("resnet50", 16), ("vgg16", 16), ("resnet50", 64)]
+    for bad in ("resnet50", "resnet51:16", "vgg16:0", "vgg16:x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="MODEL:BATCH"):
+            comparison.parse_cases(bad)
+    for references in comparison.REFERENCES.values():
+        assert comparison.TARGET_REFERENCE in references
+        formats = {data_format for _, _, data_format in references.values()}
+        assert formats == {"channels_last", "channels_first"}
+    assert comparison.relative_difference([1.0, -2.0], [1.0, -2.002]) == pytest.approx(1e-3 / 2.002 * 2)
