@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from adapters.registry import load_registry
+from suites.results import OutputError
 from suites.runner import Runner, RunRequest
 from suites.spec import SUITES_DIR, SuiteError, load_suite, resolve_suite_path
 
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=Path("results"))
     run.add_argument("--resume", action="store_true", help="skip cases already recorded")
     run.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
+    run.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS",
+                     help="time limit of one case (build + one measure); overrides the "
+                          "suite's case_timeout_s (default 1800)")
     validate = commands.add_parser("validate", help="check a suite file without running it")
     validate.add_argument("suite")
     commands.add_parser("list", help="list the bundled suites")
@@ -34,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
-                                     args.resume, args.seed)).run()
+                                     args.resume, args.seed, args.case_timeout)).run()
         if args.command == "validate":
             suite = load_suite(resolve_suite_path(args.suite), load_registry())
             print(f"{suite.path}: ok, {len(suite.groups)} case tables")
@@ -43,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             suite = load_suite(path, load_registry())
             print(f"{suite.name:<24} {suite.description}")
         return 0
-    except SuiteError as error:
+    except (SuiteError, OutputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
