@@ -29,7 +29,7 @@ from adapters.base import (
 )
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS, summarise
-from adapters.tf.network import Context, Conv2d, Dense, Lengths, build
+from adapters.tf.network import Context, Conv2d, Dense, Lengths, build, grouped_conv_runs
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
@@ -144,6 +144,7 @@ class ConvBackward:
 
     def __init__(self, layer: Conv2d, x: tf.Tensor, dtype: tf.DType, device: str):
         self.device, self.explicit, self.has_bias = device, layer.explicit, layer.bias is not None
+        self.groups = layer.groups   # > 1 only where the grouped kernels are missing
         with tf.device(device):
             self.x = tf.cast(layer.pad(x), dtype)  # the input the convolution kernel sees
             self.w = tf.cast(tf.convert_to_tensor(layer.weight), dtype)
@@ -153,8 +154,16 @@ class ConvBackward:
 
     def grad_input(self) -> tf.Tensor:
         with tf.device(self.device):
-            dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=self.x_shape, filter=self.w,
-                                                out_backprop=self.g, **self.conv)
+            if self.groups == 1:
+                dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=self.x_shape, filter=self.w,
+                                                    out_backprop=self.g, **self.conv)
+            else:
+                xs = tf.split(self.x, self.groups, axis=-1)
+                dx = tf.concat([tf.raw_ops.Conv2DBackpropInput(
+                    input_sizes=tf.shape(x), filter=w, out_backprop=g, **self.conv)
+                    for x, w, g in zip(xs, tf.split(self.w, self.groups, axis=-1),
+                                       tf.split(self.g, self.groups, axis=-1), strict=True)],
+                    axis=-1)
             if self.explicit is None:
                 return dx
             (top, bottom), (left, right) = self.explicit[1], self.explicit[2]
@@ -162,8 +171,16 @@ class ConvBackward:
 
     def grad_weight(self) -> tuple[tf.Tensor, ...]:
         with tf.device(self.device):
-            dw = tf.raw_ops.Conv2DBackpropFilter(input=self.x, filter_sizes=self.w_shape,
-                                                 out_backprop=self.g, **self.conv)
+            if self.groups == 1:
+                dw = tf.raw_ops.Conv2DBackpropFilter(input=self.x, filter_sizes=self.w_shape,
+                                                     out_backprop=self.g, **self.conv)
+            else:
+                ws = tf.split(self.w, self.groups, axis=-1)
+                dw = tf.concat([tf.raw_ops.Conv2DBackpropFilter(
+                    input=x, filter_sizes=tf.shape(w), out_backprop=g, **self.conv)
+                    for x, w, g in zip(tf.split(self.x, self.groups, axis=-1), ws,
+                                       tf.split(self.g, self.groups, axis=-1), strict=True)],
+                    axis=-1)
             if not self.has_bias:
                 return (dw,)
             return dw, tf.raw_ops.BiasAddGrad(out_backprop=self.g, data_format="NHWC")
@@ -374,9 +391,12 @@ class TFPrepared(Prepared):
         # variables (cast where used), float32 loss.
         self.dtype = tf.bfloat16 if bf16 else tf.float32
         with tf.device(self.device):
+            # XLA compiles grouped convolutions itself; the other variants run TensorFlow's
+            # kernels, which may lack groups (network.grouped_conv_runs).
+            split_groups = variant != "xla" and not grouped_conv_runs(self.device)
             self.frozen, self.body, self.params = build(
                 model, weights, cudnn_lstm(self.on_gpu, variant, case.precision),
-                "mixed_bfloat16" if bf16 else "float32")
+                "mixed_bfloat16" if bf16 else "float32", split_groups)
         self.inputs = place_batch(model, batch, self.device)
         self.x = self.inputs["x"]
         self.host_x = _placed("/CPU:0", self.x.numpy())
@@ -384,7 +404,8 @@ class TFPrepared(Prepared):
         # Recorded in every row: the thread pools in force, and the activation layout.
         self.extra = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                       "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-                      "layout": "NHWC" if model.input.kind == "image" else "NC"}
+                      "layout": "NHWC" if model.input.kind == "image" else "NC",
+                      "grouped_conv_split": split_groups}
         compile_fn = COMPILE[variant]
         self.run_forward = compile_fn(self._forward)
         self.run_gradient = compile_fn(self._gradient)
