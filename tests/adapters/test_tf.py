@@ -403,8 +403,14 @@ def test_a_convnet_profile_is_mostly_convolution_and_names_tensorflow_ops(adapte
     finally:
         prepared.close()
     shares = {kind: ms / profile.total_ms for kind, ms in profile.by_layer_type.items()}
-    assert shares["conv"] + shares["fc"] > 0.5, shares
-    assert shares["conv"] > shares["pool"] and not profile.kernel_level
+    # No absolute share: on a loaded machine, or eagerly where each op's dispatch costs
+    # more than its arithmetic, "other" (the tape, the loss, copies) can take most of the
+    # time. What holds anyway is a ranking: each of LeNet's convolutions runs at least as
+    # many ops in a gradient step (forward, backprop-input, backprop-filter, bias gradient)
+    # as the pooling or ReLU after it, each with more arithmetic, so whether fixed per-op
+    # cost or arithmetic dominates, convolution outweighs pooling and ReLU.
+    assert shares["conv"] > max(shares["pool"], shares["relu"]), shares
+    assert not profile.kernel_level
     names = [kernel.name for kernel in profile.top_kernels]
     if variant == "xla":
         assert "convolution" in names
