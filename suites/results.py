@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
+# Test-only: once the file would pass this many bytes, an append writes part of its line
+# and fails with ENOSPC, as a full disk does (tests/test_faults.py, where no small
+# filesystem can be mounted).
+INJECT_ENOSPC = "DLBENCH_INJECT_ENOSPC_AT"
 
 # "timeout": the case ran past the suite's per-case time limit and its worker was killed.
 Status = Literal["ok", "failed", "unsupported", "oom", "timeout"]
@@ -192,7 +196,7 @@ class ResultsFile:
             self._repair_tail(fd)
             before = os.fstat(fd).st_size
             try:
-                written = os.write(fd, line)
+                written = os.write(fd, _injected_full_disk(before, line))
                 if written != len(line):
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
                 os.fsync(fd)
@@ -215,3 +219,10 @@ class ResultsFile:
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
         return done
+
+
+def _injected_full_disk(size: int, line: bytes) -> bytes:
+    limit = os.environ.get(INJECT_ENOSPC)
+    if limit is None or size + len(line) <= int(limit):
+        return line
+    return line[:max(0, int(limit) - size)]
