@@ -178,7 +178,7 @@ class KerasSteps:
     def __init__(self, keras, tf, model, weights: dict, prepared):
         load_canonical(keras, model, weights)
         self.tf, self.model = tf, model
-        self.x, self.labels = prepared.x, prepared.labels  # the same tensors, on the device
+        self.x, self.labels = prepared.x, prepared.inputs["labels"]  # the same tensors, on the device
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self.forward = tf.function(self._forward)
         self.gradient = tf.function(self._gradient)
@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per timing")
     parser.add_argument("--rounds", type=int, default=1,
                         help="A-B-B-A repetitions per pair (more where the load shifts)")
+    parser.add_argument("--min-samples", type=int, default=5,
+                        help="fewest samples per timing (CI's smoke run uses 2)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if args.device == "cpu":
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     del keras  # imported once here so its start-up is not inside a timed block
 
     # VGG-16 takes seconds per iteration on two cores: few but enough samples.
-    settings = TimerSettings(warmup=1, min_samples=5, max_samples=50, rel_ci=0.02,
+    settings = TimerSettings(warmup=1, min_samples=args.min_samples, max_samples=50, rel_ci=0.02,
                              budget_s=args.budget)
     env = adapter.environment()
     print(f"tensorflow {env['framework_version']}, keras {env['keras_version']}, tf_keras "

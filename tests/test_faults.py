@@ -52,16 +52,17 @@ def audit(out: Path) -> dict[str, int]:
     """Rows, distinct cases, duplicates and unreadable lines of the one results file."""
     files = list(out.rglob("*.jsonl"))
     assert len(files) <= 1, files
-    ids, unreadable = [], 0
+    ids, unreadable, torn = [], 0, 0
     if files:
-        data = files[0].read_bytes()
-        for line in data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n"):
+        *lines, tail = files[0].read_bytes().split(b"\n")
+        torn = int(bool(tail))   # no newline at the end: a torn write the next run repairs
+        for line in lines:
             try:
                 ids.append(json.loads(line)["case_id"])
             except (ValueError, KeyError, TypeError):
                 unreadable += 1
     return {"rows": len(ids), "cases": len(set(ids)), "duplicated": len(ids) - len(set(ids)),
-            "unreadable": unreadable}
+            "unreadable": unreadable, "torn_tail": torn}
 
 
 @pytest.fixture
@@ -99,6 +100,7 @@ def test_sigkill_at_random_points_then_resume_loses_and_duplicates_nothing(tmp_p
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     final = audit(out)
+    assert final["torn_tail"] == 0
     lost = EXPECTED - final["cases"]
     figures = (f"kills tried {tried}, landed {landed}, torn tails injected {torn_injected}, "
                f"rows expected {EXPECTED}, lost {lost}, duplicated {final['duplicated']}, "
