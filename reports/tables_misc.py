@@ -25,7 +25,7 @@ def failures_table(frame: pd.DataFrame) -> Table | None:
                   Cell(label(setting_of(r))), Cell(cells.status_text(r, short=True),
                                                    kind="fail"),
                   Cell(r["reason"] or "—")) for r in bad)
-    return Table("failures", f"Failures ({len(bad)} rows: OOM, unsupported, failed)",
+    return Table("failures", f"Failures ({len(bad)} rows: OOM, unsupported, failed, timeout)",
                  ("Model", "Batch", "Measure", "Setting", "Status", "Reason"), body,
                  (False, True, False, False, False, False),
                  notes=("Kept as rows, like convnet-benchmarks' Limitations column.",))
