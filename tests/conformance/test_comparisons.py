@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # framework -> (module, the package it compares with, tiny CPU arguments)
 SMOKE = {
     "torch": ("comparisons.torchvision_vs_dlbench", "torchvision",
-              ["--device", "cpu", "--batch", "2", "--models", "alexnet", "--budget", "0.05",
-               "--min-samples", "2"]),
+              ["--device", "cpu", "--batch", "2", "--models", "alexnet", "--budget", "0.01",
+               "--min-samples", "1"]),
     "tf": ("comparisons.keras_vs_dlbench", "tf_keras",
-           ["--device", "cpu", "--threads", "2", "--batch", "2", "--models", "vgg16",
-            "--budget", "0.05", "--min-samples", "2"]),
+           ["--device", "cpu", "--threads", "2", "--batch", "2", "--models", "resnet50",
+            "--budget", "0.01", "--min-samples", "1"]),
     "jax": ("comparisons.flax_vs_dlbench", "flax",
             ["--device", "cpu", "--batches", "2", "--tolerance", "1", "--rounds", "1"]),
     "ort": ("comparisons.ort_iobinding_vs_dlbench", "onnxruntime",
