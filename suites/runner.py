@@ -205,7 +205,8 @@ class Runner:
         return 0
 
     def record_without_worker(self, job: Job, names: list[str], status: str, reason: str,
-                              progress, task, time_limit_s: float | None = None) -> None:
+                              progress, task, time_limit_s: float | None = None,
+                              wall_s: float = 0.0) -> None:
         # The host's description, so that the report files these rows beside the ones
         # a worker wrote (the framework's version and GPU name are known only there).
         env = host_environment(job.threads, [])
@@ -213,7 +214,7 @@ class Runner:
             env["gpu_model"] = nvidia_smi("name")
         for name in names:
             self.results.append(Row(self.key(job, name), status, reason, env=env,
-                                    time_limit_s=time_limit_s))
+                                    time_limit_s=time_limit_s, wall_s=round(wall_s, 3)))
             self.statuses[status] += 1
             progress.advance(task)
 
@@ -246,7 +247,8 @@ class Runner:
                             line = lines.get(timeout=max(wait, 0.0) if wait is not None else None)
                         except queue.Empty:
                             kill_tree(proc)
-                            self.record_timeouts(in_flight, progress, task)
+                            self.record_timeouts(in_flight, time.monotonic() - started,
+                                                 progress, task)
                             finished.update(in_flight)
                             return finished, 0, None
                         if line is None:
@@ -283,7 +285,8 @@ class Runner:
             plan_file.unlink(missing_ok=True)
         return finished, code, fatal
 
-    def record_timeouts(self, case_ids: list[str], progress, task) -> None:
+    def record_timeouts(self, case_ids: list[str], wall_s: float, progress, task) -> None:
+        """``timeout`` rows; ``wall_s`` is from the case's start to its worker's death."""
         by_id = {self.key(job, name).id(): (job, name) for job, names in self.pending
                  for name in names}
         limit = self.case_timeout_s
@@ -292,7 +295,7 @@ class Runner:
         for case_id in case_ids:
             job, name = by_id[case_id]
             self.record_without_worker(job, [name], "timeout", reason, progress, task,
-                                       time_limit_s=limit)
+                                       time_limit_s=limit, wall_s=wall_s)
             progress.console.print(f"[red]timeout[/] {case_id.split('/', 1)[1]}: {reason}")
 
     def report(self, event: dict, progress) -> None:

@@ -184,11 +184,13 @@ def test_a_hanging_case_becomes_a_timeout_row_and_the_suite_goes_on(tmp_path, su
     timeouts = [r for r in rows if r["status"] == "timeout"]
     assert len(timeouts) == len(MODELS), timeouts     # b2/gradient of each model
     assert all(r["time_limit_s"] == limit and f"{limit:g} s" in r["reason"] for r in timeouts)
+    assert all(r["wall_s"] >= limit for r in timeouts)   # from the case's start to the kill
     assert len({r["case_id"] for r in rows}) == len(rows) == EXPECTED  # the rest ran
     assert sum(r["status"] == "ok" for r in rows) == EXPECTED - len(MODELS)
     # The hung child the worker waited on went with it: the whole tree was killed.
     hung = [p for p in psutil.process_iter(["cmdline"])
             if p.info["cmdline"] and marker.split("#")[0] in p.info["cmdline"]]
     assert not hung, hung
-    print(f"\nhang -> timeout: {len(timeouts)} hung cases at a {limit:g} s limit, "
-          f"whole suite ({EXPECTED} rows) in {elapsed:.1f} s")
+    print(f"\nhang -> timeout: {len(timeouts)} hung cases at a {limit:g} s limit, killed "
+          f"after {', '.join(str(r['wall_s']) + ' s' for r in timeouts)}; whole suite "
+          f"({EXPECTED} rows) in {elapsed:.1f} s")
