@@ -31,7 +31,8 @@ from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS, summarise
 from adapters.tf.network import Context, Conv2d, Dense, Lengths, build, grouped_conv_runs
 from models.inputs import Batch
-from models.ir import Model
+from models.ir import Conv2d as IRConv2d
+from models.ir import Model, all_nodes
 from models.weights import Weights
 
 
@@ -393,7 +394,8 @@ class TFPrepared(Prepared):
         with tf.device(self.device):
             # XLA compiles grouped convolutions itself; the other variants run TensorFlow's
             # kernels, which may lack groups (network.grouped_conv_runs).
-            split_groups = variant != "xla" and not grouped_conv_runs(self.device)
+            grouped = any(isinstance(n, IRConv2d) and n.groups > 1 for n in all_nodes(model))
+            split_groups = grouped and variant != "xla" and not grouped_conv_runs(self.device)
             self.frozen, self.body, self.params = build(
                 model, weights, cudnn_lstm(self.on_gpu, variant, case.precision),
                 "mixed_bfloat16" if bf16 else "float32", split_groups)
@@ -405,7 +407,7 @@ class TFPrepared(Prepared):
         self.extra = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                       "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
                       "layout": "NHWC" if model.input.kind == "image" else "NC",
-                      "grouped_conv_split": split_groups}
+                      **({"grouped_conv_split": split_groups} if grouped else {})}
         compile_fn = COMPILE[variant]
         self.run_forward = compile_fn(self._forward)
         self.run_gradient = compile_fn(self._gradient)
