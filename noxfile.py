@@ -85,7 +85,15 @@ def publish(session: nox.Session) -> None:
 TEST_TARGETS = ["core", *REGISTRY]
 # Core tests that need a framework: the numpy reference is checked against
 # torch.nn.functional and FLOPs against torch's flop counter (they skip without torch).
-FRAMEWORK_CORE_TESTS = {"torch": ["tests/test_reference.py", "tests/test_models.py"]}
+# The fault-injection tests (SIGKILL, full disk, hangs) need a real worker; PyTorch's is
+# the quickest to start.
+FRAMEWORK_CORE_TESTS = {"torch": ["tests/test_reference.py", "tests/test_models.py",
+                                  "tests/test_faults.py"]}
+# What comparisons/ compares with, for their CPU smoke runs (tests/conformance/
+# test_comparisons.py); keras and tf_keras are already in TensorFlow's requirements.
+# torchvision 0.28 is the release built against torch 2.13; flax 0.12.8 is the newest
+# that accepts jax 0.10.2 (pip's resolver on both pins).
+COMPARISON_REQUIREMENTS = {"torch": ["torchvision==0.28.0"], "jax": ["flax==0.12.8"]}
 
 
 @nox.session
@@ -97,7 +105,8 @@ def tests(session: nox.Session, target: str) -> None:
         session.run(python(session), "-m", "pytest", "-q", "tests", "--ignore=tests/conformance",
                     "--ignore=tests/adapters", *session.posargs)
         return
-    install(session, *CORE, *REGISTRY[target]["requirements"]["cpu"], *EXTRAS["test"])
+    install(session, *CORE, *REGISTRY[target]["requirements"]["cpu"], *EXTRAS["test"],
+            *COMPARISON_REQUIREMENTS.get(target, []))
     session.run(python(session), "-m", "pytest", "-q", "tests/conformance",
                 f"tests/adapters/test_{target}.py", *FRAMEWORK_CORE_TESTS.get(target, []),
                 f"--framework={target}", *session.posargs)

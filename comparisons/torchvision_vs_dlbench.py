@@ -1,6 +1,8 @@
 """dlbench's PyTorch adapter against torchvision's own models, side by side.
 
     python -m comparisons.torchvision_vs_dlbench --device gpu --batch 16 --out cmp.json
+    python -m comparisons.torchvision_vs_dlbench --device cpu --batch 2 --models alexnet \
+        --budget 0.05 --min-samples 2          # smoke (CI)
 
 For resnet50, vgg16 and alexnet: build dlbench's model, copy its canonical weights into
 the torchvision model of the same architecture (shapes checked parameter by parameter),
@@ -65,7 +67,7 @@ class Reference:
     def __init__(self, name: str, prepared, device: torch.device):
         self.model = torchvision_model(name).to(device)
         copy_weights(nn.ModuleList([prepared.frozen, prepared.body]), self.model)
-        self.x, self.labels = prepared.x, prepared.labels
+        self.x, self.labels = prepared.x, prepared.inputs.labels
 
     def forward(self):
         self.model.eval()
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per timing")
+    parser.add_argument("--min-samples", type=int, default=20,
+                        help="fewest samples per timing (CI's smoke run uses 2)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: torchvision is not installed in this environment", file=sys.stderr)
         return 2
     adapter = TorchAdapter(RunConfig(args.device, torch.get_num_threads(), 1))
-    settings = TimerSettings(warmup=5, min_samples=20, max_samples=400, rel_ci=0.005,
+    settings = TimerSettings(warmup=5, min_samples=args.min_samples, max_samples=400, rel_ci=0.005,
                              budget_s=args.budget)
     env = adapter.environment()
     print(f"torch {env['framework_version']} on {env['gpu_model'] or 'CPU'}, batch {args.batch}")

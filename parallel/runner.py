@@ -11,7 +11,6 @@ A case whose processes crash, hang or exceed the deadline becomes a ``failed`` o
 from __future__ import annotations
 
 import json
-import platform
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -23,6 +22,7 @@ from parallel.engines import plan, processes
 from parallel.launch import launch
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
+from suites.environment import host_id
 from suites.results import SCHEMA_VERSION
 
 MEASURE = "data_parallel"
@@ -59,8 +59,8 @@ def efficiency(case: ScalingCase, median_ms: float, baseline_ms: float | None) -
 class ScalingRunner:
     def __init__(self, request: ScalingRequest):
         self.request = request
-        host = platform.node() or "host"
-        self.path = request.out / request.suite.name / host / \
+        # The same host identity as the single-device runner's (suites/environment.py).
+        self.path = request.out / request.suite.name / host_id() / \
             f"{request.framework}_{request.device}.jsonl"
         self.baselines: dict[tuple[str, int], float] = {}
 
@@ -160,7 +160,7 @@ class ScalingRunner:
             "scaling": self.scaling_fields(case, data, hosts, launch_plan),
         }
         if status != "ok":
-            row["env"].setdefault("host", platform.node())
+            row["env"].setdefault("host", host_id())
         return row
 
     def scaling_fields(self, case: ScalingCase, data, hosts: int, launch_plan) -> dict[str, Any]:

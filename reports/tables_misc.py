@@ -49,7 +49,7 @@ def failure_tables(frame: pd.DataFrame) -> list[Table]:
         out.append(Table("failure-reasons", "Reasons shared by several failed rows",
                          ("#", "Status", "Reason", "Framework, device", "Measures", "Rows"),
                          reasons, (True, False, False, False, False, True)))
-    out.append(Table("failures", f"Failures ({len(bad)} rows: OOM, unsupported, failed)",
+    out.append(Table("failures", f"Failures ({len(bad)} rows: OOM, unsupported, failed, timeout)",
                      ("Model", "Batch", "Measure", "Setting", "Status", "Reason"), body,
                      (False, True, False, False, False, False),
                      notes=("Kept as rows, like convnet-benchmarks' Limitations column; "

@@ -131,7 +131,7 @@ def _best_cell(rows: list[dict]) -> tuple[Cell, float]:
         if r["unstable"]:
             text += f" {cells.UNSTABLE}"
         return Cell(text, title=cells.time_cell(r).title), r["median_ms"]
-    rank = {"oom": 0, "unsupported": 1, "failed": 2}
+    rank = {"oom": 0, "unsupported": 1, "failed": 2, "timeout": 3}
     r = min(rows, key=lambda r: rank.get(r["status"], 3))
     return cells.failure_cell(r), math.nan
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from adapters.registry import load_registry
+from suites.results import OutputError
 from suites.runner import Runner, RunRequest
 from suites.spec import SUITES_DIR, SuiteError, load_suite, resolve_suite_path
 
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--rounds", type=int, default=1,
                      help="run every case's repetitions in this many separate processes "
                           "(suites/rounds.py)")
+    run.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS",
+                     help="time limit of one case (build + one measure); overrides the "
+                          "suite's case_timeout_s (default 1800)")
     validate = commands.add_parser("validate", help="check a suite file without running it")
     validate.add_argument("suite")
     commands.add_parser("list", help="list the bundled suites")
@@ -62,10 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.rounds < 1:
                 raise SuiteError(f"--rounds must be at least 1, got {args.rounds}")
             return run_rounds(RunRequest(args.suite, args.framework, args.device, args.out,
-                                         args.resume, args.seed), args.rounds)
+                                         args.resume, args.seed, args.case_timeout), args.rounds)
         if args.command == "run":
             return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
-                                     args.resume, args.seed)).run()
+                                     args.resume, args.seed, args.case_timeout)).run()
         if args.command == "interleave":
             from suites.interleave import run_interleaved
             if args.blocks < 1:
@@ -84,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             suite = load_suite(path, load_registry())
             print(f"{suite.name:<24} {suite.description}")
         return 0
-    except SuiteError as error:
+    except (SuiteError, OutputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

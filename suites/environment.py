@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 from functools import cache
@@ -78,9 +80,37 @@ def dlbench_commit() -> str:
         return "unknown"
 
 
+MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
+
+
+@cache
+def host_id() -> str:
+    """The host's name plus a short hash of its machine id, so that two machines with one
+    hostname (two VMs both called ``vm``) write and report apart. The machine id is
+    systemd's /etc/machine-id (D-Bus's copy where that is missing); without either, the
+    hash is of the primary network interface's MAC address, and without that the bare
+    hostname is used. DLBENCH_HOST_ID overrides it. Safe as one path component."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", platform.node() or "host")
+    if os.environ.get("DLBENCH_HOST_ID"):
+        return re.sub(r"[^A-Za-z0-9._-]", "_", os.environ["DLBENCH_HOST_ID"])
+    for path in MACHINE_ID_FILES:
+        try:
+            machine = path.read_text().strip()
+        except OSError:
+            continue
+        if machine:
+            return f"{name}-{hashlib.sha256(machine.encode()).hexdigest()[:8]}"
+    import uuid
+    node = uuid.getnode()
+    if not node >> 40 & 1:   # the multicast bit is set when getnode() had to make one up
+        return f"{name}-{hashlib.sha256(str(node).encode()).hexdigest()[:8]}"
+    return name
+
+
 def host_environment(threads: int, affinity: list[int]) -> dict[str, Any]:
     return {
-        "host": platform.node(),
+        "host": host_id(),                # hostname + machine-id hash: see host_id()
+        "hostname": platform.node(),
         "os": platform.platform(),
         "python": platform.python_version(),
         "cpu_model": cpu_model(),

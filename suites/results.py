@@ -7,6 +7,8 @@ status with its reason. The report stage reads nothing else.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -14,8 +16,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
+# Test-only: once the file would pass this many bytes, an append writes part of its line
+# and fails with ENOSPC, as a full disk does (tests/test_faults.py, where no small
+# filesystem can be mounted).
+INJECT_ENOSPC = "DLBENCH_INJECT_ENOSPC_AT"
 
-Status = Literal["ok", "failed", "unsupported", "oom"]
+# "timeout": the case ran past the suite's per-case time limit and its worker was killed.
+Status = Literal["ok", "failed", "unsupported", "oom", "timeout"]
 # Every job also writes a "fingerprint" row: outputs, loss and gradient norms for the
 # cross-framework equivalence check, taken after the timings so first calls stay cold.
 FINGERPRINT = "fingerprint"
@@ -70,6 +77,7 @@ class Row:
     env: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     wall_s: float = 0.0
+    time_limit_s: float | None = None           # the per-case limit a "timeout" row ran into
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -99,29 +107,127 @@ def timing_fields(timing) -> dict[str, Any]:
     }
 
 
+class OutputError(OSError):
+    """The results location cannot be created or written; the message is one line that
+    names the path and the problem."""
+
+
+def output_error(path: Path, error: OSError) -> OutputError:
+    problem = error.strerror or type(error).__name__
+    where = error.filename or path
+    return OutputError(f"cannot write results to {where}: {problem}; finished rows are kept, "
+                       f"run again with --resume once the location is usable")
+
+
 class ResultsFile:
-    """Appends rows to a JSONL file, flushing and fsyncing each, so a crash or Ctrl-C
-    loses only the case in flight."""
+    """Appends rows to a JSONL file so that a crash, a kill or a full disk loses only the
+    case in flight and never damages a finished row:
+
+    * before each append a torn last line (a write cut off by a kill or a full disk) is
+      cut off the file and kept, with its offset, in ``<name>.torn`` so nothing is glued
+      onto it;
+    * each row is one ``os.write`` of the whole line on an ``O_APPEND`` descriptor, then
+      fsynced; if the write fails or is short (``ENOSPC``) the file is truncated back to
+      its previous length, so a row is on disk whole or not at all.
+    """
 
     def __init__(self, path: Path):
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise output_error(path.parent, error) from None
+
+    @property
+    def torn_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".torn")
+
+    def check_writable(self) -> None:
+        """Open the file for appending (creating it) and repair a torn tail, so that an
+        unusable location is reported before anything runs."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                self._repair_tail(fd)
+            finally:
+                os.close(fd)
+        except OutputError:
+            raise
+        except OSError as error:
+            raise output_error(self.path, error) from None
+
+    def _repair_tail(self, fd: int) -> None:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return
+        with self.path.open("rb") as reader:
+            reader.seek(size - 1)
+            if reader.read(1) == b"\n":
+                return
+            # Find the last newline: everything after it is a torn row.
+            start = size - 1
+            block = 1 << 16
+            cut = 0
+            while start > 0:
+                begin = max(0, start - block)
+                reader.seek(begin)
+                chunk = reader.read(start - begin)
+                at = chunk.rfind(b"\n")
+                if at >= 0:
+                    cut = begin + at + 1
+                    break
+                start = begin
+            reader.seek(cut)
+            torn = reader.read(size - cut)
+        try:
+            with self.torn_path.open("ab") as keep:
+                keep.write(f"# {len(torn)} bytes cut from offset {cut} of {self.path.name}\n"
+                           .encode() + torn + b"\n")
+                keep.flush()
+                os.fsync(keep.fileno())
+        except OSError as error:
+            raise output_error(self.torn_path, error) from None
+        os.ftruncate(fd, cut)
+        os.fsync(fd)
 
     def append(self, row: Row) -> None:
-        line = json.dumps(row.to_json(), sort_keys=False, allow_nan=False, default=str)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        line = (json.dumps(row.to_json(), sort_keys=False, allow_nan=False, default=str)
+                + "\n").encode("utf-8")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise output_error(self.path, error) from None
+        try:
+            self._repair_tail(fd)
+            before = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, _injected_full_disk(before, line))
+                if written != len(line):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+                os.fsync(fd)
+            except OSError as error:
+                # If even this fails, the torn tail is cut off before the next append.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, before)
+                raise output_error(self.path, error) from None
+        finally:
+            os.close(fd)
 
     def finished_case_ids(self) -> set[str]:
         """Case ids already recorded, for ``--resume``; a torn last line is ignored."""
         done: set[str] = set()
         if not self.path.exists():
             return done
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 done.add(json.loads(line)["case_id"])
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
         return done
+
+
+def _injected_full_disk(size: int, line: bytes) -> bytes:
+    limit = os.environ.get(INJECT_ENOSPC)
+    if limit is None or size + len(line) <= int(limit):
+        return line
+    return line[:max(0, int(limit) - size)]

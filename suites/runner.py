@@ -4,29 +4,38 @@ per thread setting, shows progress, and survives what a case can do to its proce
 * ``--resume`` skips every case already in the results file.
 * A worker that dies (a segfault, the kernel's OOM killer) leaves a ``failed`` row for the
   measurements it had in flight; the runner starts a new worker for the rest.
+* A case (its build plus one measure) that runs past the suite's ``case_timeout_s`` (or
+  ``--case-timeout``) becomes a ``timeout`` row; the worker's whole process tree is killed
+  and a fresh worker goes on with the rest.
+* An output location that cannot be created or written (under a regular file, read-only,
+  a full disk) is one line on stderr and exit 2; finished rows stay intact.
 * Ctrl-C stops at once; every finished row is already on disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import platform
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import psutil
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from adapters.registry import FrameworkEntry, load_registry
-from suites.environment import host_environment, nvidia_smi, physical_cores, usable_cpus
-from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings
-from suites.spec import Job, SuiteError, expand, load_suite, resolve_suite_path, suggest
+from suites.environment import host_environment, host_id, nvidia_smi, physical_cores, usable_cpus
+from suites.results import FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
+from suites.spec import Job, SuiteError, check_case_timeout, expand, load_suite, resolve_suite_path, suggest
 from suites.truth_check import fill_cache
 from suites.worker import EVENT_PREFIX, Plan
 
@@ -41,10 +50,13 @@ class RunRequest:
     out: Path
     resume: bool = False
     seed: int = 0
+    case_timeout_s: float | None = None   # overrides the suite's case_timeout_s
 
 
 def results_path(out: Path, suite: str, framework: str, device: str) -> Path:
-    return out / suite / platform.node() / f"{framework}_{device}.jsonl"
+    # host_id(): hostname plus a machine-id hash, so two hosts named alike never share a
+    # file. Results written under the bare hostname by older versions still load.
+    return out / suite / host_id() / f"{framework}_{device}.jsonl"
 
 
 def case_key(suite: str, framework: str, device: str, job: Job, measure: str) -> CaseKey:
@@ -74,6 +86,8 @@ def plan_jobs(request: RunRequest) -> tuple[str, Path, list[Job]]:
     """Validate everything and return the suite name, results path and jobs."""
     entry = framework_entry(request.framework, request.device)
     suite = load_suite(resolve_suite_path(request.suite), load_registry())
+    if request.case_timeout_s is not None:
+        check_case_timeout("--case-timeout", request.case_timeout_s)
     jobs = expand(suite, entry, request.device, usable_cpus(), physical_cores())
     if not jobs:
         raise SuiteError(f"suite '{suite.name}' has no cases for {entry.name} on {request.device}")
@@ -88,8 +102,12 @@ class Runner:
     def __init__(self, request: RunRequest):
         self.request = request
         self.suite, self.path, jobs = plan_jobs(request)
+        self.case_timeout_s = request.case_timeout_s or load_suite(
+            resolve_suite_path(request.suite), load_registry()).case_timeout_s
         self.entry = load_registry()[request.framework]
         self.results = ResultsFile(self.path)
+        self.results.check_writable()   # an unusable --out fails here, before anything runs
+        self.fatal: str | None = None
         done = self.results.finished_case_ids() if request.resume else set()
         self.pending: list[tuple[Job, list[str]]] = []
         for job in jobs:
@@ -129,12 +147,18 @@ class Runner:
                 for (threads, _), items in groups.items():
                     code = self.run_group(threads, items, progress, task)
                     if code:
-                        return code
+                        break
+                else:
+                    code = 0
             except KeyboardInterrupt:
                 progress.stop()
                 console.print(f"[yellow]interrupted[/]: finished rows are in {self.path}; "
                               f"run again with --resume to complete the rest")
                 return 130
+        if code:
+            # One plain line (rich would wrap a long path over several).
+            print(f"error: {self.fatal}", file=sys.stderr)
+            return code
         counts = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items()))
         console.print(f"done: {counts or 'nothing to do'} → {self.path}")
         return 0
@@ -169,7 +193,7 @@ class Runner:
                         cache_dir)
             finished, code, fatal = self.run_worker(plan, progress, task)
             if fatal:
-                console.print(f"[red]error[/]: {fatal}")
+                self.fatal = fatal
                 return 2
             if code == 130:
                 raise KeyboardInterrupt
@@ -185,42 +209,67 @@ class Runner:
         return 0
 
     def record_without_worker(self, job: Job, names: list[str], status: str, reason: str,
-                              progress, task) -> None:
+                              progress, task, time_limit_s: float | None = None,
+                              wall_s: float = 0.0) -> None:
         # The host's description, so that the report files these rows beside the ones
         # a worker wrote (the framework's version and GPU name are known only there).
         env = host_environment(job.threads, [])
         if job.device == "gpu":
             env["gpu_model"] = nvidia_smi("name")
         for name in names:
-            self.results.append(Row(self.key(job, name), status, reason, env=env))
+            self.results.append(Row(self.key(job, name), status, reason, env=env,
+                                    time_limit_s=time_limit_s, wall_s=round(wall_s, 3)))
             self.statuses[status] += 1
             progress.advance(task)
 
     def run_worker(self, plan: Plan, progress, task) -> tuple[set[str], int, str | None]:
+        """Run one worker until it exits or a case passes the time limit. Returns the case
+        ids it finished (timeouts included), its exit code (0 after a timeout: a fresh
+        worker goes on) and a fatal error, if any."""
         finished: set[str] = set()
         fatal = None
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
             plan_file = Path(handle.name)
         plan.to_file(plan_file)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # In flight: the cases a timeout would cover (all of a job's pending measures while
+        # it builds, then the one measure) and when they started.
+        in_flight: list[str] = []
+        started = time.monotonic()
         try:
-            with self.log_path.open("a") as log:
+            with self.log_path.open("ab", buffering=0) as log:
                 proc = subprocess.Popen([sys.executable, "-m", "suites.worker", str(plan_file)],
                                         stdout=subprocess.PIPE, stderr=log, text=True, env=env,
                                         cwd=Path(__file__).resolve().parent.parent)
+                lines: queue.Queue[str | None] = queue.Queue()
+                threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
                 try:
-                    for line in proc.stdout:
+                    while True:
+                        wait = started + self.case_timeout_s - time.monotonic() if in_flight \
+                            else None
+                        try:
+                            line = lines.get(timeout=max(wait, 0.0) if wait is not None else None)
+                        except queue.Empty:
+                            kill_tree(proc)
+                            self.record_timeouts(in_flight, time.monotonic() - started,
+                                                 progress, task)
+                            finished.update(in_flight)
+                            return finished, 0, None
+                        if line is None:
+                            break
                         if not line.startswith(EVENT_PREFIX):
-                            log.write(line)
+                            _log_write(log, line)
                             continue
                         event = json.loads(line[len(EVENT_PREFIX):])
                         if "fatal" in event:
                             fatal = event["fatal"]
                         elif "job" in event:
                             progress.update(task, description=event["job"])
+                        elif "start" in event:
+                            in_flight, started = list(event["start"]), time.monotonic()
                         else:
                             finished.add(event["case_id"])
+                            in_flight = []
                             self.report(event, progress)
                             progress.advance(task)
                     code = proc.wait()
@@ -228,11 +277,30 @@ class Runner:
                     try:
                         proc.wait(timeout=30)
                     except subprocess.TimeoutExpired:
-                        proc.kill()
+                        kill_tree(proc)
                     raise
+        except OSError as error:
+            if isinstance(error, OutputError):
+                raise
+            raise OutputError(f"cannot write the log {self.log_path}: "
+                              f"{error.strerror or error}; finished rows are kept, run again "
+                              f"with --resume once the location is usable") from None
         finally:
             plan_file.unlink(missing_ok=True)
         return finished, code, fatal
+
+    def record_timeouts(self, case_ids: list[str], wall_s: float, progress, task) -> None:
+        """``timeout`` rows; ``wall_s`` is from the case's start to its worker's death."""
+        by_id = {self.key(job, name).id(): (job, name) for job, names in self.pending
+                 for name in names}
+        limit = self.case_timeout_s
+        reason = (f"ran past the case time limit of {limit:g} s; the worker's process tree "
+                  f"was killed")
+        for case_id in case_ids:
+            job, name = by_id[case_id]
+            self.record_without_worker(job, [name], "timeout", reason, progress, task,
+                                       time_limit_s=limit, wall_s=wall_s)
+            progress.console.print(f"[red]timeout[/] {case_id.split('/', 1)[1]}: {reason}")
 
     def report(self, event: dict, progress) -> None:
         status = event["status"]
@@ -243,3 +311,32 @@ class Runner:
         elif event.get("median_ms") is not None:
             flag = " [yellow](unstable)[/]" if event.get("unstable") else ""
             progress.console.print(f"ok {case}: {event['median_ms']:.3f} ms{flag}")
+
+
+def _pump(stream, lines: queue.Queue) -> None:
+    """The worker's stdout, line by line, onto a queue the runner reads with a deadline."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _log_write(log, line: str) -> None:
+    # The log is diagnostic; a full disk shows up where rows are written.
+    with contextlib.suppress(OSError):
+        log.write(line.encode("utf-8", "replace"))
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker and every process it started (compiler jobs, a framework's
+    helpers), children first so none is re-parented and left running."""
+    try:
+        parent = psutil.Process(proc.pid)
+        children = parent.children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    proc.kill()
+    proc.wait()
+    psutil.wait_procs(children, timeout=10)

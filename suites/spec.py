@@ -4,6 +4,8 @@ A suite is TOML::
 
     name = "default-cpu"
     description = "..."
+    case_timeout_s = 1800   # optional: a case (build + one measure) running longer becomes
+                            # a "timeout" row and its worker is killed; --case-timeout overrides
     [timer]                 # optional overrides of suites.timer.TimerSettings
     budget_s = 3.0
     [[cases]]               # each table is a cross product
@@ -46,6 +48,10 @@ SUITES_DIR = Path(__file__).parent
 DEVICES = ("cpu", "gpu")
 COMPILE_CACHES = ("cold", "warm")
 MAX_BATCH = 1 << 20
+# Long enough for the slowest seed case on a CPU (an epoch of 124 batches of a large
+# network, after its first call and warm-up), short enough that a hung kernel or compile
+# costs half an hour rather than the rest of the run.
+DEFAULT_CASE_TIMEOUT_S = 1800.0
 
 
 class SuiteError(ValueError):
@@ -78,6 +84,7 @@ class Suite:
     path: Path
     timer: TimerSettings
     groups: tuple[CaseGroup, ...]
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -202,7 +209,7 @@ def load_suite(path: Path, registry: dict[str, FrameworkEntry]) -> Suite:
         raise SuiteError(f"{where}: no such suite file") from None
     except tomllib.TOMLDecodeError as error:
         raise SuiteError(f"{where}: malformed TOML: {error}") from None
-    _check_keys(where, data, ["name", "description", "timer", "cases"])
+    _check_keys(where, data, ["name", "description", "timer", "cases", "case_timeout_s"])
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
         raise SuiteError(f"{where}: 'name' must be letters, digits, '-' or '_', got {name!r}")
@@ -212,7 +219,15 @@ def load_suite(path: Path, registry: dict[str, FrameworkEntry]) -> Suite:
         raise SuiteError(f"{where}: needs at least one [[cases]] table")
     groups = tuple(_group(f"{where} cases[{i}]", table, registry, timer)
                    for i, table in enumerate(cases))
-    return Suite(name, str(data.get("description", "")), path, timer, groups)
+    case_timeout = check_case_timeout(where, data.get("case_timeout_s", DEFAULT_CASE_TIMEOUT_S))
+    return Suite(name, str(data.get("description", "")), path, timer, groups, case_timeout)
+
+
+def check_case_timeout(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SuiteError(f"{where}: 'case_timeout_s' must be a positive number of seconds, "
+                         f"got {value!r}")
+    return float(value)
 
 
 def _timer(where: str, table: Any, base: TimerSettings) -> TimerSettings:
@@ -226,7 +241,19 @@ def _timer(where: str, table: Any, base: TimerSettings) -> TimerSettings:
                 timer_fields[key] == "int" and not isinstance(value, int):
             raise SuiteError(f"{where}: '{key}' must be a non-negative "
                              f"{timer_fields[key]}, got {value!r}")
-    return replace(base, **table)
+    timer = replace(base, **table)
+    check_timer(where, timer)
+    return timer
+
+
+def check_timer(where: str, timer: TimerSettings) -> None:
+    """Settings the timer cannot work with (no sample to take, no time to take it in)."""
+    if not 1 <= timer.min_samples <= timer.max_samples:
+        raise SuiteError(f"{where}: need 1 <= min_samples <= max_samples, got min_samples = "
+                         f"{timer.min_samples}, max_samples = {timer.max_samples}")
+    for name in ("budget_s", "rel_ci"):
+        if not getattr(timer, name) > 0:
+            raise SuiteError(f"{where}: '{name}' must be positive, got {getattr(timer, name)!r}")
 
 
 def resolve_suite_path(name_or_path: str) -> Path:

@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -23,9 +24,12 @@ from typing import Any
 
 from adapters.measures import COUNTERS, EPOCH_MEASURES, PROFILE
 from suites.environment import host_environment, limit_cpus
-from suites.results import FINGERPRINT, CaseKey, ResultsFile, Row, Settings
+from suites.results import FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
 
 EVENT_PREFIX = "@@dlbench "
+# Test-only: a case whose id contains this string hangs (in a child process the worker
+# waits on, so the runner's time limit has a whole process tree to kill).
+INJECT_HANG = "DLBENCH_INJECT_HANG"
 INTERRUPTED = threading.Event()
 
 
@@ -70,6 +74,12 @@ class Plan:
 
 def emit(event: dict[str, Any]) -> None:
     print(EVENT_PREFIX + json.dumps(event), flush=True)
+
+
+def hang_if_injected(case_id: str) -> None:
+    marker = os.environ.get(INJECT_HANG)
+    if marker and marker in case_id:
+        subprocess.run([sys.executable, "-c", "import time; time.sleep(1e6)", marker])
 
 
 def one_line(error: BaseException) -> str:
@@ -127,6 +137,8 @@ class Worker:
 
         pending = list(job["pending"])
         emit({"job": f"{job['model']} b{job['batch']} {job['precision']} {job['variant']}"})
+        # The runner's per-case time limit: the build counts against every pending measure.
+        emit({"start": [key(name).id() for name in pending]})
         started = time.perf_counter()
         prepared = None
         try:
@@ -139,7 +151,7 @@ class Worker:
             prepared = self.adapter.prepare(model, weights, batch, case)
             del weights
         except BaseException as error:  # the whole job fails the same way
-            if isinstance(error, KeyboardInterrupt):
+            if isinstance(error, (KeyboardInterrupt, OutputError)):
                 raise
             status, reason = self.classify(error, Unsupported)
             for name in pending:
@@ -152,6 +164,8 @@ class Worker:
                 if name in timed:
                     continue
                 check_interrupt()
+                emit({"start": [key(name).id()]})
+                hang_if_injected(key(name).id())
                 started = time.perf_counter()
                 if name == FINGERPRINT:
                     self.fingerprint_row(prepared, key(name), info, started, Unsupported,
@@ -167,7 +181,7 @@ class Worker:
                         from suites.counters import counters_fields
                         fields = counters_fields(self.plan, job, self.profiled_measure())
                     self.write(key(name), "ok", "", started, model_info=info, **fields)
-                except KeyboardInterrupt:
+                except (KeyboardInterrupt, OutputError):
                     raise
                 except BaseException as error:
                     status, reason = self.classify(error, Unsupported)
@@ -199,6 +213,7 @@ class Worker:
         def repeat(name: str, index: int):
             check_interrupt()
             if name not in steps:
+                hang_if_injected(key(name).id())
                 started[name] = time.perf_counter()
                 steps[name] = self.timed_step(prepared, name, model, job)
                 prepared.reset_peak_memory()
@@ -274,7 +289,7 @@ class Worker:
             fingerprint = fingerprint_fields(prepared, model, batch, self.plan.seed, unsupported)
             self.write(case_key, "ok", "", started, fingerprint=fingerprint,
                        model_info=info)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, OutputError):
             raise
         except BaseException as error:
             status, reason = self.classify(error, unsupported)
@@ -301,6 +316,9 @@ def main(argv: list[str]) -> int:
         Worker(plan).run()
     except KeyboardInterrupt:
         return 130
+    except OutputError as error:   # the results location became unusable (a full disk)
+        emit({"fatal": str(error)})
+        return 3
     except Exception as error:  # the adapter could not start: no device, no framework
         from adapters.base import DeviceUnavailable
         if isinstance(error, (DeviceUnavailable, ImportError)):

@@ -76,7 +76,8 @@ def make_row(model: str, batch: int, measure: str, framework: str, device: str,
             "model_info": {"family": model.rstrip("0123456789"), "params": params,
                            "flops_per_example": flops, "input_shape": shape},
             "fingerprint": fp, "profile": profile, "framework_profile": framework_profile,
-            "counters": counters, "env": env, "started_at": started, "wall_s": 3.0}
+            "counters": counters, "env": env, "started_at": started, "wall_s": 3.0,
+            "time_limit_s": None}
 
 
 def cpu_rows() -> list[dict]:

@@ -29,10 +29,11 @@ from adapters.base import (
 )
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS, device_timeline, summarise
-from adapters.tf.network import NCHW, NHWC, Context, Conv2d, Dense, Layout, Lengths, build
+from adapters.tf.network import NCHW, NHWC, Context, Conv2d, Dense, Layout, Lengths, build, grouped_conv_runs
 from adapters.tf.settings import describe_settings, settings_in_force
 from models.inputs import Batch
-from models.ir import Model
+from models.ir import Conv2d as IRConv2d
+from models.ir import Model, all_nodes
 from models.weights import Weights
 
 
@@ -172,6 +173,8 @@ class ConvBackward:
         self.device, self.layer, self.has_bias = device, layer, layer.bias is not None
         self.conv = dict(strides=layer.strides, padding=layer.padding,
                          data_format=layer.layout.name)
+        self.groups = layer.groups   # > 1 only where the grouped kernels are missing
+        self.axis = layer.layout.channel_axis
         with tf.device(device):
             self.x = tf.cast(layer.pad(x), dtype)  # the input the convolution kernel sees
             self.w = tf.cast(tf.convert_to_tensor(layer.weight), dtype)
@@ -184,14 +187,32 @@ class ConvBackward:
 
     def grad_input(self) -> tf.Tensor:
         with tf.device(self.device):
-            dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=self.x_shape, filter=self.w,
-                                                out_backprop=self.g, **self.conv)
+            if self.groups == 1:
+                dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=self.x_shape, filter=self.w,
+                                                    out_backprop=self.g, **self.conv)
+            else:
+                xs = tf.split(self.x, self.groups, axis=self.axis)
+                dx = tf.concat([tf.raw_ops.Conv2DBackpropInput(
+                    input_sizes=tf.shape(x), filter=w, out_backprop=g, **self.conv)
+                    for x, w, g in zip(xs, tf.split(self.w, self.groups, axis=-1),
+                                       tf.split(self.g, self.groups, axis=self.axis),
+                                       strict=True)],
+                    axis=self.axis)
             return self.layer.crop(dx)  # tf.pad's gradient
 
     def grad_weight(self) -> tuple[tf.Tensor, ...]:
         with tf.device(self.device):
-            dw = tf.raw_ops.Conv2DBackpropFilter(input=self.x, filter_sizes=self.w_shape,
-                                                 out_backprop=self.g, **self.conv)
+            if self.groups == 1:
+                dw = tf.raw_ops.Conv2DBackpropFilter(input=self.x, filter_sizes=self.w_shape,
+                                                     out_backprop=self.g, **self.conv)
+            else:
+                ws = tf.split(self.w, self.groups, axis=-1)
+                dw = tf.concat([tf.raw_ops.Conv2DBackpropFilter(
+                    input=x, filter_sizes=tf.shape(w), out_backprop=g, **self.conv)
+                    for x, w, g in zip(tf.split(self.x, self.groups, axis=self.axis), ws,
+                                       tf.split(self.g, self.groups, axis=self.axis),
+                                       strict=True)],
+                    axis=-1)
             if not self.has_bias:
                 return (dw,)
             return dw, tf.raw_ops.BiasAddGrad(out_backprop=self.g,
@@ -422,9 +443,13 @@ class TFPrepared(Prepared):
         # variables (cast where used), float32 loss.
         self.dtype = tf.bfloat16 if bf16 else tf.float32
         with tf.device(self.device):
+            # XLA compiles grouped convolutions itself; the other variants run TensorFlow's
+            # kernels, which may lack groups (network.grouped_conv_runs).
+            grouped = any(isinstance(n, IRConv2d) and n.groups > 1 for n in all_nodes(model))
+            split_groups = grouped and variant != "xla" and not grouped_conv_runs(self.device)
             self.frozen, self.body, self.params = build(
                 model, weights, cudnn_lstm(self.on_gpu, variant, case.precision),
-                "mixed_bfloat16" if bf16 else "float32", self.layout)
+                "mixed_bfloat16" if bf16 else "float32", self.layout, split_groups)
         self.inputs = place_batch(model, batch, self.device, self.layout)
         self.x = self.inputs["x"]
         self.host_x = _placed("/CPU:0", self.x.numpy())
@@ -434,7 +459,8 @@ class TFPrepared(Prepared):
         self.extra = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                       "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
                       "layout": self.layout.name if model.input.kind == "image" else "NC",
-                      "tf_settings": settings_in_force(self.on_gpu)}
+                      "tf_settings": settings_in_force(self.on_gpu),
+                      **({"grouped_conv_split": split_groups} if grouped else {})}
         compile_fn = COMPILE[variant]
         self.run_forward = compile_fn(self._forward)
         self.run_gradient = compile_fn(self._gradient)

@@ -169,16 +169,24 @@ class Concat:
 class Conv2d:
     """tf.nn.conv2d with an HWIO filter in the network's layout. Grouped convolution is
     the same op: a filter whose input depth is the input's depth / groups (tf.nn.conv2d
-    docs), which oneDNN and cuDNN run as one grouped kernel."""
+    docs), which oneDNN and cuDNN run as one grouped kernel. TensorFlow's own (Eigen) CPU
+    kernels have no groups for the fused Conv2D + BiasAdd + Relu that Grappler makes, nor
+    for Conv2DBackpropInput; where ``grouped_conv_runs`` finds them missing,
+    ``split_groups`` computes the same function as one convolution per group over its
+    slice of the input and of the filter's output channels, concatenated, with the bias
+    added after the concatenation (so nothing fuses into the grouped op). The weight
+    stays one variable."""
 
     def __init__(self, weight: tf.Variable, bias: tf.Variable | None, stride: ir.Pair,
-                 padding: str, explicit: list[list[int]] | None, layout: Layout = NHWC):
+                 padding: str, explicit: list[list[int]] | None, layout: Layout = NHWC,
+                 groups: int = 1, split_groups: bool = False):
         self.weight = weight
         self.bias = bias
         self.layout = layout
         self.strides = layout.window(stride)
         self.padding = padding
         self.explicit = explicit   # (before, after) of height and width, or None
+        self.groups = groups if split_groups else 1
 
     def pad(self, x):
         return x if self.explicit is None else tf.pad(x, self.layout.paddings(*self.explicit))
@@ -195,11 +203,51 @@ class Conv2d:
         return dx[tuple(index)]
 
     def __call__(self, x, ctx):
-        y = tf.nn.conv2d(self.pad(x), _cast(self.weight, ctx), self.strides, self.padding,
-                         data_format=self.layout.name)
+        weight = _cast(self.weight, ctx)
+        if self.groups == 1:
+            y = tf.nn.conv2d(self.pad(x), weight, self.strides, self.padding,
+                             data_format=self.layout.name)
+        else:
+            axis = self.layout.channel_axis
+            slices = zip(tf.split(self.pad(x), self.groups, axis=axis),
+                         tf.split(weight, self.groups, axis=-1), strict=True)
+            y = tf.concat([tf.nn.conv2d(xs, ws, self.strides, self.padding,
+                                        data_format=self.layout.name)
+                           for xs, ws in slices], axis=axis)
         # BiasAdd (not +) so Grappler fuses Conv2D + BiasAdd + Relu, as for Keras's Conv2D.
         return y if self.bias is None else tf.nn.bias_add(y, _cast(self.bias, ctx),
                                                           data_format=self.layout.name)
+
+
+_GROUPED_CONV_RUNS: dict[str, bool] = {}
+
+
+def grouped_conv_runs(device: str) -> bool:
+    """Whether this process's TensorFlow runs a grouped convolution as one op on
+    ``device``: forward and gradient of conv + bias + ReLU, in graph mode (where Grappler
+    fuses them) and eagerly. oneDNN builds and cuDNN do; TensorFlow's Eigen CPU kernels
+    (``TF_ENABLE_ONEDNN_OPTS=0``, or a CPU TensorFlow does not enable oneDNN on) do not.
+    Probed once per device on a tiny input."""
+    if device not in _GROUPED_CONV_RUNS:
+        with tf.device(device):
+            x = tf.ones([1, 4, 4, 4])
+            w = tf.Variable(tf.ones([3, 3, 2, 4]))
+            b = tf.Variable(tf.zeros([4]))
+
+            def step(x):
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b))
+                    loss = tf.reduce_sum(y)
+                return y, tape.gradient(loss, [x, w, b])
+
+            try:
+                step(x)
+                tf.function(step)(x)
+                _GROUPED_CONV_RUNS[device] = True
+            except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError):
+                _GROUPED_CONV_RUNS[device] = False
+    return _GROUPED_CONV_RUNS[device]
 
 
 class Pool2d:
@@ -408,6 +456,7 @@ class Builder:
         self.layout = layout
         self.cudnn_lstm = cudnn_lstm
         self.policy = policy
+        self.split_groups = False
         # Per-example canonical (C, H, W) shapes around every node, from the IR analysis.
         self.shapes = {layer.name: (layer.in_shape, layer.out_shape)
                        for layer in analyse(model).layers}
@@ -459,7 +508,8 @@ class Builder:
                                                node.stride, node.padding)
             return Conv2d(self.variable(f"{node.name}.weight", weight),
                           self.variable(f"{node.name}.bias") if node.bias else None,
-                          node.stride, padding, explicit, self.layout)
+                          node.stride, padding, explicit, self.layout, node.groups,
+                          self.split_groups)
         if isinstance(node, ir.Pool2d):
             (_, *in_hw), (_, *out_hw) = self.shapes[node.name]
             return Pool2d(node, tuple(in_hw), tuple(out_hw), self.layout)
@@ -502,12 +552,14 @@ class Builder:
 
 
 def build(model: ir.Model, weights: Weights, cudnn_lstm: bool = True,
-          policy: str = "float32", layout: Layout = NHWC
+          policy: str = "float32", layout: Layout = NHWC, split_groups: bool = False,
           ) -> tuple[Sequence, Sequence, dict[str, tf.Variable]]:
     """(frozen prefix, trainable body, canonical name -> body variable). ``policy`` is
     the Keras dtype policy of Keras-built layers ("mixed_bfloat16" under bf16); ``layout``
-    the activations' layout."""
+    the activations' layout; ``split_groups`` runs grouped convolutions one group at a
+    time (see Conv2d)."""
     builder = Builder(model, weights, cudnn_lstm, policy, layout)
+    builder.split_groups = split_groups
     builder.trainable = False
     frozen = builder.sequence(model.frozen)
     frozen_names = set(builder.params)

@@ -83,7 +83,7 @@ name = "warm"
 [timer]
 warmup = 0
 min_samples = 1
-budget_s = 0.0
+budget_s = 0.001
 [[cases]]
 models = ["lenet_tiny"]
 batches = [2]
