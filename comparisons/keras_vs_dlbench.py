@@ -346,8 +346,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-samples", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=1,
                         help="A-B-B-A repetitions per pair (more where the load shifts)")
-    parser.add_argument("--min-samples", type=int, default=5,
-                        help="fewest samples per timing (CI's smoke run uses 2)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     models = [m for m in args.models.split(",") if m]

@@ -80,16 +80,19 @@ def dlbench_commit() -> str:
         return "unknown"
 
 
-MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
+# systemd's and D-Bus's machine ids, then the firmware's (SMBIOS) system UUID: some VM
+# images ship an empty /etc/machine-id (a GPU host used for dlbench's published data does).
+MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"),
+                    Path("/sys/class/dmi/id/product_uuid"))
 
 
 @cache
 def host_id() -> str:
     """The host's name plus a short hash of its machine id, so that two machines with one
     hostname (two VMs both called ``vm``) write and report apart. The machine id is
-    systemd's /etc/machine-id (D-Bus's copy where that is missing); without either, the
-    hash is of the primary network interface's MAC address, and without that the bare
-    hostname is used. DLBENCH_HOST_ID overrides it. Safe as one path component."""
+    systemd's /etc/machine-id (D-Bus's copy, or the firmware's system UUID, where that is
+    missing or empty); without any, the hash is of the primary network interface's MAC
+    address, and without that the bare hostname is used. DLBENCH_HOST_ID overrides it. Safe as one path component."""
     name = re.sub(r"[^A-Za-z0-9._-]", "_", platform.node() or "host")
     if os.environ.get("DLBENCH_HOST_ID"):
         return re.sub(r"[^A-Za-z0-9._-]", "_", os.environ["DLBENCH_HOST_ID"])

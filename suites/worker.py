@@ -212,6 +212,10 @@ class Worker:
 
         def repeat(name: str, index: int):
             check_interrupt()
+            # The runner's time limit covers each repetition of the measure being timed,
+            # so a hang in one measure times out that measure alone and a fresh worker
+            # goes on with the job's others.
+            emit({"start": [key(name).id()]})
             if name not in steps:
                 hang_if_injected(key(name).id())
                 started[name] = time.perf_counter()
