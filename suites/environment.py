@@ -92,7 +92,8 @@ def host_id() -> str:
     hostname (two VMs both called ``vm``) write and report apart. The machine id is
     systemd's /etc/machine-id (D-Bus's copy, or the firmware's system UUID, where that is
     missing or empty); without any, the hash is of the primary network interface's MAC
-    address, and without that the bare hostname is used. DLBENCH_HOST_ID overrides it. Safe as one path component."""
+    address, and without that the bare hostname is used. DLBENCH_HOST_ID overrides it.
+    Safe as one path component."""
     name = re.sub(r"[^A-Za-z0-9._-]", "_", platform.node() or "host")
     if os.environ.get("DLBENCH_HOST_ID"):
         return re.sub(r"[^A-Za-z0-9._-]", "_", os.environ["DLBENCH_HOST_ID"])
