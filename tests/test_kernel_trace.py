@@ -222,6 +222,7 @@ class FakeCupti:
 
     def __init__(self, launches):
         self.launches = launches       # appended to by the fake step
+        self.now = 0                   # the fake CUPTI clock (ns), advanced by each launch
         self.enabled: set[int] = set()
         self.callbacks = None
         self.calls: list[str] = []
@@ -236,6 +237,9 @@ class FakeCupti:
         self.enabled.add(int(kind))
         self.calls.append("enable")
 
+    def get_timestamp(self):
+        return self.now
+
     def activity_disable(self, kind):
         self.enabled.discard(int(kind))
         self.calls.append("disable")
@@ -249,6 +253,7 @@ class FakeCupti:
         records = [Activity(self.ActivityKind.CONCURRENT_KERNEL, name, start, end)
                    for name, start, end in self.launches]
         records.append(Activity(self.ActivityKind.MEMCPY, "memcpy", 0, 5))   # not a kernel
+        records += records[:1]         # a record delivered twice counts once
         self.launches.clear()          # CUPTI hands each record back once
         self.callbacks(records)
         self.calls.append(f"flush{flag}")
@@ -259,7 +264,9 @@ def fake_cupti(monkeypatch):
     import sys
     import types
 
-    launches: list[tuple[str, int, int]] = []
+    # A kernel another CUPTI client (Kineto, run earlier) left in CUPTI's buffers, from
+    # before the traced window: the flush hands it over, the tracer must drop it.
+    launches: list[tuple[str, int, int]] = [("stale_kernel_of_another_client", -3000, -1000)]
     fake = FakeCupti(launches)
     package = types.ModuleType("cupti")
     package.cupti = fake
@@ -281,8 +288,9 @@ class TracedPrepared(FakePrepared):
 
         def run():
             self.runs += 1
+            start = self.cupti.now
+            self.cupti.now += 500_000
             if self.cupti.enabled:
-                start = 1000 * self.runs
                 self.cupti.launches.append((name, start, start + 400_000))   # 0.4 ms
         return run
 
@@ -293,8 +301,8 @@ def test_gpu_profile_comes_from_the_tracer_beside_the_framework_profiler(fake_cu
     profile = fields["profile"]
     assert profile["tool"].startswith("CUPTI")
     assert profile["iterations"] == 3 and profile["kernel_level"]
-    # Three traced gradient runs of one 0.4 ms kernel (the forward trace's kernels and the
-    # memcpy record are not in it).
+    # Three traced gradient runs of one 0.4 ms kernel (the forward trace's kernels, the
+    # memcpy record, the stale kernel and the duplicate are not in it).
     assert math.isclose(profile["total_ms"], 0.4, rel_tol=REL)
     assert profile["top_kernels"][0]["name"].startswith("sm90_xmma_wgrad")
     assert profile["conv_families"] == pytest.approx({"implicit GEMM": 0.4})
