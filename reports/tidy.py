@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from adapters.kernel_trace import dominant_family  # plain data: no framework, no cupti
 from reports.load import Loaded
 
 # compile_cache ("", "cold", "warm"; Bahrampour Table 8) is part of the identity: a cold and a
@@ -88,20 +89,14 @@ def flatten_profile(profile: dict | None) -> dict:
         # Kernel-tracer profiles (GPU): host ms per traced iteration and the convolution
         # kernel families, of the forward pass where it was traced apart.
         "profile_wall_ms": _number(profile.get("wall_ms")),
-        "profile_conv_family": _dominant(profile.get("forward_conv_families")
-                                         or profile.get("conv_families")),
+        "profile_conv_family": dominant_family(profile.get("forward_conv_families")
+                                               or profile.get("conv_families") or {}),
         "profile_conv_families": json.dumps(profile.get("forward_conv_families")
                                             or profile.get("conv_families") or {}),
         # adapters.profiling.device_timeline's per-iteration figures, where recorded.
         "profile_timeline": json.dumps(profile.get("timeline")) if profile.get("timeline")
         else "",
     }
-
-
-def _dominant(families: dict | None) -> str:
-    """The kernel family with the most convolution time ("other" only when alone)."""
-    named = {k: v for k, v in (families or {}).items() if k != "other"} or (families or {})
-    return max(named, key=named.get) if named else ""
 
 
 def flatten_counters(counters: dict | None) -> dict:
