@@ -12,6 +12,7 @@ processes, engines and collectives a timed case uses), for the correctness check
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +31,9 @@ class LaunchFailed(RuntimeError):
         self.outcome = outcome
 
 
-def distributed_gradients(framework: str, model: str, devices: int, per_device_batch: int,
-                          device: str = "cpu", hosts: int = 1, seed: int = 0,
-                          timeout_s: float = 300) -> tuple[float, dict[str, np.ndarray]]:
+def _launch_gradients(framework: str, model: str, devices: int, per_device_batch: int,
+                      device: str, hosts: int, seed: int, timeout_s: float
+                      ) -> tuple[float, dict[str, np.ndarray]]:
     with tempfile.TemporaryDirectory(prefix="dlbench-dp-grad-") as scratch:
         result = Path(scratch) / "gradients.npz"
         spec = RankSpec(framework, device, model, per_device_batch, devices, "weak", 0, 0, seed,
@@ -49,6 +50,24 @@ def distributed_gradients(framework: str, model: str, devices: int, per_device_b
             loss = float(data["__loss__"])
             grads = {name: np.array(data[name]) for name in data.files if name != "__loss__"}
     return loss, grads
+
+
+def distributed_gradients(framework: str, model: str, devices: int, per_device_batch: int,
+                          device: str = "cpu", hosts: int = 1, seed: int = 0,
+                          timeout_s: float = 300) -> tuple[float, dict[str, np.ndarray]]:
+    """The all-reduced gradient. What this checks is arithmetic, so a launch whose process
+    crashed (a transport fault, not a wrong number) is tried once more, with a warning
+    that quotes the crash; a second crash, a timeout or a wrong gradient still fails."""
+    try:
+        return _launch_gradients(framework, model, devices, per_device_batch, device, hosts,
+                                 seed, timeout_s)
+    except LaunchFailed as first:
+        if first.outcome.status != "failed":
+            raise
+        warnings.warn(f"{framework} {model}: data-parallel launch crashed, tried again: "
+                      f"{first.outcome.reason}", RuntimeWarning, stacklevel=2)
+    return _launch_gradients(framework, model, devices, per_device_batch, device, hosts,
+                             seed, timeout_s)
 
 
 def compare(framework: str, model: str, device: str, devices: int = 2,

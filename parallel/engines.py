@@ -43,6 +43,12 @@ def base_env(device: str, devices: int, framework: str) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("NCCL_NVLS_ENABLE", "0")   # NVLink multicast off on the lent hosts
     env.setdefault("OMP_NUM_THREADS", "1")    # torch would warn; ranks set their threads
+    if framework == "torch" and device == "cpu":
+        # Every rank of a launch here is on this host (the multi-host test stands hosts
+        # in with local processes), so gloo pairs over loopback. Left to itself gloo binds
+        # the address the hostname resolves to, which on some VMs is an external interface
+        # whose connections can be reset mid-handshake (gloo then aborts the process).
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     if framework == "jax":
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     if framework == "jax" and device == "cpu":

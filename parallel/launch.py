@@ -36,13 +36,29 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _tail(path: Path, chars: int = 400) -> str:
+# Lines that name why a process died. torchrun ends its log with a summary table
+# ("exitcode: -6 ... Signal 6 received"); the worker's own message (a Python traceback's
+# last line, a C++ "terminate called ... what(): ...") sits above it.
+_CAUSE_MARKERS = ("Error", "Exception", "terminate called", "what():", "Traceback",
+                  "Aborted", "enforce fail")
+
+
+def _tail(path: Path, chars: int = 300) -> str:
+    """The first two lines in the log that name a cause (not torchrun's own
+    ChildFailedError summary), then the log's last lines; each part at most ``chars``
+    characters."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    lines = [line for line in text.splitlines() if line.strip()]
-    return " | ".join(lines[-4:])[-chars:]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-4:]
+    cause = " ".join([line for line in lines
+                      if any(marker in line for marker in _CAUSE_MARKERS)
+                      and not line.startswith("Traceback") and "ChildFailedError" not in line
+                      and line not in last][:2])
+    tail = " | ".join(last)[-chars:]
+    return f"{cause[:chars]} | {tail}" if cause else tail
 
 
 def launch(commands: list[list[str]], envs: list[dict[str, str]], timeout_s: float,

@@ -4,6 +4,7 @@ kills, suite expansion, efficiency, the interconnect parser and the report secti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -57,6 +58,56 @@ def test_a_hung_case_times_out(tmp_path):
 def test_failure_reason_quotes_the_log(tmp_path):
     outcome = run(tmp_path, "raise SystemExit('no NCCL here')")
     assert outcome.status == "failed" and "no NCCL here" in outcome.reason
+
+
+def test_failure_reason_names_the_workers_error_above_torchruns_summary(tmp_path):
+    # torchrun's log: the worker's C++ abort, then a long summary ending in its table.
+    script = ("import sys; print(\"terminate called after throwing an instance of "
+              "'gloo::IoException'\"); print('  what():  Connection closed by peer'); "
+              "[print(f'summary line {i}') for i in range(30)]; "
+              "print('ChildFailedError:'); print('exitcode  : -6'); sys.exit(1)")
+    outcome = run(tmp_path, script)
+    assert outcome.status == "failed"
+    assert "gloo::IoException" in outcome.reason and "Connection closed" in outcome.reason
+    assert "exitcode  : -6" in outcome.reason and "summary line 3 " not in outcome.reason
+
+
+def test_a_crashed_gradient_launch_is_tried_once_more_with_a_warning(monkeypatch):
+    from parallel import correctness
+    from parallel.launch import Outcome
+
+    attempts = []
+
+    def crash_then_succeed(*args):
+        attempts.append(args)
+        if len(attempts) == 1:
+            raise correctness.LaunchFailed(Outcome("failed", "Signal 6", (1,), 1.0))
+        return 1.0, {}
+
+    monkeypatch.setattr(correctness, "_launch_gradients", crash_then_succeed)
+    with pytest.warns(RuntimeWarning, match="Signal 6"):
+        assert correctness.distributed_gradients("torch", "alexnet_tiny", 2, 4) == (1.0, {})
+    assert len(attempts) == 2
+
+
+@pytest.mark.parametrize("first_status", ["timeout", "failed"])
+def test_a_timeout_or_a_second_crash_still_fails_the_gradient_launch(monkeypatch,
+                                                                     first_status):
+    from parallel import correctness
+    from parallel.launch import Outcome
+
+    calls = []
+
+    def fail(*args):
+        calls.append(first_status)
+        status = first_status if len(calls) == 1 else "failed"
+        raise correctness.LaunchFailed(Outcome(status, "no", (None,), 1.0))
+
+    monkeypatch.setattr(correctness, "_launch_gradients", fail)
+    with pytest.raises(correctness.LaunchFailed), pytest.warns() if first_status == "failed" \
+            else contextlib.nullcontext():
+        correctness.distributed_gradients("torch", "alexnet_tiny", 2, 4)
+    assert len(calls) == (1 if first_status == "timeout" else 2)
 
 
 def test_suite_expansion():

@@ -9,6 +9,7 @@ optimizer runs. ``local_step`` is the same step under ``no_sync()``: no all-redu
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import torch
@@ -133,5 +134,10 @@ class DataParallel:
         return env
 
     def close(self) -> None:
+        # DDP's reducer holds gloo/NCCL work objects; release it while the group and the
+        # interpreter are alive, then the group, so nothing of either is torn down during
+        # interpreter finalization (which can abort the process: pytorch/pytorch#179291).
+        self.ddp = None
+        gc.collect()
         if dist.is_initialized():
             dist.destroy_process_group()
