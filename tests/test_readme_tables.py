@@ -1,0 +1,53 @@
+"""The README's headline tables are what ``python -m reports.readme_tables`` makes of the
+published folders: a number in the README that no published row holds fails here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reports import readme_tables
+from reports.table import Cell, Table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_readme_block_is_generated_from_the_published_rows():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, end = text.index(readme_tables.BEGIN), text.index(readme_tables.END)
+    in_readme = text[start:end + len(readme_tables.END)]
+    expected = readme_tables.block(readme_tables.default_folders(ROOT), ROOT)
+    assert in_readme == expected, "README out of date: run python -m reports.readme_tables"
+    assert "NVIDIA H100" in in_readme and "| resnet50 | 16 |" in in_readme
+
+
+def _table(*rows):
+    return Table("t", "t", ("Model", "Batch", "a", "b", "c", "Equiv."),
+                 tuple(tuple(Cell(t) for t in row) for row in rows))
+
+
+def test_only_models_two_frameworks_measured_are_kept():
+    table = _table(("m1", "16", "1.00 (jit)", "—", "2.00 (eager)", "✓"),
+                   ("m2", "16", "1.00 (jit)", "unsupported [1]", "—", "—"),
+                   ("m3", "16", "failed [2]", "3.00 (graph)", "—", "—"))
+    kept = readme_tables.compared_rows(table, frameworks=3)
+    assert [row[0].text for row in kept.rows] == ["m1"]
+    assert readme_tables.compared_rows(_table(("m2", "16", "1.0", "—", "—", "—")), 3) is None
+
+
+@pytest.mark.parametrize("text", ["no markers\n",
+                                  f"{readme_tables.END}\n{readme_tables.BEGIN}\n",
+                                  f"{readme_tables.BEGIN}\n{readme_tables.BEGIN}\n"
+                                  f"{readme_tables.END}\n"])
+def test_a_readme_without_one_ordered_pair_of_markers_is_refused(tmp_path, text, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(text)
+    assert readme_tables.main(["--readme", str(readme)]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert readme.read_text() == text
+
+
+def test_an_unknown_folder_is_named(tmp_path, capsys):
+    assert readme_tables.main([str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
