@@ -46,8 +46,9 @@ def base_env(device: str, devices: int, framework: str) -> dict[str, str]:
     if framework == "torch" and device == "cpu":
         # Every rank of a launch here is on this host (the multi-host test stands hosts
         # in with local processes), so gloo pairs over loopback. Left to itself gloo binds
-        # the address the hostname resolves to, which on some VMs is an external interface
-        # whose connections can be reset mid-handshake (gloo then aborts the process).
+        # the address the hostname resolves to, an external interface on most VMs, whose
+        # firewall and resets a single-host launch has no reason to depend on (a gloo
+        # connection fault aborts the rank with SIGABRT).
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     if framework == "jax":
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")

@@ -39,8 +39,8 @@ def _kill(process: subprocess.Popen) -> None:
 # Lines that name why a process died. torchrun ends its log with a summary table
 # ("exitcode: -6 ... Signal 6 received"); the worker's own message (a Python traceback's
 # last line, a C++ "terminate called ... what(): ...") sits above it.
-_CAUSE_MARKERS = ("Error", "Exception", "terminate called", "what():", "Traceback",
-                  "Aborted", "enforce fail")
+_CAUSE_MARKERS = ("Error", "Exception", "terminate called", "what():", "Aborted",
+                  "enforce fail")
 
 
 def _tail(path: Path, chars: int = 300) -> str:
@@ -55,7 +55,7 @@ def _tail(path: Path, chars: int = 300) -> str:
     last = lines[-4:]
     cause = " ".join([line for line in lines
                       if any(marker in line for marker in _CAUSE_MARKERS)
-                      and not line.startswith("Traceback") and "ChildFailedError" not in line
+                      and "ChildFailedError" not in line
                       and line not in last][:2])
     tail = " | ".join(last)[-chars:]
     return f"{cause[:chars]} | {tail}" if cause else tail
