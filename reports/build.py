@@ -101,9 +101,25 @@ def peaks_table(frame: pd.DataFrame) -> Table | None:
                  (False, False, False, True, False))
 
 
-def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
-    """The report; with ``reference`` (published folders among the inputs) a section puts
-    the other rows beside the reference rows (reports/compare.py)."""
+@dataclass(frozen=True)
+class Judged:
+    """Every tidy row with its throughput and equivalence verdict, before any table."""
+
+    frame: pd.DataFrame
+    equiv: equivalence.Equivalence
+    superseded: int                 # older rows replaced by reruns of identical settings
+
+    @property
+    def steady(self) -> pd.DataFrame:
+        """The rows the timing tables read. Compile-cache rows exist for their first calls
+        (Table 8); their steady-state samples are a single one. Data-parallel rows have
+        their own section (their batch is a global batch over N)."""
+        frame = self.frame
+        return frame[(frame["compile_cache"] == "")
+                     & (frame["measure"] != ts.MEASURE)].reset_index(drop=True)
+
+
+def judge(loaded: Loaded) -> Judged:
     merged = tidy.tidy(loaded)
     frame = peaks.add_throughput(merged.frame, peaks.load_peaks())
     # Float64 errors judge equivalence where every row has them; pairwise elsewhere.
@@ -112,12 +128,15 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
         equiv=[equiv.rows[s].text() if s in equiv.rows else "—" for s in frame["source"]],
         equiv_worst_rel=[equiv.rows[s].worst if s in equiv.rows else float("nan")
                          for s in frame["source"]])
+    return Judged(frame, equiv, merged.superseded)
+
+
+def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
+    """The report; with ``reference`` (published folders among the inputs) a section puts
+    the other rows beside the reference rows (reports/compare.py)."""
+    judged = judge(loaded)
+    frame, equiv, steady = judged.frame, judged.equiv, judged.steady
     hist = historical.load_historical()
-    # Compile-cache rows exist for their first calls (Table 8); their steady-state samples
-    # are a single one, so every other table reads the rows without a cache state.
-    # Data-parallel rows have their own section (their batch is a global batch over N).
-    steady = frame[(frame["compile_cache"] == "")
-                   & (frame["measure"] != ts.MEASURE)].reset_index(drop=True)
     found = ratios.framework_ratios(steady) + ratios.device_ratios(steady)
 
     hosts = sorted(set(frame["host"]))
@@ -126,8 +145,8 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
         f"frameworks: {', '.join(sorted(set(frame['framework'])))}; hardware: "
         f"{'; '.join(sorted(set(frame['hardware'])))}.",
     ]
-    if merged.superseded:
-        overview.append(f"{merged.superseded} older row(s) superseded by reruns of identical "
+    if judged.superseded:
+        overview.append(f"{judged.superseded} older row(s) superseded by reruns of identical "
                         "settings (the latest row is kept).")
     overview += list(loaded.warnings)
     sections = [Section("overview", "Overview", tuple(overview) + CONVENTIONS,
@@ -209,7 +228,7 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     sections = [replace(s, tables=tuple(cells.compact_repeated_failures(t) for t in s.tables))
                 for s in sections]
     return Report("dlbench report", tuple(sections), frame, loaded.warnings,
-                  merged.superseded, tuple(found), equiv)
+                  judged.superseded, tuple(found), equiv)
 
 
 # The seeds' formats a visitor looks for first (README "Published results"): cnn-benchmarks'

@@ -3,7 +3,9 @@
 folder under ``published/``; ``nox -s publish`` runs it last).
 
 For each folder it takes the report's summary matrices (models × frameworks, forward and
-forward + backward, each framework's fastest variant; reports/tables_models.py) and keeps
+forward + backward, each framework's fastest variant; reports/tables_models.py), judged
+as the report judges them (reports/build.py ``judge``) but without building the report's
+other tables and plots, and keeps
 the models that two or more frameworks ran at the same batch: what convnet-benchmarks and
 cnn-benchmarks put on their front pages, a framework against another on one machine. The
 full tables stay in each folder's report/headlines.md. The block between the two markers
@@ -42,19 +44,18 @@ def compared_rows(table: Table, frameworks: int) -> Table | None:
 
 
 def folder_tables(folder: Path) -> list[Table]:
-    from reports.build import make_report
+    from reports.build import judge
+    from reports.cells import compact_repeated_failures
     from reports.load import load
+    from reports.tables_models import summary_tables
 
-    report = make_report(load([folder]))
+    judged = judge(load([folder]))
     out = []
-    for section in report.sections:
-        if section.key != "summary":
-            continue
-        for table in section.tables:
-            frameworks = len(table.columns) - 3          # Model, Batch, ..., Equiv.
-            kept = compared_rows(table, frameworks)
-            if kept is not None:
-                out.append(kept)
+    for table in map(compact_repeated_failures, summary_tables(judged.steady, judged.equiv)):
+        frameworks = len(table.columns) - 3          # Model, Batch, ..., Equiv.
+        kept = compared_rows(table, frameworks)
+        if kept is not None:
+            out.append(kept)
     return out
 
 
