@@ -21,6 +21,7 @@ class FrameworkEntry:
     measures: tuple[str, ...]       # measures it can time; others become unsupported rows
     requirements: dict[str, tuple[str, ...]]   # device -> pinned pip requirements
     description: str
+    package: str = ""               # the framework's top-level module ("torch", "jax", ...)
     # Variants whose compiled code a persistent on-disk cache keeps between processes,
     # and the environment that points that cache at a directory ("{dir}" is replaced).
     compile_cache_variants: tuple[str, ...] = ()
@@ -38,7 +39,7 @@ def load_registry(path: Path = REGISTRY_FILE) -> dict[str, FrameworkEntry]:
             devices=tuple(entry["devices"]), variants=tuple(entry["variants"]),
             measures=tuple(entry["measures"]),
             requirements={d: tuple(r) for d, r in entry["requirements"].items()},
-            description=entry.get("description", ""),
+            description=entry.get("description", ""), package=entry.get("package", ""),
             compile_cache_variants=tuple(entry.get("compile_cache", {}).get("variants", ())),
             compile_cache_env=dict(entry.get("compile_cache", {}).get("env", {})))
         for name, entry in data.items()

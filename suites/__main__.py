@@ -5,6 +5,7 @@
     python -m suites list
     python -m suites compare RUN1 RUN2 [RUN3]   # do two or three runs agree? (suites/compare.py)
     python -m suites interleave default-gpu --frameworks torch jax --device gpu [--blocks 2]
+    python -m suites matrix --device gpu [--frameworks ...] [--suites ...] [--budget MIN] [--plan]
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from adapters.registry import load_registry
 from suites.results import OutputError
 from suites.runner import Runner, RunRequest
-from suites.spec import SUITES_DIR, SuiteError, load_suite, resolve_suite_path
+from suites.spec import SUITES_DIR, SuiteError, check_case_timeout, load_suite, resolve_suite_path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +49,35 @@ def main(argv: list[str] | None = None) -> int:
     interleave.add_argument("--resume", action="store_true")
     interleave.add_argument("--seed", type=int, default=0)
     interleave.add_argument("--blocks", type=int, default=2)
+    matrix = commands.add_parser("matrix", help="every framework x suite on one device: a plan "
+                                 "up front, resumable, within a budget (suites/matrix.py)")
+    matrix.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    matrix.add_argument("--frameworks", nargs="+", default=[],
+                        help="default: every framework the registry lists for the device")
+    matrix.add_argument("--suites", nargs="+", default=[],
+                        help="in priority order; default: the device's default suite and the "
+                             "seeds' suites (suites/matrix_plan.py)")
+    matrix.add_argument("--out", type=Path, default=Path("results"))
+    matrix.add_argument("--seed", type=int, default=0)
+    matrix.add_argument("--budget", type=float, default=None, metavar="MINUTES",
+                        help="stop cleanly before this many minutes; run again to go on")
+    matrix.add_argument("--python", action="append", default=[], metavar="FRAMEWORK=PATH",
+                        help="the interpreter of a framework (default: its nox venv, if any, "
+                             "else this one)")
+    matrix.add_argument("--no-reuse", action="store_true",
+                        help="measure every suite's cases, even those an earlier suite measured")
+    matrix.add_argument("--compile-cache", default="", metavar="DIR",
+                        help="persistent compilation caches (default $DLBENCH_COMPILE_CACHE or "
+                             "~/.cache/dlbench/compile; 'off' for none)")
+    matrix.add_argument("--history", nargs="+", type=Path, default=[], metavar="DIR",
+                        help="earlier results for the estimates (default: published/)")
+    matrix.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS")
+    matrix.add_argument("--plan", action="store_true", help="print the plan and stop")
+    matrix.add_argument("--device-name", default="", metavar="NAME",
+                        help="estimate for this device model (e.g. 'NVIDIA H100 80GB HBM3') "
+                             "instead of this machine's")
+    matrix.add_argument("--costs", action="store_true",
+                        help="print the minutes per suite and framework from the cost log")
     compare = commands.add_parser("compare", help="compare two or three runs case by case")
     compare.add_argument("runs", nargs="+", type=Path,
                          help="result folders (or .jsonl files); run 2 back to back, run 3 "
@@ -77,6 +107,17 @@ def main(argv: list[str] | None = None) -> int:
             return run_interleaved([RunRequest(args.suite, name, args.device, args.out,
                                                args.resume, args.seed)
                                     for name in dict.fromkeys(args.frameworks)], args.blocks)
+        if args.command == "matrix":
+            from suites.matrix import Matrix, MatrixRequest
+            from suites.runner import stop_on_sigterm
+            stop_on_sigterm()
+            if args.case_timeout is not None:
+                check_case_timeout("--case-timeout", args.case_timeout)
+            return Matrix(MatrixRequest(
+                args.device, tuple(args.frameworks), tuple(args.suites), args.out, args.seed,
+                args.budget, tuple(args.python), not args.no_reuse, args.compile_cache,
+                tuple(args.history), args.plan, args.costs, args.case_timeout,
+                args.device_name)).run()
         if args.command == "compare":
             from suites.compare import main as compare_runs
             return compare_runs(args.runs)

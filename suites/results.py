@@ -78,6 +78,9 @@ class Row:
     started_at: str = ""
     wall_s: float = 0.0
     time_limit_s: float | None = None           # the per-case limit a "timeout" row ran into
+    # The worker's seconds since its previous row (a job's first row includes its build):
+    # a job's rows sum to what the job cost; None where no worker wrote the row.
+    elapsed_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -191,7 +194,11 @@ class ResultsFile:
         os.fsync(fd)
 
     def append(self, row: Row) -> None:
-        line = (json.dumps(row.to_json(), sort_keys=False, allow_nan=False, default=str)
+        self.append_json(row.to_json())
+
+    def append_json(self, row: dict[str, Any]) -> None:
+        """Append a row already in its JSON form (a merged or a reused row)."""
+        line = (json.dumps(row, sort_keys=False, allow_nan=False, default=str)
                 + "\n").encode("utf-8")
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -109,15 +108,6 @@ def read_rows(path: Path) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def append_json(results: ResultsFile, row: dict[str, Any]) -> None:
-    """Append an already serialised row (flushed and fsynced like ResultsFile.append)."""
-    line = json.dumps(row, allow_nan=False, default=str)
-    with results.path.open("a", encoding="utf-8") as handle:
-        handle.write(line + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 def run_rounds(request: RunRequest, rounds: int) -> int:
     final = Runner(request)
     if rounds <= 1:
@@ -140,5 +130,5 @@ def run_rounds(request: RunRequest, rounds: int) -> int:
     for case_id, share in unstable.items():
         rows = [rows[case_id] for rows in per_round if case_id in rows]
         if rows:
-            append_json(final.results, merge_rows(rows, share))
+            final.results.append_json(merge_rows(rows, share))
     return 0

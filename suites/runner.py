@@ -9,7 +9,11 @@ per thread setting, shows progress, and survives what a case can do to its proce
   and a fresh worker goes on with the rest.
 * An output location that cannot be created or written (under a regular file, read-only,
   a full disk) is one line on stderr and exit 2; finished rows stay intact.
-* Ctrl-C stops at once; every finished row is already on disk.
+* Ctrl-C (or SIGTERM) stops at once; every finished row is already on disk.
+* A ``Budget`` (``python -m suites matrix --budget``) stops the run cleanly between jobs
+  when the next job's estimated time would pass the deadline, and kills a job still
+  running at the deadline; its cases stay pending for the next run (exit code
+  ``BUDGET_EXIT``).
 """
 
 from __future__ import annotations
@@ -19,13 +23,15 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
@@ -37,9 +43,11 @@ from suites.environment import host_environment, host_id, nvidia_smi, physical_c
 from suites.results import FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
 from suites.spec import Job, SuiteError, check_case_timeout, expand, load_suite, resolve_suite_path, suggest
 from suites.truth_check import fill_cache
-from suites.worker import EVENT_PREFIX, Plan
+from suites.worker import EVENT_PREFIX, PARENT_PID, Plan
 
 console = Console(stderr=True)
+# The exit code of a run that a Budget stopped (EX_TEMPFAIL: run it again to go on).
+BUDGET_EXIT = 75
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,26 @@ class RunRequest:
     resume: bool = False
     seed: int = 0
     case_timeout_s: float | None = None   # overrides the suite's case_timeout_s
+    # The interpreter that runs the workers ("" = this one): the matrix runs each
+    # framework in its own virtualenv while the runner itself needs none.
+    python: str = ""
+    # Added to the workers' environment (a persistent compilation cache's location).
+    worker_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A deadline (``time.monotonic()`` seconds) and the estimated seconds of a job's
+    pending measures (None where there is no estimate: such a job is started)."""
+
+    deadline: float
+    estimate: Callable[[Job, list[str]], float | None]
+    worker_start_s: float = 0.0      # expected start-up of a worker, before its first job
+
+    def allows(self, job: Job, names: list[str], starting_worker: bool = False) -> bool:
+        expected = (self.estimate(job, names) or 0.0) + \
+            (self.worker_start_s if starting_worker else 0.0)
+        return time.monotonic() + expected <= self.deadline
 
 
 def results_path(out: Path, suite: str, framework: str, device: str) -> Path:
@@ -98,9 +126,24 @@ def plan_jobs(request: RunRequest) -> tuple[str, Path, list[Job]]:
     return suite.name, path, jobs
 
 
+def pending_measures(jobs: list[Job], key: Callable[[Job, str], CaseKey],
+                     done: set[str]) -> list[tuple[Job, list[str]]]:
+    """Each job with its measures (and fingerprint) not in ``done``, in order."""
+    pending = []
+    for job in jobs:
+        names = [m for m in (*job.measures, *([FINGERPRINT] if job.fingerprint else []))
+                 if key(job, m).id() not in done]
+        if names:
+            pending.append((job, names))
+    return pending
+
+
 class Runner:
-    def __init__(self, request: RunRequest):
+    def __init__(self, request: RunRequest, budget: Budget | None = None):
         self.request = request
+        self.budget = budget
+        self.stopped_by_budget = False
+        self.worker_start_s: list[float] = []   # spawn to first event, per worker
         self.suite, self.path, jobs = plan_jobs(request)
         self.case_timeout_s = request.case_timeout_s or load_suite(
             resolve_suite_path(request.suite), load_registry()).case_timeout_s
@@ -109,12 +152,7 @@ class Runner:
         self.results.check_writable()   # an unusable --out fails here, before anything runs
         self.fatal: str | None = None
         done = self.results.finished_case_ids() if request.resume else set()
-        self.pending: list[tuple[Job, list[str]]] = []
-        for job in jobs:
-            names = [m for m in (*job.measures, *([FINGERPRINT] if job.fingerprint else []))
-                     if self.key(job, m).id() not in done]
-            if names:
-                self.pending.append((job, names))
+        self.pending = pending_measures(jobs, self.key, done)
         self.skipped = sum(len(j.measures) + j.fingerprint for j in jobs) - self.total
         self.statuses: dict[str, int] = defaultdict(int)
         self.log_path = self.path.with_suffix(".log")
@@ -155,6 +193,10 @@ class Runner:
                 console.print(f"[yellow]interrupted[/]: finished rows are in {self.path}; "
                               f"run again with --resume to complete the rest")
                 return 130
+        if code == BUDGET_EXIT:
+            console.print(f"[yellow]stopped by the time budget[/]: {self.left} measurements "
+                          f"left, finished rows are in {self.path}")
+            return code
         if code:
             # One plain line (rich would wrap a long path over several).
             print(f"error: {self.fatal}", file=sys.stderr)
@@ -163,8 +205,15 @@ class Runner:
         console.print(f"done: {counts or 'nothing to do'} → {self.path}")
         return 0
 
+    @property
+    def left(self) -> int:
+        return self.total - sum(self.statuses.values())
+
     def run_group(self, threads: int, items, progress, task) -> int:
         remaining = list(items)
+        if self.budget is not None and not self.budget.allows(*remaining[0], starting_worker=True):
+            self.stopped_by_budget = True
+            return BUDGET_EXIT
         cache_dir = ""
         if remaining[0][0].compile_cache:
             job, names = remaining[0]
@@ -197,6 +246,9 @@ class Runner:
                 return 2
             if code == 130:
                 raise KeyboardInterrupt
+            if code == BUDGET_EXIT:
+                self.stopped_by_budget = True
+                return BUDGET_EXIT
             remaining = [(job, [n for n in names if self.key(job, n).id() not in finished])
                          for job, names in remaining]
             remaining = [(job, names) for job, names in remaining if names]
@@ -218,7 +270,8 @@ class Runner:
             env["gpu_model"] = nvidia_smi("name")
         for name in names:
             self.results.append(Row(self.key(job, name), status, reason, env=env,
-                                    time_limit_s=time_limit_s, wall_s=round(wall_s, 3)))
+                                    time_limit_s=time_limit_s, wall_s=round(wall_s, 3),
+                                    elapsed_s=round(wall_s, 3) if wall_s else None))
             self.statuses[status] += 1
             progress.advance(task)
 
@@ -231,26 +284,38 @@ class Runner:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
             plan_file = Path(handle.name)
         plan.to_file(plan_file)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **self.request.worker_env, "PYTHONUNBUFFERED": "1",
+               PARENT_PID: str(os.getpid())}
         # In flight: the cases a timeout would cover (all of a job's pending measures while
         # it builds, then the one measure) and when they started.
         in_flight: list[str] = []
-        started = time.monotonic()
+        cases = {self.key(job, name).id(): (job, name)
+                 for job, names in self.pending for name in names}
+        job_starting = False
+        spawned = started = time.monotonic()
         try:
             with self.log_path.open("ab", buffering=0) as log:
-                proc = subprocess.Popen([sys.executable, "-m", "suites.worker", str(plan_file)],
+                proc = subprocess.Popen([self.request.python or sys.executable, "-m",
+                                         "suites.worker", str(plan_file)],
                                         stdout=subprocess.PIPE, stderr=log, text=True, env=env,
                                         cwd=Path(__file__).resolve().parent.parent)
                 lines: queue.Queue[str | None] = queue.Queue()
                 threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
                 try:
                     while True:
-                        wait = started + self.case_timeout_s - time.monotonic() if in_flight \
-                            else None
+                        waits = [started + self.case_timeout_s - time.monotonic()] \
+                            if in_flight else []
+                        if self.budget is not None:
+                            waits.append(self.budget.deadline - time.monotonic())
+                        wait = min(waits) if waits else None
                         try:
                             line = lines.get(timeout=max(wait, 0.0) if wait is not None else None)
                         except queue.Empty:
                             kill_tree(proc)
+                            if self.budget is not None and \
+                                    time.monotonic() >= self.budget.deadline:
+                                # Nothing recorded: the cases in flight stay pending.
+                                return finished, BUDGET_EXIT, None
                             self.record_timeouts(in_flight, time.monotonic() - started,
                                                  progress, task)
                             finished.update(in_flight)
@@ -261,11 +326,21 @@ class Runner:
                             _log_write(log, line)
                             continue
                         event = json.loads(line[len(EVENT_PREFIX):])
+                        if spawned is not None:
+                            self.worker_start_s.append(time.monotonic() - spawned)
+                            spawned = None
                         if "fatal" in event:
                             fatal = event["fatal"]
                         elif "job" in event:
                             progress.update(task, description=event["job"])
+                            job_starting = True
                         elif "start" in event:
+                            if job_starting and not self.budget_allows(event["start"],
+                                                                       cases):
+                                # Between jobs: nothing is in flight, so stopping loses nothing.
+                                kill_tree(proc)
+                                return finished, BUDGET_EXIT, None
+                            job_starting = False
                             in_flight, started = list(event["start"]), time.monotonic()
                         else:
                             finished.add(event["case_id"])
@@ -274,8 +349,11 @@ class Runner:
                             progress.advance(task)
                     code = proc.wait()
                 except KeyboardInterrupt:
+                    # Ctrl-C reached the worker too; SIGTERM (a job slot's end) did not.
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGINT)
                     try:
-                        proc.wait(timeout=30)
+                        proc.wait(timeout=10)
                     except subprocess.TimeoutExpired:
                         kill_tree(proc)
                     raise
@@ -288,6 +366,13 @@ class Runner:
         finally:
             plan_file.unlink(missing_ok=True)
         return finished, code, fatal
+
+    def budget_allows(self, case_ids: list[str], cases: dict[str, tuple[Job, str]]) -> bool:
+        """Whether the job about to start (its pending case ids) fits in the budget."""
+        if self.budget is None or case_ids[0] not in cases:
+            return True
+        job = cases[case_ids[0]][0]
+        return self.budget.allows(job, [cases[c][1] for c in case_ids if c in cases])
 
     def record_timeouts(self, case_ids: list[str], wall_s: float, progress, task) -> None:
         """``timeout`` rows; ``wall_s`` is from the case's start to its worker's death."""
@@ -311,6 +396,14 @@ class Runner:
         elif event.get("median_ms") is not None:
             flag = " [yellow](unstable)[/]" if event.get("unstable") else ""
             progress.console.print(f"ok {case}: {event['median_ms']:.3f} ms{flag}")
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (a batch system's or a job slot's end) stops a run as Ctrl-C does: the
+    worker is stopped with it, so none goes on writing rows beside a resumed run."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _pump(stream, lines: queue.Queue) -> None:

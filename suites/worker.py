@@ -8,6 +8,7 @@ stdout as an event line for the runner's progress display.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -27,6 +28,9 @@ from suites.environment import host_environment, limit_cpus
 from suites.results import FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
 
 EVENT_PREFIX = "@@dlbench "
+# The runner's pid: a worker whose runner dies (SIGKILL) ends too, so that no orphan goes
+# on appending rows beside a resumed run.
+PARENT_PID = "DLBENCH_RUNNER_PID"
 # Test-only: a case whose id contains this string hangs (in a child process the worker
 # waits on, so the runner's time limit has a whole process tree to kill).
 INJECT_HANG = "DLBENCH_INJECT_HANG"
@@ -102,14 +106,18 @@ class Worker:
         self.adapter = self.entry.load()(RunConfig(plan.device, plan.threads, plan.interop_threads))
         self.env = {**host_environment(plan.threads, self.affinity), **self.adapter.environment()}
         self.results = ResultsFile(Path(plan.results))
+        self.last_row = time.perf_counter()
         from suites.device_state import open_monitor
         self.gpu_monitor, self.gpu_state_reason = open_monitor(plan.device)
 
     def write(self, key: CaseKey, status: str, reason: str = "", started: float = 0.0,
               **fields: Any) -> None:
+        now = time.perf_counter()
         row = Row(key=key, status=status, reason=reason, env=self.env,
                   started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                  wall_s=round(time.perf_counter() - started, 3) if started else 0.0, **fields)
+                  wall_s=round(now - started, 3) if started else 0.0,
+                  elapsed_s=round(now - self.last_row, 3), **fields)
+        self.last_row = now
         self.results.append(row)
         timing = fields.get("timing") or {}
         emit({"case_id": key.id(), "status": status, "reason": reason,
@@ -136,6 +144,10 @@ class Worker:
             return CaseKey(self.plan.suite, job["model"], job["batch"], measure_name, settings)
 
         pending = list(job["pending"])
+        # Each row's elapsed_s is the worker's time since the previous row, the job's build
+        # counted into its first: the job's rows sum to its whole cost (the matrix's
+        # estimates, suites/estimate.py).
+        self.last_row = time.perf_counter()
         emit({"job": f"{job['model']} b{job['batch']} {job['precision']} {job['variant']}"})
         # The runner's per-case time limit: the build counts against every pending measure.
         emit({"start": [key(name).id() for name in pending]})
@@ -313,7 +325,22 @@ class Worker:
             self.run_job(job)
 
 
+def die_with_runner() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (prctl PR_SET_PDEATHSIG),
+    then check the parent is still the runner that started it (it may have died first)."""
+    expected = os.environ.get(PARENT_PID)
+    if not expected or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != int(expected):
+        os._exit(137)
+
+
 def main(argv: list[str]) -> int:
+    die_with_runner()
     plan = Plan.from_file(Path(argv[0]))
     install_interrupt_handler()
     try:

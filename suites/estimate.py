@@ -1,0 +1,183 @@
+"""What a run will cost, from what earlier runs of the same cases cost on the same kind of
+machine: the matrix's plan (``python -m suites matrix``) and its time budget.
+
+Each row records ``elapsed_s``, the worker's seconds since its previous row (a job's first
+row includes the job's build and first calls), so the rows of a job sum to what the job
+cost. Rows written before that field existed give the same figure from the gaps between
+their ``started_at`` stamps, which are whole seconds: good in sum, coarse per row.
+
+A pending case is estimated from, in order of preference:
+
+1. the same case (same suite and case id, threads aside on a GPU, where they only name
+   the host's core count) on the same device model, the newest such row;
+2. the same computation measured for another suite (``suites.reuse.signature``), whose
+   timer may differ: the plan says how many cases are estimated this way;
+3. nothing: the plan counts such cases as "no estimate" and never guesses them.
+
+History comes from the run's own output folder and any other folders given (the published
+reference data, by default): only rows of this device model count, and rows copied from
+another suite (``reused_from``) cost nothing and are left out. Worker start-up and the
+float64 truth come from the matrix's cost log (``suites/matrix_log.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+# A gap between two rows' stamps longer than this is a pause between runs, not a cost.
+MAX_GAP_S = 900.0
+_THREADS = re.compile(r"/t\d+(?=/|$)")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Which rows describe this machine: a GPU by its model name; a CPU by its model and
+    logical core count."""
+
+    device: str
+    name: str
+    logical_cores: int
+
+    def matches(self, env: dict[str, Any], device: str) -> bool:
+        if device != self.device:
+            return False
+        if device == "gpu":
+            return env.get("gpu_model") == self.name
+        return env.get("cpu_model") == self.name and env.get("logical_cores") == self.logical_cores
+
+
+def case_key(case_id: str, device: str) -> str:
+    """A case id without its thread count on a GPU (``t16`` is the host's cores there)."""
+    return _THREADS.sub("", case_id) if device == "gpu" else case_id
+
+
+def computation_key(row: dict[str, Any]) -> tuple:
+    """The computation a row measured, whatever suite it was for."""
+    s = row.get("settings") or {}
+    return (s.get("framework"), s.get("device"), row.get("model"), row.get("batch"),
+            row.get("measure"), s.get("precision"), s.get("variant"),
+            s.get("threads") if s.get("device") == "cpu" else None, s.get("compile_cache"))
+
+
+def _stamp(row: dict[str, Any]) -> float | None:
+    try:
+        return datetime.fromisoformat(row["started_at"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def row_costs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float | None]]:
+    """Each row of one results file (in file order) with the worker seconds it cost."""
+    out = []
+    previous = None
+    for row in rows:
+        stamp = _stamp(row)
+        cost = row.get("elapsed_s")
+        if cost is None and stamp is not None and previous is not None and \
+                0 <= stamp - previous <= MAX_GAP_S:
+            cost = stamp - previous
+        previous = stamp if stamp is not None else previous
+        out.append((row, None if row.get("reused_from") else cost))
+    return out
+
+
+def read_file(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+@dataclass(frozen=True)
+class History:
+    by_case: dict[str, float]          # case_key → seconds (newest row)
+    by_computation: dict[tuple, float]  # computation_key → seconds (newest row)
+    rows: int                          # rows of this machine that carried a cost
+
+    def case_seconds(self, case_id: str, computation: tuple, device: str) -> tuple[float | None, str]:
+        """(seconds, "case" | "other suite") or (None, "")."""
+        found = self.by_case.get(case_key(case_id, device))
+        if found is not None:
+            return found, "case"
+        found = self.by_computation.get(computation)
+        if found is not None:
+            return found, "other suite"
+        return None, ""
+
+
+def load_history(folders: Iterable[Path], machine: Machine) -> History:
+    newest: dict[str, tuple[float, float]] = {}
+    newest_computation: dict[tuple, tuple[float, float]] = {}
+    counted = 0
+    for folder in folders:
+        if not folder.exists():
+            continue
+        files = [folder] if folder.is_file() else sorted(folder.rglob("*.jsonl"))
+        for path in files:
+            if ".round" in path.name:
+                continue
+            for row, cost in row_costs(read_file(path)):
+                settings = row.get("settings") or {}
+                if cost is None or not machine.matches(row.get("env") or {},
+                                                       settings.get("device", "")):
+                    continue
+                counted += 1
+                when = _stamp(row) or 0.0
+                key = case_key(row.get("case_id", ""), machine.device)
+                if key not in newest or newest[key][0] <= when:
+                    newest[key] = (when, cost)
+                computation = computation_key(row)
+                if computation not in newest_computation or \
+                        newest_computation[computation][0] <= when:
+                    newest_computation[computation] = (when, cost)
+    return History({k: v for k, (_, v) in newest.items()},
+                   {k: v for k, (_, v) in newest_computation.items()}, counted)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The estimated seconds of some cases, and how many had none."""
+
+    seconds: float = 0.0
+    cases: int = 0
+    from_other_suite: int = 0
+    unknown: int = 0
+
+    def __add__(self, other: Estimate) -> Estimate:
+        return Estimate(self.seconds + other.seconds, self.cases + other.cases,
+                        self.from_other_suite + other.from_other_suite,
+                        self.unknown + other.unknown)
+
+    def text(self) -> str:
+        if self.cases and self.unknown == self.cases:
+            return "no estimate"
+        words = minutes(self.seconds)
+        notes = []
+        if self.unknown:
+            notes.append(f"{self.unknown} without estimate")
+        if self.from_other_suite:
+            notes.append(f"{self.from_other_suite} from other suites")
+        return words + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def estimate_cases(history: History, cases: Iterable[tuple[str, tuple]], device: str) -> Estimate:
+    """Sum the estimates of (case id, computation key) pairs."""
+    total = Estimate()
+    for case_id, computation in cases:
+        seconds, how = history.case_seconds(case_id, computation, device)
+        total = total + Estimate(seconds or 0.0, 1, int(how == "other suite"),
+                                 int(seconds is None))
+    return total

@@ -1,0 +1,315 @@
+"""``python -m suites matrix``: every framework × suite on one device in one command, with a
+plan up front, resumable, within a time budget.
+
+    python -m suites matrix --device gpu                       # every GPU suite, every framework
+    python -m suites matrix --device gpu --frameworks torch jax --suites default-gpu li2016
+    python -m suites matrix --device gpu --budget 9            # stop cleanly within 9 minutes
+    python -m suites matrix --device cpu --plan                # print the plan and stop
+    python -m suites matrix --device gpu --costs               # minutes per suite and framework
+
+* **Plan** (``suites/matrix_plan.py``): the cases of every suite × framework, those already
+  done, those an earlier suite's rows cover (``suites/reuse.py``), those left, and the
+  minutes they should take on this device model (``suites/estimate.py``), printed before
+  anything runs.
+* **Resumable**: rows are appended and fsynced per case, each suite × framework runs with
+  ``--resume``, so the same command run again continues where a kill, a lost host or the
+  budget stopped it, with no row lost or written twice. Workers die with their runner, and
+  a lock keeps two matrix runs off one output folder.
+* **Budget** (``--budget MINUTES``): work runs in priority order (the suites as given,
+  every framework within a suite); a job whose estimate would pass the deadline is not
+  started, one still running at the deadline is stopped with its cases left pending.
+  The exit code is then 75 and the command says what is left.
+* **Costs** (``suites/matrix_log.py``): what each suite × framework took (wall, worker
+  starts, first calls, profiles, counters, fingerprints) and what the float64 truth took.
+* **Caches**: each framework's persistent compilation cache (JAX's, TensorFlow's XLA
+  cache, inductor's) lives in ``$DLBENCH_COMPILE_CACHE`` (default
+  ``~/.cache/dlbench/compile``) unless ``--compile-cache off``, so a re-run on the same
+  host compiles nothing; the first run still compiles everything cold, on purpose, and
+  its rows record that (JAX rows' ``compile_events`` say whether a first call hit the
+  cache). The float64 truth is cached as before (``models/truth.py``).
+
+Each framework runs in its own interpreter: its nox virtualenv where one exists
+(``.nox/<framework>_<device>``), else this one, or ``--python FRAMEWORK=PATH``. A framework
+that interpreter lacks is listed as not run, and the matrix goes on with the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from adapters.registry import load_registry
+from models.zoo import get_model
+from suites import matrix_log
+from suites.environment import dlbench_commit, host_id
+from suites.estimate import History, load_history
+from suites.matrix_plan import (
+    DEFAULT_SUITES,
+    ROOT,
+    Item,
+    Plan,
+    case_computation,
+    check_frameworks,
+    describe,
+    make_plan,
+    python_table,
+    resolve_suites,
+    this_machine,
+)
+from suites.results import OutputError, ResultsFile
+from suites.reuse import REUSABLE_STATUSES, read_rows, reused_row
+from suites.runner import BUDGET_EXIT, Budget, Runner, RunRequest, case_key
+from suites.spec import Job, SuiteError
+from suites.truth_check import fill_cache
+
+console = Console(stderr=True)
+
+
+def say(text: str) -> None:
+    """One plain line on stderr (no markup, no wrapping of long paths)."""
+    console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+# Seconds kept back from a budget for stopping a worker and writing the logs.
+STOP_MARGIN_S = 10.0
+
+
+@dataclass(frozen=True)
+class MatrixRequest:
+    device: str
+    frameworks: tuple[str, ...]
+    suites: tuple[str, ...]
+    out: Path
+    seed: int = 0
+    budget_min: float | None = None
+    pythons: tuple[str, ...] = ()        # "FRAMEWORK=INTERPRETER"
+    reuse: bool = True
+    compile_cache: str = ""              # a folder, "" for the default, "off"
+    history: tuple[Path, ...] = ()       # more folders of earlier rows for the estimates
+    plan_only: bool = False
+    costs_only: bool = False
+    case_timeout_s: float | None = None
+    device_name: str = ""                # plan for this device model instead of this machine's
+
+
+def default_frameworks(device: str) -> tuple[str, ...]:
+    return tuple(name for name, entry in load_registry().items() if device in entry.devices)
+
+
+def compile_cache_env(request: MatrixRequest, framework: str) -> dict[str, str]:
+    """The worker environment that points a framework's persistent compilation cache at
+    the matrix's cache folder (nothing with ``--compile-cache off``)."""
+    if request.compile_cache == "off":
+        return {}
+    root = Path(request.compile_cache or os.environ.get("DLBENCH_COMPILE_CACHE")
+                or Path.home() / ".cache" / "dlbench" / "compile") / request.device
+    entry = load_registry()[framework]
+    env = {name: value.replace("{dir}", str(root.resolve()))
+           for name, value in entry.compile_cache_env.items()}
+    return {**env, "DLBENCH_PERSISTENT_CACHE": str(root.resolve())} if env else {}
+
+
+@contextlib.contextmanager
+def exclusive(out: Path, host: str) -> Iterator[None]:
+    """One matrix run at a time writes to an output folder (for this host)."""
+    path = out / "matrix" / host / "lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise SuiteError(f"another matrix run is writing to {out} (pid "
+                             f"{handle.read().strip() or 'unknown'}); wait for it or use "
+                             f"another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+
+
+class Matrix:
+    def __init__(self, request: MatrixRequest):
+        self.request = request
+        self.frameworks = check_frameworks(list(request.frameworks
+                                                or default_frameworks(request.device)),
+                                           request.device)
+        self.suites = resolve_suites(list(request.suites or DEFAULT_SUITES[request.device]))
+        self.pythons = python_table(self.frameworks, request.device, list(request.pythons))
+        if request.budget_min is not None and not request.budget_min > 0:
+            raise SuiteError(f"--budget must be a positive number of minutes, got "
+                             f"{request.budget_min:g}")
+        self.machine = this_machine(request.device, request.device_name)
+        self.host = host_id()
+        self.log = matrix_log.log_path(request.out, self.host, request.device)
+        folders = [request.out, *(request.history or [ROOT / "published"])]
+        self.records = matrix_log.load([self.log, *folders[1:]])
+        self.history: History = load_history(folders, self.machine)
+
+    def plan(self) -> Plan:
+        name = self.machine.name
+        starts = {f: matrix_log.worker_start_s(self.records, f, name) for f in self.frameworks}
+        return make_plan(self.request.device, self.frameworks, self.suites, self.request.out,
+                         self.request.seed, self.pythons, self.history, self.machine,
+                         self.request.reuse, starts, matrix_log.truth_rate(self.records, name))
+
+    def run(self) -> int:
+        if self.request.costs_only:
+            return self.print_costs()
+        plan = self.plan()
+        for line in describe(plan):
+            say(line)
+        if self.request.plan_only:
+            return 0
+        with exclusive(self.request.out, self.host):
+            return self.execute(plan)
+
+    def print_costs(self) -> int:
+        records = matrix_log.load([self.log])
+        if not records:
+            say(f"no matrix cost log at {self.log}")
+            return 0
+        header, rows = matrix_log.minutes_table(records)
+        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            say("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
+        return 0
+
+    def execute(self, plan: Plan) -> int:
+        started = time.monotonic()
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        deadline = started + self.request.budget_min * 60 - STOP_MARGIN_S \
+            if self.request.budget_min else None
+        outcome, code = "done", 0
+        skip: set[str] = set()      # frameworks whose worker could not start at all
+        truth_done: set[str] = set()
+        for item in plan.items:
+            if item.unavailable or item.framework in skip:
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                outcome, code = "budget", BUDGET_EXIT
+                break
+            if item.suite not in truth_done:
+                self.fill_truth(plan, item.suite)
+                truth_done.add(item.suite)
+            result = self.run_item(item, deadline)
+            if result == BUDGET_EXIT:
+                outcome, code = "budget", BUDGET_EXIT
+                break
+            if result == 130:
+                outcome, code = "interrupted", 130
+                break
+            if result:
+                skip.add(item.framework)
+                outcome, code = "errors", 2
+        matrix_log.append(self.log, {
+            "kind": "run", "started_at": started_at, "commit": dlbench_commit(),
+            "device": self.request.device, "device_name": self.machine.name,
+            "wall_s": round(time.monotonic() - started, 3), "budget_min": self.request.budget_min,
+            "stopped": outcome, "estimated_s": round(plan.seconds(), 1)})
+        say(f"matrix {outcome} after {(time.monotonic() - started) / 60:.1f} min "
+            f"(planned {plan.seconds() / 60:.1f} min); costs: {self.log}")
+        if outcome != "done":
+            self.print_left()
+        return code
+
+    def print_left(self) -> None:
+        left = [item for item in self.plan().items if item.to_run or item.reusable]
+        if not left:
+            return
+        say("left (run the same command again to continue):")
+        for item in left:
+            say(f"  {item.suite} {item.framework}: {len(item.to_run)} to run "
+                f"({item.estimate.text()}), {len(item.reusable)} to copy")
+
+    def fill_truth(self, plan: Plan, suite: str) -> None:
+        pairs = [pair for pair in plan.truth_pairs if any(
+            item.suite == suite and any(c.job.model == pair[0] and c.job.batch == pair[1]
+                                        for c in item.to_run) for item in plan.items)]
+        if not pairs:
+            return
+        started = time.monotonic()
+        fill_cache(pairs, self.request.seed, say)
+        from models import truth as truth_module
+        matrix_log.append(self.log, {
+            "kind": "truth", "suite": suite, "pairs": len(pairs),
+            "gflop": round(sum(truth_module.cost_gflop(get_model(m), b) for m, b in pairs), 1),
+            "seconds": round(time.monotonic() - started, 3), "device_name": self.machine.name,
+            "commit": dlbench_commit()})
+
+    def copy_reused(self, item: Item) -> int:
+        """Write the rows an earlier suite measured for this item's reusable cases."""
+        if not item.reusable:
+            return 0
+        results = ResultsFile(item.results)
+        done = set(read_rows(item.results))
+        sources: dict[Path, dict] = {}
+        copied = 0
+        for case, candidates in item.reusable:
+            if case.case_id in done:
+                continue
+            for source in candidates:
+                rows = sources.setdefault(source.results, read_rows(source.results))
+                row = rows.get(source.case_id)
+                if row is not None and row.get("status") in REUSABLE_STATUSES:
+                    results.append_json(reused_row(row, item.suite, case.case_id))
+                    copied += 1
+                    break
+        return copied
+
+    def estimate_job(self, item: Item):
+        def estimate(job: Job, names: list[str]) -> float | None:
+            found = []
+            for name in names:
+                case_id = case_key(item.suite, item.framework, item.device, job, name).id()
+                computation = case_computation(item.framework, item.device, job, name)
+                found.append(self.history.case_seconds(case_id, computation, item.device)[0])
+            known = [f for f in found if f is not None]
+            return sum(known) if known else None
+        return estimate
+
+    def run_item(self, item: Item, deadline: float | None) -> int:
+        started = time.monotonic()
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        before = set(read_rows(item.results)) if item.results.exists() else set()
+        reused = self.copy_reused(item)
+        request = RunRequest(item.source, item.framework, item.device, self.request.out,
+                             resume=True, seed=self.request.seed,
+                             case_timeout_s=self.request.case_timeout_s, python=item.python,
+                             worker_env=compile_cache_env(self.request, item.framework))
+        start = matrix_log.worker_start_s(self.records, item.framework, self.machine.name)
+        budget = Budget(deadline, self.estimate_job(item), start or 0.0) \
+            if deadline is not None else None
+        code = 0
+        runner = None
+        try:
+            runner = Runner(request, budget)
+            if runner.total:
+                code = runner.run()
+        except KeyboardInterrupt:
+            code = 130
+        except (SuiteError, OutputError) as error:
+            say(f"error: {item.suite} {item.framework}: {error}")
+            code = 2
+        new_rows = [row for case_id, row in read_rows(item.results).items()
+                    if case_id not in before]
+        measured = [row for row in new_rows if "reused_from" not in row]
+        spent = matrix_log.rows_cost(measured)
+        stopped = {0: "done", BUDGET_EXIT: "budget", 130: "interrupted"}.get(code, "error")
+        matrix_log.append(self.log, matrix_log.ItemCost(
+            item.suite, item.framework, item.device, self.machine.name, dlbench_commit(),
+            started_at, round(time.monotonic() - started, 3),
+            len(runner.worker_start_s) if runner else 0,
+            round(sum(runner.worker_start_s), 3) if runner else 0.0,
+            len(measured), reused, spent.get("first_calls_s", 0.0),
+            spent.get("profile_s", 0.0), spent.get("counters_s", 0.0),
+            spent.get("fingerprint_s", 0.0), stopped).record())
+        return code

@@ -1,0 +1,132 @@
+"""The matrix's cost log: what each suite and framework took, so that the next plan is
+better and a full run's cost can be stated (``python -m suites matrix --costs``).
+
+One JSON object a line in ``<out>/matrix/<host>/costs-<device>.ndjson`` (not ``.jsonl``:
+the report reads every ``*.jsonl`` as result rows), appended and fsynced like rows:
+
+* ``"kind": "item"``: one suite with one framework in one invocation: wall seconds,
+  worker start-ups, rows measured and reused, and how much of the rows' own time went to
+  first calls (compilation, tracing, autotuning), profiles, counters and fingerprints;
+* ``"kind": "truth"``: the float64 references computed before the frameworks ran;
+* ``"kind": "run"``: one invocation: its wall time, budget and how it ended.
+
+A run stopped and resumed leaves one record per invocation; totals add them up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+def log_path(out: Path, host: str, device: str) -> Path:
+    return out / "matrix" / host / f"costs-{device}.ndjson"
+
+
+def append(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, allow_nan=False, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every record of the given logs (or of the logs under the given folders)."""
+    records = []
+    for path in paths:
+        files = [path] if path.is_file() else sorted(path.rglob("costs-*.ndjson")) \
+            if path.exists() else []
+        for file in files:
+            for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return records
+
+
+@dataclass(frozen=True)
+class ItemCost:
+    """One suite × framework in one invocation (times in seconds)."""
+
+    suite: str
+    framework: str
+    device: str
+    device_name: str
+    commit: str
+    started_at: str
+    wall_s: float
+    worker_starts: int
+    worker_start_s: float
+    measured: int
+    reused: int
+    first_calls_s: float
+    profile_s: float
+    counters_s: float
+    fingerprint_s: float
+    stopped: str          # "done", "budget", "interrupted", "error", "unavailable"
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": "item", **asdict(self)}
+
+
+def rows_cost(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Where newly written rows' time went: first calls, profiles, counters, fingerprints."""
+    spent: dict[str, float] = defaultdict(float)
+    for row in rows:
+        timing = row.get("timing") or {}
+        spent["first_calls_s"] += (timing.get("first_call_ms") or 0.0) / 1e3
+        measure = row.get("measure")
+        if measure in ("profile", "counters", "fingerprint"):
+            spent[f"{measure}_s"] += row.get("elapsed_s") or 0.0
+    return {k: round(v, 3) for k, v in spent.items()}
+
+
+def worker_start_s(records: Iterable[dict[str, Any]], framework: str, device_name: str) -> float | None:
+    """The mean start-up of a framework's worker on this device model, from the log."""
+    starts = [(r["worker_start_s"], r["worker_starts"]) for r in records
+              if r.get("kind") == "item" and r.get("framework") == framework
+              and r.get("device_name") == device_name and r.get("worker_starts")]
+    count = sum(n for _, n in starts)
+    return sum(s for s, _ in starts) / count if count else None
+
+
+def truth_rate(records: Iterable[dict[str, Any]], device_name: str) -> float | None:
+    """GFLOP per wall second the float64 references ran at on this host's kind."""
+    done = [(r["gflop"], r["seconds"]) for r in records
+            if r.get("kind") == "truth" and r.get("device_name") == device_name
+            and r.get("seconds", 0) > 1.0]
+    gflop, seconds = sum(g for g, _ in done), sum(s for _, s in done)
+    return gflop / seconds if seconds else None
+
+
+def minutes_table(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Minutes per suite (rows) and framework (columns), invocations added up, with the
+    float64 truth and the total: (header, rows) for printing or a README table."""
+    items = [r for r in records if r.get("kind") == "item"]
+    frameworks = list(dict.fromkeys(r["framework"] for r in items))
+    suites = list(dict.fromkeys(r["suite"] for r in items))
+    cell: dict[tuple[str, str], float] = defaultdict(float)
+    for r in items:
+        cell[(r["suite"], r["framework"])] += r["wall_s"]
+    header = ["suite", *frameworks, "all"]
+    rows = []
+    for suite in suites:
+        values = [cell.get((suite, f)) for f in frameworks]
+        rows.append([suite, *(f"{v / 60:.1f}" if v is not None else "—" for v in values),
+                     f"{sum(v or 0 for v in values) / 60:.1f}"])
+    truth = sum(r["seconds"] for r in records if r.get("kind") == "truth")
+    total_items = sum(cell.values())
+    rows.append(["float64 truth", *([""] * len(frameworks)), f"{truth / 60:.1f}"])
+    rows.append(["total", *(f"{sum(cell[(s, f)] for s in suites) / 60:.1f}" for f in frameworks),
+                 f"{(total_items + truth) / 60:.1f}"])
+    return header, rows

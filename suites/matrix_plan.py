@@ -1,0 +1,288 @@
+"""The matrix's plan: every suite × framework on one device, what is done, what an
+earlier suite's rows cover, what is left and what it should cost (``suites/matrix.py``
+runs it; ``python -m suites matrix --plan`` prints it and stops).
+
+Work is ordered by priority: the suites in the order given, and within a suite the
+frameworks in the order given, so that a run stopped by its budget has compared every
+framework on the first suites rather than one framework on all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from adapters.registry import load_registry
+from models import truth as truth_module
+from models.zoo import get_model
+from suites.environment import cpu_model, nvidia_smi, usable_cpus
+from suites.estimate import Estimate, History, Machine, computation_key, estimate_cases
+from suites.results import FINGERPRINT
+from suites.reuse import ReuseIndex, Source, read_rows, timer_of
+from suites.runner import RunRequest, case_key, framework_entry, pending_measures, plan_jobs
+from suites.spec import Job, SuiteError, load_suite, resolve_suite_path
+
+# The default work of each device, in priority order: the default suite, then the seeds'
+# suites, then the suites that reuse most of the others' cases (kernels-gpu is li2016's and
+# convnet-benchmarks' kernel-level cases; float64-gpu's fp32 half is default-gpu's).
+DEFAULT_SUITES = {
+    "gpu": ("default-gpu", "cnn-benchmarks", "convnet-benchmarks", "bahrampour2016",
+            "li2016", "kernels-gpu", "float64-gpu"),
+    "cpu": ("default-cpu", "cnn-benchmarks-quick", "convnet-benchmarks-quick",
+            "bahrampour2016-quick", "li2016-quick"),
+}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement of an item: its job, measure and case id."""
+
+    job: Job
+    measure: str
+    case_id: str
+
+
+@dataclass(frozen=True)
+class Item:
+    """One suite with one framework."""
+
+    suite: str               # the suite's name
+    source: str              # the suite as given: a bundled suite's name or a .toml path
+    framework: str
+    device: str
+    python: str
+    results: Path
+    jobs: tuple[Job, ...]
+    done: int = 0
+    reusable: tuple[tuple[Case, tuple[Source, ...]], ...] = ()   # with where they may come from
+    to_run: tuple[Case, ...] = ()
+    estimate: Estimate = Estimate()
+    groups: int = 0          # worker processes the pending cases need (at least)
+    unavailable: str = ""    # why this framework cannot run here
+
+    @property
+    def total(self) -> int:
+        return self.done + len(self.reusable) + len(self.to_run)
+
+
+@dataclass(frozen=True)
+class Plan:
+    device: str
+    machine: Machine
+    items: tuple[Item, ...]
+    truth_pairs: tuple[tuple[str, int], ...]      # (model, batch) not cached yet
+    truth_gflop: float
+    truth_seconds: float | None                   # estimated, None without a rate
+    worker_start_s: dict[str, float | None] = field(default_factory=dict)
+    history_rows: int = 0
+
+    @property
+    def estimate(self) -> Estimate:
+        total = Estimate()
+        for item in self.items:
+            total = total + item.estimate
+        return total
+
+    def seconds(self) -> float:
+        """The estimated seconds of everything left: cases, worker starts and truth."""
+        starts = sum((self.worker_start_s.get(i.framework) or 0.0) * i.groups
+                     for i in self.items if not i.unavailable)
+        return self.estimate.seconds + starts + (self.truth_seconds or 0.0)
+
+
+def this_machine(device: str, name: str = "") -> Machine:
+    """This machine as the history knows machines; ``name`` plans for another device model
+    (``--device-name``: the published rows of an H100, say, before renting one)."""
+    import psutil
+    cores = psutil.cpu_count(logical=True) or usable_cpus()
+    if device == "gpu":
+        return Machine("gpu", name or nvidia_smi("name") or "unknown GPU", cores)
+    return Machine("cpu", name or cpu_model(), cores)
+
+
+def default_python(framework: str, device: str) -> str:
+    """The framework's nox virtualenv where it exists, else this interpreter."""
+    venv = ROOT / ".nox" / f"{framework}_{device}" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def missing_packages(python: str, packages: list[str]) -> dict[str, bool]:
+    """Which of ``packages`` the interpreter lacks, found without importing them."""
+    probe = ("import importlib.util, json, sys; print(json.dumps({p: importlib.util."
+             "find_spec(p) is None for p in sys.argv[1:]}))")
+    try:
+        out = subprocess.run([python, "-c", probe, *packages], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, json.JSONDecodeError, IndexError):
+        return dict.fromkeys(packages, True)
+
+
+def availability(frameworks: list[str], device: str, pythons: dict[str, str]) -> dict[str, str]:
+    """framework → "" where it can run, else why not."""
+    registry = load_registry()
+    reasons = {}
+    by_python: dict[str, list[str]] = {}
+    for name in frameworks:
+        entry = framework_entry(name, device)
+        by_python.setdefault(pythons[name], []).append(entry.package or name)
+    lacking = {python: missing_packages(python, packages) for python, packages in by_python.items()}
+    for name in frameworks:
+        package = registry[name].package or name
+        reasons[name] = (f"'{package}' is not installed for {pythons[name]}"
+                         if lacking[pythons[name]].get(package, True) else "")
+    return reasons
+
+
+def suite_jobs(suite: str, framework: str, device: str, out: Path, seed: int
+               ) -> tuple[str, Path, list[Job]]:
+    """(suite name, results file, jobs); no jobs where the suite has none for this
+    framework on this device."""
+    try:
+        return plan_jobs(RunRequest(suite, framework, device, out, resume=True, seed=seed))
+    except SuiteError as error:
+        if "has no cases" not in str(error):
+            raise
+        name = load_suite(resolve_suite_path(suite), load_registry()).name
+        return name, Path(), []
+
+
+def finished_ids(path: Path) -> set[str]:
+    return set(read_rows(path)) if path.name else set()
+
+
+def make_plan(device: str, frameworks: list[str], suites: list[str], out: Path, seed: int,
+              pythons: dict[str, str], history: History, machine: Machine,
+              reuse: bool, worker_start_s: dict[str, float | None],
+              truth_rate: float | None) -> Plan:
+    unavailable = availability(frameworks, device, pythons)
+    indexes = {name: ReuseIndex() for name in frameworks}
+    items = []
+    for suite in suites:
+        for name in frameworks:
+            suite_name, path, jobs = suite_jobs(suite, name, device, out, seed)
+            if not jobs:
+                continue
+            items.append(plan_item(suite_name, suite, name, device, pythons[name], path, jobs,
+                                   indexes[name] if reuse else None, history,
+                                   unavailable[name]))
+    pairs = truth_pairs(items, seed)
+    gflop = sum(truth_module.cost_gflop(get_model(m), b) for m, b in pairs)
+    return Plan(device, machine, tuple(items), tuple(pairs), gflop,
+                gflop / truth_rate if truth_rate and pairs else (0.0 if not pairs else None),
+                worker_start_s, history.rows)
+
+
+def plan_item(suite: str, source: str, framework: str, device: str, python: str, path: Path,
+              jobs: list[Job], index: ReuseIndex | None, history: History,
+              unavailable: str) -> Item:
+    def key(job: Job, measure: str):
+        return case_key(suite, framework, device, job, measure)
+
+    done = finished_ids(path)
+    cases = [Case(job, m, key(job, m).id()) for job, names in pending_measures(jobs, key, set())
+             for m in names]
+    pending = [c for c in cases if c.case_id not in done]
+    reusable, to_run = [], []
+    for case in pending:
+        sources = index.candidates(framework, case.job, case.measure, timer_of(case.job), suite) \
+            if index is not None else []
+        if sources:
+            reusable.append((case, tuple(sources)))
+        else:
+            to_run.append(case)
+    if index is not None:
+        for case in cases:
+            index.add(framework, case.job, case.measure,
+                      Source(suite, case.case_id, timer_of(case.job), path))
+    estimate = estimate_cases(history, ((c.case_id, case_computation(framework, device, c.job,
+                                                                                 c.measure))
+                                        for c in to_run), device)
+    # One worker per thread setting, one more per compile-cache job (suites/runner.py).
+    groups = len({(c.job.threads, c.job.model, c.job.batch, c.job.precision, c.job.variant,
+                   c.job.compile_cache) if c.job.compile_cache else (c.job.threads,)
+                  for c in to_run})
+    return Item(suite, source, framework, device, python, path, tuple(jobs), len(cases) - len(pending),
+                tuple(reusable), tuple(to_run), estimate, groups, unavailable)
+
+
+def case_computation(framework: str, device: str, job: Job, measure: str) -> tuple:
+    """The history's key for a case measured in any suite (``estimate.computation_key``)."""
+    return computation_key({"settings": {"framework": framework, "device": device,
+                                         "precision": job.precision, "variant": job.variant,
+                                         "threads": job.threads,
+                                         "compile_cache": job.compile_cache},
+                            "model": job.model, "batch": job.batch, "measure": measure})
+
+
+def truth_pairs(items: list[Item], seed: int) -> list[tuple[str, int]]:
+    """(model, batch) whose float64 truth a pending fingerprint needs and the cache lacks."""
+    from suites.truth_check import enabled
+    if not enabled():
+        return []
+    pairs = dict.fromkeys((c.job.model, c.job.batch) for item in items if not item.unavailable
+                          for c in item.to_run if c.measure == FINGERPRINT)
+    return [(m, b) for m, b in pairs
+            if not truth_module.too_expensive(get_model(m), b)
+            and not truth_module.is_cached(get_model(m), b, seed)]
+
+
+def describe(plan: Plan) -> list[str]:
+    """The plan as lines of text: one per item, then the truth and the total."""
+    lines = [f"{'suite':<22} {'framework':<9} {'cases':>6} {'done':>6} {'reused':>6} "
+             f"{'to run':>6}  estimate"]
+    for item in plan.items:
+        if item.unavailable:
+            continue
+        estimate = item.estimate.text() if item.to_run else "nothing to run"
+        lines.append(f"{item.suite:<22} {item.framework:<9} {item.total:>6} {item.done:>6} "
+                     f"{len(item.reusable):>6} {len(item.to_run):>6}  {estimate}")
+    if plan.truth_pairs:
+        truth = f"{plan.truth_seconds / 60:.1f} min" if plan.truth_seconds is not None \
+            else "no estimate (no earlier truth run on this machine)"
+        lines.append(f"float64 truth: {len(plan.truth_pairs)} (model, batch) pairs, "
+                     f"{plan.truth_gflop:.0f} GFLOP: {truth}")
+    for framework, reason in dict.fromkeys((i.framework, i.unavailable) for i in plan.items
+                                           if i.unavailable):
+        count = sum(i.total for i in plan.items if i.framework == framework)
+        lines.append(f"not run: {framework} ({count} cases): {reason}")
+    starts = {f: s for f, s in plan.worker_start_s.items() if s is not None}
+    total = plan.estimate
+    unknown = f"; {total.unknown} cases without an estimate" if total.unknown else ""
+    lines.append(f"estimated: {plan.seconds() / 60:.1f} min on {plan.machine.name} "
+                 f"(cases {total.seconds / 60:.1f} min, worker starts "
+                 f"{'measured' if starts else 'unknown'}{unknown}; from {plan.history_rows} "
+                 f"earlier rows of this device model)")
+    return lines
+
+
+def python_table(frameworks: list[str], device: str, given: list[str]) -> dict[str, str]:
+    """framework → interpreter, from ``--python FW=PATH`` and the defaults."""
+    pythons = {}
+    for spec in given:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise SuiteError(f"--python takes FRAMEWORK=INTERPRETER, got '{spec}'")
+        if name not in frameworks:
+            raise SuiteError(f"--python names '{name}', which is not among the frameworks "
+                             f"({', '.join(frameworks)})")
+        if not Path(path).exists():
+            raise SuiteError(f"--python {name}: no interpreter at {path}")
+        pythons[name] = path
+    return {name: pythons.get(name) or default_python(name, device) for name in frameworks}
+
+
+def check_frameworks(frameworks: list[str], device: str) -> list[str]:
+    for name in frameworks:
+        framework_entry(name, device)       # unknown framework or device: SuiteError
+    return list(dict.fromkeys(frameworks))
+
+
+def resolve_suites(suites: list[str]) -> list[str]:
+    for suite in suites:
+        resolve_suite_path(suite)           # unknown suite: SuiteError
+    return list(dict.fromkeys(suites))
