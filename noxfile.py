@@ -4,6 +4,7 @@
     nox -s torch_cpu -- bahrampour --resume   # another suite, passing runner flags
     nox -s tests                     # core tests and every framework's conformance kit
     nox --no-venv -s torch_gpu       # use the frameworks already installed (offline GPU hosts)
+    nox -s matrix -- --device gpu --budget 20   # every framework × suite (suites/matrix.py)
 
 Each framework session has its own virtualenv with that framework's pinned packages.
 ``--no-venv`` runs a session on the current interpreter and installs nothing, for
@@ -62,6 +63,40 @@ for _name, _entry in REGISTRY.items():
                                _entry.get("description", _name))
 
 
+def _option(args: list[str], name: str, default: list[str]) -> list[str]:
+    """The values after ``name`` in a command line (up to the next option)."""
+    if name not in args:
+        return default
+    values = []
+    for arg in args[args.index(name) + 1:]:
+        if arg.startswith("-"):
+            break
+        values.append(arg)
+    return values or default
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """Every framework × suite on one device in one command, with a plan up front,
+    resumable, within a budget: nox -s matrix -- --device gpu --budget 20. Each framework
+    runs in its own session's virtualenv (installed here first), or with --no-venv on the
+    frameworks this interpreter has."""
+    args = list(session.posargs)
+    device = _option(args, "--device", ["cpu"])[0]
+    frameworks = _option(args, "--frameworks",
+                         [name for name, entry in REGISTRY.items() if device in entry["devices"]])
+    if session.venv_backend == "none":
+        pythons = [f"{name}={sys.executable}" for name in frameworks]
+    else:
+        install(session, *CORE)
+        names = [f"{name}_{device}" for name in frameworks]
+        session.run(sys.executable, "-m", "nox", "--install-only", "-s", *names, external=True)
+        pythons = [f"{name}={ROOT / '.nox' / f'{name}_{device}' / 'bin' / 'python'}"
+                   for name in frameworks]
+    session.run(python(session), "-m", "suites", "matrix", *args,
+                *(arg for spec in pythons for arg in ("--python", spec)))
+
+
 @nox.session
 def report(session: nox.Session) -> None:
     """Merge every results file under results/ (or the given directories) into report/."""
@@ -87,10 +122,10 @@ def publish(session: nox.Session) -> None:
 TEST_TARGETS = ["core", *REGISTRY]
 # Core tests that need a framework: the numpy reference is checked against
 # torch.nn.functional and FLOPs against torch's flop counter (they skip without torch).
-# The fault-injection tests (SIGKILL, full disk, hangs) need a real worker; PyTorch's is
-# the quickest to start.
+# The fault-injection tests (SIGKILL, full disk, hangs) and the matrix's end-to-end runs
+# need a real worker; PyTorch's is the quickest to start.
 FRAMEWORK_CORE_TESTS = {"torch": ["tests/test_reference.py", "tests/test_models.py",
-                                  "tests/test_faults.py"]}
+                                  "tests/test_faults.py", "tests/test_matrix_runs.py"]}
 # What comparisons/ compares with, for their CPU smoke runs (tests/conformance/
 # test_comparisons.py); keras and tf_keras are already in TensorFlow's requirements.
 # torchvision 0.28 is the release built against torch 2.13; flax 0.12.8 is the newest

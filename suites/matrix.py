@@ -50,7 +50,7 @@ from adapters.registry import load_registry
 from models.zoo import get_model
 from suites import matrix_log
 from suites.environment import dlbench_commit, host_id
-from suites.estimate import History, load_history
+from suites.estimate import History, load_history, minutes
 from suites.matrix_plan import (
     DEFAULT_SUITES,
     ROOT,
@@ -215,8 +215,10 @@ class Matrix:
             "device": self.request.device, "device_name": self.machine.name,
             "wall_s": round(time.monotonic() - started, 3), "budget_min": self.request.budget_min,
             "stopped": outcome, "estimated_s": round(plan.seconds(), 1)})
-        say(f"matrix {outcome} after {(time.monotonic() - started) / 60:.1f} min "
-            f"(planned {plan.seconds() / 60:.1f} min); costs: {self.log}")
+        planned = "no estimate" if plan.estimate.cases and \
+            plan.estimate.unknown == plan.estimate.cases else minutes(plan.seconds())
+        say(f"matrix {outcome} after {minutes(time.monotonic() - started)} (planned: {planned}); "
+            f"costs: {self.log}")
         if outcome != "done":
             self.print_left()
         return code

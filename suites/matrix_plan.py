@@ -19,7 +19,7 @@ from adapters.registry import load_registry
 from models import truth as truth_module
 from models.zoo import get_model
 from suites.environment import cpu_model, nvidia_smi, usable_cpus
-from suites.estimate import Estimate, History, Machine, computation_key, estimate_cases
+from suites.estimate import Estimate, History, Machine, computation_key, estimate_cases, minutes
 from suites.results import FINGERPRINT
 from suites.reuse import ReuseIndex, Source, read_rows, timer_of
 from suites.runner import RunRequest, case_key, framework_entry, pending_measures, plan_jobs
@@ -84,7 +84,8 @@ class Plan:
     def estimate(self) -> Estimate:
         total = Estimate()
         for item in self.items:
-            total = total + item.estimate
+            if not item.unavailable:
+                total = total + item.estimate
         return total
 
     def seconds(self) -> float:
@@ -252,11 +253,15 @@ def describe(plan: Plan) -> list[str]:
         lines.append(f"not run: {framework} ({count} cases): {reason}")
     starts = {f: s for f, s in plan.worker_start_s.items() if s is not None}
     total = plan.estimate
+    source = f"from {plan.history_rows} earlier rows of this device model"
+    if total.cases and total.unknown == total.cases:
+        lines.append(f"estimated: no estimate for any of the {total.cases} cases to run on "
+                     f"{plan.machine.name} ({source})")
+        return lines
     unknown = f"; {total.unknown} cases without an estimate" if total.unknown else ""
-    lines.append(f"estimated: {plan.seconds() / 60:.1f} min on {plan.machine.name} "
-                 f"(cases {total.seconds / 60:.1f} min, worker starts "
-                 f"{'measured' if starts else 'unknown'}{unknown}; from {plan.history_rows} "
-                 f"earlier rows of this device model)")
+    lines.append(f"estimated: {minutes(plan.seconds())} on {plan.machine.name} "
+                 f"(cases {minutes(total.seconds)}, worker starts "
+                 f"{'measured' if starts else 'unknown'}{unknown}; {source})")
     return lines
 
 

@@ -1,0 +1,246 @@
+"""The matrix command's parts that need no framework: cross-suite reuse, estimates from
+earlier rows, the cost log, the plan, and bad input (suites/matrix*.py, reuse.py,
+estimate.py). The end-to-end runs (a real worker killed and resumed, a budget) are in
+tests/test_matrix_runs.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from adapters.registry import load_registry
+from suites import matrix_log, matrix_plan
+from suites.estimate import History, Machine, case_key, load_history, row_costs
+from suites.reuse import ReuseIndex, Source, covers, reused_row, signature
+from suites.spec import SUITES_DIR, Job, expand, load_suite
+from suites.timer import TimerSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def gpu_jobs(suite: str, framework: str = "torch") -> list[Job]:
+    registry = load_registry()
+    return expand(load_suite(SUITES_DIR / f"{suite}.toml", registry), registry[framework],
+                  "gpu", 16, 16)
+
+
+# --- reuse ----------------------------------------------------------------------------------
+
+def test_a_more_thorough_timer_covers_a_lighter_one_and_not_the_reverse():
+    light = TimerSettings(warmup=2, min_samples=5, max_samples=50, rel_ci=0.02, budget_s=0.5)
+    thorough = replace(light, warmup=3, min_samples=10, max_samples=200, rel_ci=0.01,
+                       budget_s=2.0, max_repetitions=8)
+    assert covers(thorough, light)
+    assert covers(light, light)
+    assert not covers(light, thorough)
+    assert not covers(replace(thorough, rel_spread=0.05), light)   # a looser target
+
+
+def test_compile_cache_cases_are_never_reused_and_profiles_key_on_their_iterations():
+    job = Job("lenet", 64, "gpu", 16, 1, "fp32", "jit", ("forward",))
+    assert signature("jax", replace(job, compile_cache="cold"), "forward") is None
+    three = signature("torch", replace(job, profile_iterations=3), "profile")
+    ten = signature("torch", replace(job, profile_iterations=10), "profile")
+    assert three != ten
+    # The timed measures ignore the profile setting.
+    assert signature("torch", replace(job, profile_iterations=3), "forward") == \
+        signature("torch", replace(job, profile_iterations=10), "forward")
+
+
+def _index_of(suites: list[str], framework: str = "torch") -> tuple[ReuseIndex, dict]:
+    index = ReuseIndex()
+    for suite in suites:
+        for job in gpu_jobs(suite, framework):
+            for measure in (*job.measures, *(("fingerprint",) if job.fingerprint else ())):
+                index.add(framework, job, measure, Source(suite, f"{suite}:{job.model}:{measure}",
+                                                          job.timer, Path()))
+    return index, {}
+
+
+def test_float64_gpu_fp32_cases_come_from_default_gpu_and_tf32_ones_do_not():
+    index, _ = _index_of(["default-gpu"])
+    default_models = {j.model for j in gpu_jobs("default-gpu")}
+    reusable, measured = [], []
+    for job in gpu_jobs("float64-gpu"):
+        for measure in (*job.measures, "fingerprint"):
+            found = index.candidates("torch", job, measure, job.timer, "float64-gpu")
+            (reusable if found else measured).append((job.model, job.precision, measure))
+    assert reusable and all(p == "fp32" and m in default_models for m, p, _ in reusable)
+    assert all(p == "tf32" or m not in default_models for m, p, _ in measured)
+    # Every fp32 case of a default-gpu model (forward, gradient, fingerprint) is covered.
+    expected = {(j.model, "fp32", m) for j in gpu_jobs("float64-gpu") if j.precision == "fp32"
+                and j.model in default_models for m in ("forward", "gradient", "fingerprint")}
+    assert set(reusable) == expected
+
+
+def test_kernels_gpu_reuses_li2016_and_convnet_but_not_profiles_of_other_lengths():
+    index, _ = _index_of(["convnet-benchmarks", "li2016"])
+    left = [(j.model, m) for j in gpu_jobs("kernels-gpu") for m in j.measures
+            if not index.candidates("torch", j, m, j.timer, "kernels-gpu")]
+    # li2016 profiles Table I's layers over 10 iterations, kernels-gpu over 3.
+    assert sorted(left) == sorted((f"li_conv{i}", "profile") for i in range(1, 6))
+
+
+def test_a_reused_row_keeps_its_measurement_and_names_its_source():
+    row = {"case_id": "a/torch/gpu/lenet/b64/forward/fp32/eager/t16", "suite": "a",
+           "timing": {"median_ms": 1.0}, "env": {"host": "h"}}
+    copy = reused_row(row, "b", "b/torch/gpu/lenet/b64/forward/fp32/eager/t16")
+    assert copy["suite"] == "b" and copy["case_id"].startswith("b/")
+    assert copy["reused_from"] == row["case_id"] and copy["timing"] == row["timing"]
+
+
+# --- estimates ------------------------------------------------------------------------------
+
+def _row(case_id: str, started_at: str, elapsed: float | None = None, gpu: str = H100,
+         **extra) -> dict:
+    suite, framework, device, model, batch, measure, precision, variant, threads = \
+        case_id.split("/")
+    row = {"case_id": case_id, "suite": suite, "model": model, "batch": int(batch[1:]),
+           "measure": measure, "started_at": started_at,
+           "settings": {"framework": framework, "device": device, "precision": precision,
+                        "variant": variant, "threads": int(threads[1:]), "compile_cache": ""},
+           "env": {"gpu_model": gpu}, **extra}
+    if elapsed is not None:
+        row["elapsed_s"] = elapsed
+    return row
+
+
+def test_row_costs_use_elapsed_seconds_and_fall_back_to_the_gaps_between_stamps():
+    rows = [_row("s/torch/gpu/m/b1/forward/fp32/eager/t16", "2026-11-23T09:00:00+00:00"),
+            _row("s/torch/gpu/m/b1/gradient/fp32/eager/t16", "2026-11-23T09:00:04+00:00"),
+            _row("s/torch/gpu/m/b1/fingerprint/fp32/eager/t16", "2026-11-23T09:00:05+00:00", 0.7),
+            _row("s/torch/gpu/n/b1/forward/fp32/eager/t16", "2026-11-23T10:00:05+00:00"),
+            _row("s/torch/gpu/n/b1/gradient/fp32/eager/t16", "2026-11-23T10:00:06+00:00", 2.0,
+                 reused_from="x")]
+    costs = [cost for _, cost in row_costs(rows)]
+    # No stamp before the first row; a gap of an hour is a pause, not a cost; a reused row
+    # cost nothing.
+    assert costs == [None, 4.0, 0.7, None, None]
+
+
+def test_history_counts_only_this_device_model_and_matches_cases_across_thread_counts(tmp_path):
+    rows = [_row("s/torch/gpu/m/b1/forward/fp32/eager/t16", "2026-11-23T09:00:00+00:00", 3.0),
+            _row("s/torch/gpu/m/b1/gradient/fp32/eager/t16", "2026-11-23T09:00:05+00:00", 5.0,
+                 gpu="NVIDIA H200")]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    history = load_history([tmp_path], Machine("gpu", H100, 16))
+    assert history.rows == 1
+    # The same case on a host with 32 cores (t32) is the same GPU case.
+    seconds, how = history.case_seconds("s/torch/gpu/m/b1/forward/fp32/eager/t32",
+                                        ("torch", "gpu", "m", 1, "forward", "fp32", "eager",
+                                         None, ""), "gpu")
+    assert (seconds, how) == (3.0, "case")
+    assert case_key("s/torch/cpu/m/b1/forward/fp32/eager/t2", "cpu").endswith("/t2")
+
+
+def test_another_suites_row_estimates_a_case_and_the_plan_says_so():
+    history = History({}, {("torch", "gpu", "m", 1, "forward", "fp32", "eager", None, ""): 2.5}, 1)
+    seconds, how = history.case_seconds("other/torch/gpu/m/b1/forward/fp32/eager/t16",
+                                        ("torch", "gpu", "m", 1, "forward", "fp32", "eager",
+                                         None, ""), "gpu")
+    assert (seconds, how) == (2.5, "other suite")
+
+
+# --- the cost log ---------------------------------------------------------------------------
+
+def _item(suite: str, framework: str, wall: float, starts: int = 1, start_s: float = 4.0) -> dict:
+    return matrix_log.ItemCost(suite, framework, "gpu", H100, "c", "t", wall, starts, start_s,
+                               10, 0, 1.0, 0.0, 0.0, 0.5, "done").record()
+
+
+def test_minutes_table_adds_invocations_and_the_truth(tmp_path):
+    log = tmp_path / "costs-gpu.ndjson"
+    for record in (_item("default-gpu", "torch", 60.0), _item("default-gpu", "torch", 30.0),
+                   _item("default-gpu", "jax", 120.0), _item("li2016", "jax", 60.0),
+                   {"kind": "truth", "suite": "default-gpu", "pairs": 3, "gflop": 100.0,
+                    "seconds": 30.0, "device_name": H100}):
+        matrix_log.append(log, record)
+    records = matrix_log.load([tmp_path])
+    header, rows = matrix_log.minutes_table(records)
+    assert header == ["suite", "torch", "jax", "all"]
+    assert rows[0] == ["default-gpu", "1.5", "2.0", "3.5"]
+    assert rows[1] == ["li2016", "—", "1.0", "1.0"]
+    assert rows[-1] == ["total", "1.5", "3.0", "5.0"]
+    assert matrix_log.worker_start_s(records, "torch", H100) == 4.0
+    assert matrix_log.truth_rate(records, H100) == pytest.approx(100 / 30)
+
+
+# --- the plan -------------------------------------------------------------------------------
+
+@pytest.fixture
+def every_framework_installed(monkeypatch):
+    monkeypatch.setattr(matrix_plan, "availability",
+                        lambda frameworks, device, pythons: dict.fromkeys(frameworks, ""))
+
+
+def test_plan_counts_reused_cases_and_estimates_the_rest(tmp_path, every_framework_installed):
+    history = History({case_key("default-gpu/torch/gpu/lenet/b64/forward/fp32/eager/t16",
+                                "gpu"): 2.0}, {}, 1)
+    plan = matrix_plan.make_plan("gpu", ["torch", "jax"], ["default-gpu", "float64-gpu"],
+                                 tmp_path, 0, {"torch": sys.executable, "jax": sys.executable},
+                                 history, Machine("gpu", H100, 16), True, {}, None)
+    items = {(i.suite, i.framework): i for i in plan.items}
+    assert set(items) == {(s, f) for s in ("default-gpu", "float64-gpu") for f in ("torch", "jax")}
+    default, f64 = items[("default-gpu", "torch")], items[("float64-gpu", "torch")]
+    assert default.done == 0 and not default.reusable and len(default.to_run) == 88
+    assert len(f64.reusable) > 0 and len(f64.reusable) + len(f64.to_run) == 126
+    assert default.estimate.seconds == 2.0 and default.estimate.unknown == 87
+    # Without reuse every case is measured.
+    plain = matrix_plan.make_plan("gpu", ["torch"], ["default-gpu", "float64-gpu"], tmp_path, 0,
+                                  {"torch": sys.executable}, history, Machine("gpu", H100, 16),
+                                  False, {}, None)
+    assert all(not i.reusable for i in plain.items)
+    assert "2 s (87 without estimate)" in "\n".join(matrix_plan.describe(plan))
+
+
+def test_a_framework_the_interpreter_lacks_is_listed_as_not_run(tmp_path):
+    plan = matrix_plan.make_plan("cpu", ["torch"], ["default-cpu"], tmp_path, 0,
+                                 {"torch": sys.executable}, History({}, {}, 0),
+                                 Machine("cpu", "x", 2), True, {}, None)
+    missing = matrix_plan.missing_packages(sys.executable, ["torch"])["torch"]
+    text = "\n".join(matrix_plan.describe(plan))
+    assert ("not run: torch" in text) == missing
+
+
+def test_plan_ordering_is_suites_first_then_frameworks(tmp_path, every_framework_installed):
+    plan = matrix_plan.make_plan("gpu", ["jax", "torch"], ["kernels-gpu", "default-gpu"],
+                                 tmp_path, 0, {"jax": "p", "torch": "p"}, History({}, {}, 0),
+                                 Machine("gpu", H100, 16), True, {}, None)
+    assert [(i.suite, i.framework) for i in plan.items] == [
+        ("kernels-gpu", "jax"), ("kernels-gpu", "torch"), ("default-gpu", "jax"),
+        ("default-gpu", "torch")]
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["--frameworks", "pytorch"], "unknown framework 'pytorch' (did you mean 'torch'?)"),
+    (["--suites", "defualt-cpu"], "unknown suite 'defualt-cpu' (did you mean 'default-cpu'?)"),
+    (["--python", "torch"], "--python takes FRAMEWORK=INTERPRETER"),
+    (["--python", "torch=/no/such/python"], "no interpreter at /no/such/python"),
+    (["--budget", "0"], "--budget must be a positive number of minutes"),
+    (["--case-timeout", "-1"], "'case_timeout_s' must be a positive number"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    done = subprocess.run([sys.executable, "-m", "suites", "matrix", "--plan", "--out",
+                           str(tmp_path), *args], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_plan_prints_and_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "suites", "matrix", "--device", "gpu", "--plan",
+                           "--device-name", H100, "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "estimated:" in done.stderr
+    assert "default-gpu" in done.stderr or "not run: torch" in done.stderr
+    assert not out.exists()

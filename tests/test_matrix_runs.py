@@ -1,0 +1,187 @@
+"""The matrix command end to end with real PyTorch workers on tiny models: rows reused
+across suites, a run killed at seeded random points and resumed (the same rows as an
+uninterrupted run, none lost, none twice), and the time budget (a job that would not fit
+is not started; one still running at the deadline is stopped and left pending). Nothing
+here asserts a duration."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMER = """
+[timer]
+warmup = 0
+min_samples = 1
+max_samples = 2
+budget_s = 0.01
+repetitions = 2
+max_repetitions = 2
+"""
+SUITE_A = f"""
+name = "matrix-a"
+case_timeout_s = 120
+{TIMER}
+[[cases]]
+models = ["lenet_tiny", "sae_tiny_se"]
+batches = [2, 3]
+measures = ["forward", "gradient"]
+devices = ["cpu"]
+threads = [1]
+"""
+# lenet_tiny at batch 2 again (reused from matrix-a), and a model of its own.
+SUITE_B = f"""
+name = "matrix-b"
+case_timeout_s = 120
+{TIMER}
+[[cases]]
+models = ["lenet_tiny", "conv_tiny"]
+batches = [2]
+measures = ["forward", "gradient"]
+devices = ["cpu"]
+threads = [1]
+"""
+
+
+@pytest.fixture
+def suites(tmp_path) -> list[Path]:
+    paths = []
+    for name, text in (("matrix-a", SUITE_A), ("matrix-b", SUITE_B)):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(text)
+        paths.append(path)
+    return paths
+
+
+def command(suites: list[Path], out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "suites", "matrix", "--device", "cpu", "--frameworks", "torch",
+            "--python", f"torch={sys.executable}", "--suites", *map(str, suites),
+            "--out", str(out), "--history", str(out), "--compile-cache", "off", *extra]
+
+
+def rows(out: Path) -> collections.Counter:
+    """Case ids of every results file under ``out`` (a torn last line is not a row)."""
+    found: collections.Counter = collections.Counter()
+    for path in out.glob("matrix-*/*/*.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                found[json.loads(line)["case_id"]] += 1
+            except (ValueError, KeyError):
+                continue
+    return found
+
+
+def run(suites, out, *extra, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(command(suites, out, *extra), cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **(env or {})})
+
+
+def test_second_suite_reuses_the_first_suites_rows_and_a_rerun_does_nothing(tmp_path, suites):
+    out = tmp_path / "out"
+    done = run(suites, out)
+    assert done.returncode == 0, done.stderr
+    found = rows(out)
+    assert all(n == 1 for n in found.values())
+    b_rows = [json.loads(line) for path in out.glob("matrix-b/*/torch_cpu.jsonl")
+              for line in path.read_text().splitlines()]
+    reused = {r["case_id"]: r["reused_from"] for r in b_rows if "reused_from" in r}
+    assert set(reused) == {f"matrix-b/torch/cpu/lenet_tiny/b2/{m}/fp32/eager/t1"
+                           for m in ("forward", "gradient", "fingerprint")}
+    assert all(source.startswith("matrix-a/") for source in reused.values())
+    assert all(r["status"] == "ok" for r in b_rows)
+    log = [json.loads(line) for line in next(out.glob("matrix/*/costs-cpu.ndjson")).read_text()
+           .splitlines()]
+    items = [r for r in log if r["kind"] == "item"]
+    assert [(r["suite"], r["reused"], r["stopped"]) for r in items] == [
+        ("matrix-a", 0, "done"), ("matrix-b", 3, "done")]
+    assert items[0]["measured"] == 12 and items[1]["measured"] == 3
+    # Everything is done: the same command writes no row and says so in the plan.
+    again = run(suites, out)
+    assert again.returncode == 0 and rows(out) == found
+    assert "nothing to run" in again.stderr
+
+
+def test_killed_at_random_points_then_resumed_gives_the_rows_of_an_uninterrupted_run(
+        tmp_path, suites):
+    clean = tmp_path / "clean"
+    started = time.monotonic()
+    assert run(suites, clean).returncode == 0
+    duration = time.monotonic() - started
+    expected = rows(clean)
+    rng = random.Random(20261123)
+    for attempt in range(3):
+        out = tmp_path / f"killed{attempt}"
+        proc = subprocess.Popen(command(suites, out), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(rng.uniform(0.5, duration))
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGKILL if attempt % 2 == 0 else signal.SIGTERM)
+        proc.wait()
+        # No worker outlives its runner (it would go on writing beside the resumed run).
+        gone, alive = psutil.wait_procs(workers, timeout=15)
+        assert not alive, alive
+        done = run(suites, out)
+        assert done.returncode == 0, done.stderr
+        found = rows(out)
+        assert set(found) == set(expected)
+        assert all(n == 1 for n in found.values()), found
+
+
+def write_history(out: Path, seconds: float) -> None:
+    """An earlier run's rows saying each of matrix-a's cases took ``seconds``."""
+    from suites.environment import cpu_model
+    path = out / "history" / "matrix-a" / "earlier" / "torch_cpu.jsonl"
+    path.parent.mkdir(parents=True)
+    lines = []
+    for model in ("lenet_tiny", "sae_tiny_se"):
+        for batch in (2, 3):
+            for measure in ("forward", "gradient", "fingerprint"):
+                lines.append(json.dumps({
+                    "case_id": f"matrix-a/torch/cpu/{model}/b{batch}/{measure}/fp32/eager/t1",
+                    "model": model, "batch": batch, "measure": measure, "elapsed_s": seconds,
+                    "started_at": "2026-11-23T09:00:00+00:00",
+                    "settings": {"framework": "torch", "device": "cpu", "precision": "fp32",
+                                 "variant": "eager", "threads": 1, "compile_cache": ""},
+                    "env": {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count()}}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_budget_too_small_for_the_next_job_stops_before_it_and_says_what_is_left(
+        tmp_path, suites):
+    out = tmp_path / "out"
+    write_history(out, seconds=600.0)        # every job "takes" 30 minutes
+    done = run(suites, out, "--budget", "1", "--history", str(out / "history"))
+    assert done.returncode == 75, done.stderr
+    assert not rows(out)
+    assert "left (run the same command again to continue)" in done.stderr
+    assert "matrix-a torch: 12 to run" in done.stderr
+    # Without the budget the same command completes the work.
+    assert run(suites, out).returncode == 0
+    assert len(rows(out)) == 18
+
+
+def test_a_job_running_at_the_deadline_is_stopped_and_left_pending(tmp_path, suites):
+    out = tmp_path / "out"
+    # The first job hangs; the budget's deadline stops it (no timeout row is written).
+    hang = {"DLBENCH_INJECT_HANG": "matrix-a/torch/cpu/lenet_tiny/b2/forward"}
+    done = run(suites, out, "--budget", "0.5", env=hang)
+    assert done.returncode == 75, done.stderr
+    statuses = [json.loads(line)["status"] for path in out.glob("matrix-*/*/*.jsonl")
+                for line in path.read_text().splitlines()]
+    assert "timeout" not in statuses
+    assert run(suites, out).returncode == 0
+    found = rows(out)
+    assert len(found) == 18 and all(n == 1 for n in found.values())
