@@ -30,6 +30,11 @@ CONVENTIONS = (
     "re-run interval is wider than ±10% (a row of one repetition: its bootstrap CI and "
     "IQR). 'Measurement conditions' gives each row's repetitions, device time and GPU "
     "clocks.",
+    "Rankings (bold, row order, ratios) read wall-time medians, the figure every framework "
+    "has; bold only where the fastest's interval lies wholly below the runner-up's. On a "
+    "GPU the device's own time (its kernels' busy time per iteration) stands beside the wall "
+    "time where the row has it ('dev'); † marks launch-bound rows, whose device time is "
+    "under half the wall time: their wall figure depends on the host CPU.",
     "Forward = inference pass; Total = one gradient computation (forward + loss + backward "
     "for all parameters, no optimizer update; Bahrampour's 'gradient computation time'); "
     "Backward = Total − Forward (convnet-benchmarks' and cnn-benchmarks' 'backward').",
@@ -49,6 +54,13 @@ CONVENTIONS = (
     "settings keep the latest. [cache cold] / [cache warm] after a variant: a fresh process "
     "with an empty / a filled persistent compilation cache (Bahrampour Table 8).",
 )
+
+
+# Every ratio, like every ranking, compares wall-time medians (reports/ranking.py says why).
+RATIO_FIGURE = "Ratios of wall-time medians (the figure every framework has, on every device)."
+RATIO_LAUNCH_BOUND = (" Where a GPU's wall time is mostly the host's (launch-bound rows, "
+                      f"{cells.LAUNCH_BOUND} in the tables), a ratio compares the hosts' CPUs "
+                      "as much as the frameworks.")
 
 
 @dataclass(frozen=True)
@@ -161,7 +173,10 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     ratio_tables = tuple(t for t in (tm.ratio_table(found, "framework"),
                                      tm.ratio_table(found, "device")) if t is not None)
     if sentences:
-        sections.append(Section("ratios", "Ratios", bullets=sentences, tables=ratio_tables))
+        bound = any(cells.launch_bound(r) for r in steady.to_dict("records"))
+        sections.append(Section("ratios", "Ratios",
+                                (RATIO_FIGURE + (RATIO_LAUNCH_BOUND if bound else ""),),
+                                bullets=sentences, tables=ratio_tables))
     model_tables = []
     bahrampour_models = {m for models in BAHRAMPOUR_SETS.values() for m in models}
     for model, batch, table in tmod.model_tables(steady, equiv):
@@ -224,8 +239,10 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
         ("Historical rows: " + ", ".join(f"{s} ({n} values)" for s, n in studies.items())
          + " — reports/data/historical.csv, transcribed from the seed studies.",),
         tables=(peak,) if peak is not None else ()))
-    # A reason repeated down a column is said once under its table (cells.compact_...).
-    sections = [replace(s, tables=tuple(cells.compact_repeated_failures(t) for t in s.tables))
+    # A reason repeated down a column is said once under its table (cells.compact_...);
+    # a table with a launch-bound cell (†) says what that means.
+    sections = [replace(s, tables=tuple(cells.note_launch_bound(cells.compact_repeated_failures(t))
+                                        for t in s.tables))
                 for s in sections]
     return Report("dlbench report", tuple(sections), frame, loaded.warnings,
                   judged.superseded, tuple(found), equiv)

@@ -14,8 +14,19 @@ from dataclasses import replace
 from reports.table import Cell, Table
 
 UNSTABLE = "⚠"
+LAUNCH_BOUND = "†"
 MISSING = "—"
 REASON_CHARS = 48
+LAUNCH_BOUND_NOTE = ("†: launch-bound, the GPU's kernels busy for less than half the wall "
+                     "time: the wall figure measures the host CPU (launches, framework "
+                     "overhead) more than the GPU, and moves with the host; its device time "
+                     "is the figure that carries over to another machine.")
+DEVICE_TIME = ("the GPU's own time per iteration (its kernels' busy time), beside the wall "
+               "time where the row has it: it leaves out the host's launches and framework "
+               "overhead, and reproduces across runs and hosts where wall time may not")
+DEVICE_NOTE = f"dev: {DEVICE_TIME}."
+DEVICE_COLUMNS_NOTE = (f"Device: {DEVICE_TIME}. Host overhead = wall − device (hover; per row in "
+                       "'Measurement conditions').")
 
 
 def is_num(value) -> bool:
@@ -56,8 +67,10 @@ def failure_cell(row) -> Cell:
     return Cell(status_text(row), kind="fail", title=str(row["reason"] or row["status"]))
 
 
-def time_cell(row, ci: bool = True) -> Cell:
-    """Median with its 95% CI; ⚠ marks a row the timer flagged unstable."""
+def time_cell(row, ci: bool = True, device: bool = False) -> Cell:
+    """Median with its 95% CI; ⚠ marks a row the timer flagged unstable, † a launch-bound
+    one. ``device``: the GPU's own time after it, "1.67 (dev 0.27)", where the row has it
+    (for tables without the interval, whose cells stay short)."""
     if row is None:
         return Cell(MISSING, kind="muted")
     if row["status"] != "ok":
@@ -65,11 +78,80 @@ def time_cell(row, ci: bool = True) -> Cell:
     text = fmt_ms(row["median_ms"])
     if ci and is_num(row["ci_low_ms"]) and is_num(row["ci_high_ms"]):
         text += f" ({fmt_ms(row['ci_low_ms'])}–{fmt_ms(row['ci_high_ms'])})"
+    if device and is_num(device_ms(row)):
+        text += f" (dev {fmt_ms(device_ms(row))})"
     title = (f"median {fmt_ms(row['median_ms'])} ms, 95% CI {fmt_ms(row['ci_low_ms'])}–"
              f"{fmt_ms(row['ci_high_ms'])}, IQR {fmt_ms(row['iqr_ms'])}, "
              f"{int(row['samples']) if is_num(row['samples']) else 0} samples"
              f"{repetitions_text(row)}")
     return _flag_unstable(row, text, title)
+
+
+def device_ms(row) -> float:
+    """The GPU's kernel busy time per iteration of an ok GPU row, NaN where the row has
+    none (older rows, frameworks without a device clock). On a CPU host and device time
+    are one, so CPU rows never show it."""
+    if row is None or row["status"] != "ok" or row["device"] != "gpu":
+        return math.nan
+    value = row.get("device_median_ms")
+    return value if is_num(value) else math.nan
+
+
+def launch_bound(row) -> bool:
+    """The row's device time is under half its wall time (tidy.host_columns); False where
+    either is unknown."""
+    if not is_num(device_ms(row)):
+        return False
+    value = row.get("launch_bound")
+    return value is not None and value == value and bool(value)
+
+
+def host_overhead_ms(row) -> float:
+    """Wall − device time; NaN without device time. Device time is timed in blocks of its
+    own, so where the host adds next to nothing it can come out a little above the wall
+    median: shown as 0 then."""
+    if not is_num(device_ms(row)) or not is_num(row.get("host_overhead_ms")):
+        return math.nan
+    return max(0.0, row["host_overhead_ms"])
+
+
+def device_notes(rows) -> tuple[str, ...]:
+    """The "dev" note for a table that shows any of ``rows``' device times inline."""
+    return (DEVICE_NOTE,) if any(is_num(device_ms(r)) for r in rows) else ()
+
+
+def device_title(row) -> str:
+    """The device figures for a hover text: busy time, span, host overhead, how taken."""
+    device = device_ms(row)
+    if not is_num(device):
+        reason = row.get("device_time_reason") if row is not None else ""
+        return f"no device time: {reason}" if reason else ""
+    text = f"device {fmt_ms(device)} ms (kernel busy time)"
+    span = row.get("device_span_median_ms")
+    if is_num(span):
+        text += f", span {fmt_ms(span)} ms (first kernel start to last kernel end)"
+    overhead = row["host_overhead_ms"] if is_num(row.get("host_overhead_ms")) else math.nan
+    if is_num(overhead) and is_num(row["median_ms"]) and row["median_ms"] > 0:
+        text += (f", host overhead {fmt_ms(max(0.0, overhead))} ms "
+                 f"({max(0.0, overhead) / row['median_ms']:.0%} of wall)")
+    if row.get("device_time_kind"):
+        text += f"; {row['device_time_kind']}"
+    if launch_bound(row):
+        text += "; launch-bound: device < ½ wall"
+    return text
+
+
+def device_pair_cell(fwd, grad) -> Cell:
+    """"device fwd / total" for a table with forward and total columns, "—" on a side
+    without device time; host overhead, span and how it was taken on hover."""
+    device = (device_ms(fwd), device_ms(grad))
+    if not any(is_num(v) for v in device):
+        reason = next((r["device_time_reason"] for r in (fwd, grad) if r is not None
+                       and r["status"] == "ok" and r.get("device_time_reason")), "")
+        return Cell(MISSING, kind="muted", title=reason)
+    title = "; ".join(f"{r['measure']}: {device_title(r)}" for r in (fwd, grad)
+                      if r is not None and is_num(device_ms(r)))
+    return Cell(" / ".join(fmt_ms(v) if is_num(v) else MISSING for v in device), title=title)
 
 
 def repetitions_text(row) -> str:
@@ -79,9 +161,14 @@ def repetitions_text(row) -> str:
 
 
 def _flag_unstable(row, text: str, title: str) -> Cell:
+    """⚠ for an unstable row, † for a launch-bound one (the wall time is the host's)."""
     if row["unstable"]:
         text += f" {UNSTABLE}"
         title += f"; unstable: {row['unstable_reason']}"
+    if launch_bound(row):
+        text += f" {LAUNCH_BOUND}"
+    if is_num(device_ms(row)):
+        title += f"; {device_title(row)}"
     return Cell(text, title=title)
 
 
@@ -176,6 +263,14 @@ def share_cell(row) -> Cell:
     return Cell(f"{row['peak_share']:.1%}",
                 title=f"of {row['peak_tflops']:g} TFLOP/s {row['precision']} peak "
                       f"({row['peak_device']}): {row['peak_source']}")
+
+
+def note_launch_bound(table: Table) -> Table:
+    """A table with a launch-bound (†) cell says what the mark means, once."""
+    marked = any(c.text.endswith(f" {LAUNCH_BOUND}") for row in table.rows for c in row)
+    if not marked or LAUNCH_BOUND_NOTE in table.notes:
+        return table
+    return replace(table, notes=table.notes + (LAUNCH_BOUND_NOTE,))
 
 
 def compact_repeated_failures(table: Table) -> Table:

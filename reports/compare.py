@@ -60,6 +60,17 @@ class Pair:
         return self.yours["median_ms"] / self.reference["median_ms"]
 
     @property
+    def device_ratio(self) -> float:
+        """Your device time / the reference's, where both rows have one (GPU rows of a
+        framework with a device clock); NaN otherwise. The GPU's own time leaves out the
+        host's launches and overhead, so it compares the GPUs where wall time also compares
+        the hosts' CPUs."""
+        yours, reference = cells.device_ms(self.yours), cells.device_ms(self.reference)
+        if not (cells.is_num(yours) and cells.is_num(reference)) or reference <= 0:
+            return math.nan
+        return yours / reference
+
+    @property
     def overlap(self) -> bool:
         """The two 95% CIs overlap: the medians are not told apart."""
         return (self.yours["ci_low_ms"] <= self.reference["ci_high_ms"]
@@ -124,48 +135,88 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def _ratio_text(value: float) -> str:
+    return f"{value:.2f}×" if cells.is_num(value) else cells.MISSING
+
+
 def summary_table(pairs: list[Pair]) -> Table:
     groups: dict[tuple[str, str], list[Pair]] = defaultdict(list)
     for p in pairs:
         groups[(p.yours["framework"], p.yours["device"])].append(p)
+    # Device columns only where a pair has device time on both sides: a CPU comparison
+    # keeps its table as it was.
+    device = any(cells.is_num(p.device_ratio) for p in pairs)
     body = []
-    for (framework, device), group in sorted(groups.items()):
+    for (framework, dev), group in sorted(groups.items()):
         like = [p for p in group if not p.differs]
-        body.append((Cell(framework), Cell(device), Cell(str(len(group))),
+        ratios = [p.device_ratio for p in group if cells.is_num(p.device_ratio)]
+        body.append((Cell(framework), Cell(dev), Cell(str(len(group))),
                      Cell(f"{geomean([p.ratio for p in group]):.2f}×"),
                      Cell(f"{min(p.ratio for p in group):.2f}× – "
                           f"{max(p.ratio for p in group):.2f}×"),
                      Cell(str(len(like))),
                      Cell(f"{geomean([p.ratio for p in like]):.2f}×" if like else "—"),
-                     Cell(str(sum(p.overlap for p in group)))))
+                     Cell(str(sum(p.overlap for p in group))),
+                     *((Cell(str(len(ratios))),
+                        Cell(_ratio_text(geomean(ratios)) if ratios else cells.MISSING,
+                             kind="" if ratios else "muted")) if device else ())))
+    notes = ["Ratio = your wall-time median / the reference's: below 1× you are faster. "
+             "'Same settings': rows whose batch, precision, variant, compile cache, threads, "
+             "framework version and device model all agree; 'Within CIs': rows whose two "
+             "95% CIs overlap."]
+    if device:
+        notes.append("Device ratio = your GPU's own (kernel busy) time / the reference's, over "
+                     "the rows where both have one: it leaves out host overhead, which "
+                     "depends on each host's CPU, so it is the ratio that compares the GPUs.")
     return Table("compare-summary", "Your run / the reference, per framework and device",
                  ("Framework", "Device", "Rows", "Geo-mean ratio", "Range",
-                  "Same settings", "Geo-mean (same settings)", "Within CIs"), tuple(body),
-                 (False, False, True, True, True, True, True, True),
-                 notes=("Ratio = your median / the reference median: below 1× you are "
-                        "faster. 'Same settings': rows whose batch, precision, variant, "
-                        "compile cache, threads, framework version and device model all "
-                        "agree; 'Within CIs': rows whose two 95% CIs overlap.",))
+                  "Same settings", "Geo-mean (same settings)", "Within CIs",
+                  *(("Rows with device time", "Geo-mean device ratio") if device else ())),
+                 tuple(body), (False, False) + (True,) * (8 if device else 6),
+                 notes=tuple(notes))
+
+
+def _time_cell(row: dict, title: str) -> Cell:
+    """A median of the pair table, with the GPU's own time where the row has it."""
+    device = cells.device_ms(row)
+    text = cells.fmt_ms(row["median_ms"])
+    if cells.is_num(device):
+        text += f" (dev {cells.fmt_ms(device)})"
+    if cells.launch_bound(row):
+        text += f" {cells.LAUNCH_BOUND}"
+    return Cell(text, title=title)
 
 
 def pair_table(pairs: list[Pair]) -> Table:
+    device = any(cells.is_num(p.device_ratio) for p in pairs)
     body = []
     for p in pairs:
         y, r = p.yours, p.reference
         body.append((Cell(y["model"]), Cell(str(y["batch"])), Cell(y["measure"]),
                      Cell(f"{y['framework']} {y['variant']}"), Cell(y["device"]),
-                     Cell(cells.fmt_ms(y["median_ms"]), title=y["hardware"]),
-                     Cell(cells.fmt_ms(r["median_ms"]), title=f"{r['hardware']}: {r['source']}"),
+                     _time_cell(y, y["hardware"]),
+                     _time_cell(r, f"{r['hardware']}: {r['source']}"),
                      Cell(f"{p.ratio:.2f}×" + ("" if not p.overlap else " ≈"),
                           emphasis="" if p.differs else "bold"),
+                     *((Cell(_ratio_text(p.device_ratio),
+                             kind="" if cells.is_num(p.device_ratio) else "muted"),)
+                       if device else ()),
                      Cell("; ".join(p.differs) or "—", kind="fail" if p.differs else "")))
+    notes = ["Ratio = your wall-time median / the reference's; ≈: the two 95% confidence "
+             "intervals overlap. Bold: every compared setting agrees. A ratio with differing "
+             "settings is not a like-for-like comparison; read it with the differences beside "
+             "it."]
+    if device:
+        notes.append("dev: the GPU's own (kernel busy) time per iteration; Device ratio = "
+                     "yours / the reference's, where both rows have one (it carries no "
+                     "interval).")
     return Table("compare-rows", "Each row beside the reference",
                  ("Model", "Batch", "Measure", "Framework", "Device", "Yours (ms)",
-                  "Reference (ms)", "Ratio", "Settings that differ"), tuple(body),
-                 (False, True, False, False, False, True, True, True, False),
-                 notes=("≈: the two 95% confidence intervals overlap. Bold: every compared "
-                        "setting agrees. A ratio with differing settings is not a "
-                        "like-for-like comparison; read it with the differences beside it.",))
+                  "Reference (ms)", "Ratio", *(("Device ratio",) if device else ()),
+                  "Settings that differ"), tuple(body),
+                 (False, True, False, False, False, True, True, True,
+                  *((True,) if device else ()), False),
+                 notes=tuple(notes))
 
 
 def section_parts(loaded: Loaded, reference_roots: tuple[Path, ...]

@@ -35,6 +35,7 @@ table{border-collapse:collapse;font-size:12.5px;margin:.3em 0}
 th,td{border:1px solid #d0d7de;padding:3px 7px;vertical-align:top}
 th{background:#f3f5f7;text-align:left}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td:first-child{white-space:nowrap}
 td.fail{color:#a40e26;background:#fff0f0}
 td.muted{color:#8c959f}
 td.hist{color:#57606a;font-style:italic;background:#fafafa}

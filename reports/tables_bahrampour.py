@@ -63,8 +63,10 @@ def bahrampour_tables(frame: pd.DataFrame, hist: pd.DataFrame | None = None) -> 
                         continue
                     body.append(((_order(s), index), (*_where(s),
                                  *((Cell(model),) if len(present) > 1 else ()),
-                                 _setting(s, extra[s]), cells.time_cell(g, ci=False),
-                                 cells.time_cell(f, ci=False), cells.memory_cell([g, f]))))
+                                 _setting(s, extra[s]),
+                                 cells.time_cell(g, ci=False, device=True),
+                                 cells.time_cell(f, ci=False, device=True),
+                                 cells.memory_cell([g, f]))))
             if not body:
                 continue
             body.sort(key=lambda t: t[0])
@@ -75,6 +77,8 @@ def bahrampour_tables(frame: pd.DataFrame, hist: pd.DataFrame | None = None) -> 
                              tuple(c in ("Threads", "Gradient (ms)", "Forward (ms)",
                                          "Peak memory") for c in columns),
                              notes=("Medians in ms; ⚠ marks unstable rows.",
+                                    *cells.device_notes(r for r in part if r["measure"]
+                                                        in ("gradient", "forward")),
                                     *((TABLE_NOTES[title],) if title in TABLE_NOTES else ()))))
             if hist is not None:
                 for model in present:
@@ -107,17 +111,18 @@ def sae_tables(frame: pd.DataFrame, hist: pd.DataFrame | None = None) -> list[Ta
                          if all(r is not None and r["status"] == "ok" for r in ae) else math.nan)
                 se = per_phase["se"].get(s, {})
                 body.append((*_where(s), _setting(s, extra[s]),
-                             *(cells.time_cell(r, ci=False) for r in ae),
+                             *(cells.time_cell(r, ci=False, device=True) for r in ae),
                              cells.value_cell(total, "AE1 + AE2 + AE3 gradient"),
-                             cells.time_cell(se.get("gradient"), ci=False),
-                             cells.time_cell(se.get("forward"), ci=False)))
+                             cells.time_cell(se.get("gradient"), ci=False, device=True),
+                             cells.time_cell(se.get("forward"), ci=False, device=True)))
             out.append(Table(f"sae-{prefix}-{batch}",
                              f"Stacked autoencoders, Bahrampour {title}, batch {batch}",
                              ("Device", "Threads", "Setting", *SAE_COLUMNS), tuple(body),
                              (False, True, False) + (True,) * 6,
                              notes=("AE columns: gradient time of each pre-training phase; "
                                     "Total pre-training = their sum; SE: supervised "
-                                    "fine-tuning of the stacked encoders.",)))
+                                    "fine-tuning of the stacked encoders.",
+                                    *cells.device_notes(mine))))
             if hist is not None:
                 table = _sae_historical(prefix, batch, hist)
                 if table is not None:

@@ -62,6 +62,13 @@ def _sum(values: list[float]) -> float:
     return math.nan if any(math.isnan(v) for v in values) else sum(values)
 
 
+def _device_sums(sums: tuple[float, float]) -> Cell:
+    if not any(cells.is_num(v) for v in sums):
+        return Cell(cells.MISSING, kind="muted")
+    return Cell(" / ".join(cells.fmt_ms(v) for v in sums),
+                title="sum over the layers of the GPU's kernel busy time")
+
+
 def _setting_cells(s: Setting, extra: str) -> tuple[Cell, ...]:
     return (Cell(s.framework), Cell(variant_text(s, extra)), Cell(s.precision),
             Cell(str(s.threads)))
@@ -108,7 +115,14 @@ def _one_machine(set_name, layers, rows, device, hw, batch, serial) -> list[Tabl
         summary.append((s, line))
     summary.sort(key=lambda t: (math.isnan(t[1][0][0]), t[1][0][0] if not
                                 math.isnan(t[1][0][0]) else 0, t[0]))
+    # The GPU's own time summed like the wall times, as one "total / forward" column where
+    # some setting has it (on a CPU host and device time are one: no column).
+    device = {s: tuple(_sum([cells.device_ms(per_layer[m].get(s, {}).get(meas))
+                             for m, _ in layers]) for meas in ("gradient", "forward"))
+              for s in settings}
+    with_device = any(cells.is_num(v) for pair in device.values() for v in pair)
     body = [(*_setting_cells(s, extra[s]), *(_cell(v, f) for v, f in line),
+             *((_device_sums(device[s]),) if with_device else ()),
              cells.memory_cell([per_layer[m].get(s, {}).get("gradient") for m, _ in layers]))
             for s, line in summary]
     best = [_sum([min((values[(s, m, meas)][0] for s in settings
@@ -117,14 +131,18 @@ def _one_machine(set_name, layers, rows, device, hw, batch, serial) -> list[Tabl
     body.append((Cell("cherry-picking", emphasis="italic"), Cell("best per layer",
                                                                  emphasis="italic"),
                  Cell(""), Cell(""), *(Cell(cells.fmt_ms(v), emphasis="italic") for v in best),
-                 Cell("")))
+                 *((Cell(""),) if with_device else ()), Cell("")))
     layer_list = ", ".join(label for _, label in layers)
     tables.append(Table(f"layers-{serial}", f"{set_name}: forward + backprop, {where}",
                         ("Framework", "Variant", "Precision", "Threads", "Total Time (ms)",
                          "Total forward time (ms)", "Total backward time (ms)",
+                         *(("Device total / forward (ms)",) if with_device else ()),
                          "Peak memory (max)"), tuple(body),
-                        (False,) * 4 + (True,) * 4,
-                        notes=(f"Sums over {layer_list}; a failed layer fails the sum.",
+                        (False,) * 4 + (True,) * (5 if with_device else 4),
+                        notes=(f"Sums over {layer_list} of wall-time medians, ranked by the "
+                               "total; a failed layer fails the sum.",
+                               *((f"Device: {cells.DEVICE_TIME}, summed over the layers "
+                                  "(— where a layer has none).",) if with_device else ()),
                                "The last row takes the best setting per layer.")))
 
     for meas, title in BREAKDOWN:

@@ -154,8 +154,8 @@ def ratio_table(ratios: list[Ratio], kind: str) -> Table | None:
     return Table(f"ratios-{kind}", f"Speed ratios between {what}",
                  ("Faster", "Slower", "Measure, where", "Min", "Median", "Max", "Models"),
                  body, (False, False, False, True, True, True, True),
-                 notes=(("Ratio = time of the slower / time of the faster, per model and "
-                         "batch; each framework's fastest ok variant (same hardware, "
+                 notes=(("Ratio = wall-time median of the slower / of the faster, per model "
+                         "and batch; each framework's fastest ok variant (same hardware, "
                          "precision and, on CPU, threads).") if kind == "framework" else
-                        ("Ratio per model and batch; same framework, variant and precision; "
-                         "each device's fastest ok row."),))
+                        ("Ratio of wall-time medians per model and batch; same framework, "
+                         "variant and precision; each device's fastest ok row."),))

@@ -14,9 +14,9 @@ import math
 
 import pandas as pd
 
-from reports import cells
+from reports import cells, ranking
 from reports.equivalence import FINGERPRINT, Equivalence
-from reports.grouping import by_setting, extras, records, variant_name, variant_text
+from reports.grouping import by_setting, extras, label, records, setting_of, variant_name, variant_text
 from reports.naming import is_detail_model, sort_key
 from reports.table import Cell, Table
 
@@ -24,6 +24,8 @@ COLUMNS = ("Hardware", "Framework", "Variant", "Precision", "Threads", "Forward 
            "Backward (ms)", "Total (ms)", "First call fwd / grad (ms)", "Peak memory",
            "TFLOP/s fwd / grad", "% of peak fwd / grad", "Equiv.")
 NUMERIC = (False,) * 4 + (True,) * 8 + (False,)
+# After "Total (ms)" in tables where some row has a device time (GPU).
+DEVICE_COLUMNS = ("Device fwd / total (ms)",)
 
 
 def model_batches(frame: pd.DataFrame, keep=is_detail_model) -> list[tuple[str, int]]:
@@ -54,6 +56,17 @@ def input_text(model_rows: list[dict], batch: int) -> str:
     return f"input {dims}"
 
 
+def _bold(cell: Cell) -> Cell:
+    return Cell(cell.text, cell.kind, cell.title, "bold")
+
+
+def _unranked(cell: Cell, rows, name) -> Cell:
+    """The fastest cell of a case the overlap rule leaves unranked: its hover says why."""
+    why = ranking.overlap_text(rows, name)
+    return Cell(cell.text, cell.kind, f"{cell.title}; {why}" if cell.title else why,
+                cell.emphasis) if why else cell
+
+
 def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) -> Table:
     groups = by_setting(rows)
     extra = extras(list(groups))
@@ -67,25 +80,40 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
                 cells.ok_median(fwd) if fwd else math.inf, setting)
         built.append((sort, setting, fwd, grad, measures.get(FINGERPRINT)))
     built.sort(key=lambda t: t[0])
-    best = {"forward": min((cells.ok_median(b[2]) for b in built if b[2] is not None),
-                           default=math.nan),
-            "gradient": min((cells.ok_median(b[3]) for b in built if b[3] is not None),
-                            default=math.nan)}
+    column = {"forward": [b[2] for b in built], "gradient": [b[3] for b in built]}
+    winner = {m: ranking.clear_winner(rs) for m, rs in column.items()}
+    fastest = {m: ranking.fastest(rs) for m, rs in column.items()}
+
+    def name(r) -> str:
+        return label(setting_of(r), extra[setting_of(r)])
+
+    # Device time as a column of its own beside the wall times, fwd / total in one cell like
+    # the table's other per-measure pairs: a wall cell already holds its interval and marks
+    # ("7.58 (7.32–7.84) ⚠ †"), and another figure inside it would make the column
+    # unreadable, while a column of its own keeps the numbers aligned in the HTML page and
+    # in Markdown alike. One column, not one per measure plus host overhead: the table is
+    # already as wide as the page; host overhead (wall − device) is on hover and in the
+    # conditions table. Only tables with a device time get it: CPU tables are unchanged.
+    with_device = any(cells.is_num(cells.device_ms(r)) for b in built for r in b[2:4])
     body, notes = [], []
     for _, s, fwd, grad, printed in built:
-        fwd_cell, grad_cell = cells.time_cell(fwd), cells.time_cell(grad)
-        if fwd is not None and fwd["status"] == "ok" and fwd["median_ms"] == best["forward"]:
-            fwd_cell = Cell(fwd_cell.text, fwd_cell.kind, fwd_cell.title, "bold")
-        if grad is not None and grad["status"] == "ok" and grad["median_ms"] == best["gradient"]:
-            grad_cell = Cell(grad_cell.text, grad_cell.kind, grad_cell.title, "bold")
+        timed = {}
+        for measure, r in (("forward", fwd), ("gradient", grad)):
+            c = cells.time_cell(r)
+            if r is not None and r is winner[measure]:
+                c = _bold(c)
+            elif r is not None and winner[measure] is None and r is fastest[measure]:
+                c = _unranked(c, column[measure], name)
+            timed[measure] = c
         for r in (fwd, grad):
             if r is not None and r["status"] == "ok" and r["unstable"]:
                 notes.append(f"⚠ {s.framework} {variant_text(s, extra[s])} {s.precision} "
                              f"{s.device} {r['measure']}: {r['unstable_reason']}")
         body.append((
             Cell(s.hardware), Cell(s.framework), Cell(variant_text(s, extra[s])),
-            Cell(s.precision), Cell(str(s.threads)), fwd_cell, cells.backward_cell(grad, fwd),
-            grad_cell,
+            Cell(s.precision), Cell(str(s.threads)), timed["forward"],
+            cells.backward_cell(grad, fwd), timed["gradient"],
+            *((cells.device_pair_cell(fwd, grad),) if with_device else ()),
             Cell(_pair(cells.first_call_cell(fwd).text, cells.first_call_cell(grad).text)),
             cells.memory_cell([fwd, grad]),
             Cell(_pair(cells.tflops_cell(fwd).text, cells.tflops_cell(grad).text)),
@@ -103,11 +131,21 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
                 for v in equiv.for_model(model, batch)]
     if verdicts:
         info.append("equivalence " + "; ".join(verdicts))
-    notes = ["Times: median (95% bootstrap CI) in ms; backward = total − forward "
-             "(Bahrampour's definition); total = one gradient computation, no optimizer "
-             "update. Bold: fastest."] + notes
-    return Table(f"model-{model}-b{batch}", f"{model} ({input_text(rows, batch)})", COLUMNS,
-                 tuple(body), NUMERIC, tuple(notes), caption=", ".join(info))
+    head = ["Times: wall-time median (95% interval) in ms; backward = total − forward "
+            "(Bahrampour's definition); total = one gradient computation, no optimizer "
+            "update. Rows by total wall time, fastest first; "
+            + ranking.rule("the fastest of its column") + "."]
+    if with_device:
+        head.append(cells.DEVICE_COLUMNS_NOTE)
+    if any(c.text.endswith(cells.LAUNCH_BOUND) for row in body for c in row):
+        head.append(cells.LAUNCH_BOUND_NOTE)
+    columns, numeric = COLUMNS, NUMERIC
+    if with_device:
+        at = COLUMNS.index("Total (ms)") + 1
+        columns = COLUMNS[:at] + DEVICE_COLUMNS + COLUMNS[at:]
+        numeric = NUMERIC[:at] + (True,) * len(DEVICE_COLUMNS) + NUMERIC[at:]
+    return Table(f"model-{model}-b{batch}", f"{model} ({input_text(rows, batch)})", columns,
+                 tuple(body), numeric, tuple(head + notes), caption=", ".join(info))
 
 
 def model_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[tuple[str, int, Table]]:
@@ -121,19 +159,31 @@ def model_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[tuple[str, int
     return out
 
 
-def _best_cell(rows: list[dict]) -> tuple[Cell, float]:
+def _best_cell(rows: list[dict]) -> tuple[Cell, dict | None]:
+    """A framework's cell of the summary: its fastest ok variant by wall median, as
+    ``24.12 (eager, dev 22.68)``, or its failure; and the row it shows."""
     ok = [r for r in rows if r["status"] == "ok"]
     if ok:
         r = min(ok, key=lambda r: r["median_ms"])
-        where = (variant_name(r["variant"], r["compile_cache"])
-                 + (f", {r['threads']} thr" if r["device"] == "cpu" else ""))
-        text = f"{cells.fmt_ms(r['median_ms'])} ({where})"
+        where = [variant_name(r["variant"], r["compile_cache"])]
+        if r["device"] == "cpu":
+            where.append(f"{r['threads']} thr")
+        # Device time inside the cell, not as columns: here the frameworks are the columns,
+        # and a device column per framework would double the table's width for a figure
+        # that only some frameworks have (a column of "—" in Markdown, where no header can
+        # span two columns). CPU cells have none: host and device time are one there.
+        device = cells.device_ms(r)
+        if cells.is_num(device):
+            where.append(f"dev {cells.fmt_ms(device)}")
+        text = f"{cells.fmt_ms(r['median_ms'])} ({', '.join(where)})"
         if r["unstable"]:
             text += f" {cells.UNSTABLE}"
-        return Cell(text, title=cells.time_cell(r).title), r["median_ms"]
+        if cells.launch_bound(r):
+            text += f" {cells.LAUNCH_BOUND}"
+        return Cell(text, title=cells.time_cell(r).title), r
     rank = {"oom": 0, "unsupported": 1, "failed": 2, "timeout": 3}
     r = min(rows, key=lambda r: rank.get(r["status"], 3))
-    return cells.failure_cell(r), math.nan
+    return cells.failure_cell(r), None
 
 
 def summary_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[Table]:
@@ -151,21 +201,32 @@ def summary_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[Table]:
         for r in part:
             index.setdefault((r["model"], r["batch"], r["framework"]), []).append(r)
         body = []
+        shown = []
         for model, batch in sorted({(r["model"], r["batch"]) for r in part},
                                    key=lambda mb: (sort_key(mb[0]), mb[1])):
             found = [_best_cell(index[(model, batch, fw)]) if (model, batch, fw) in index
-                     else (Cell(cells.MISSING, kind="muted"), math.nan)
+                     else (Cell(cells.MISSING, kind="muted"), None)
                      for fw in frameworks]
-            fastest = min((v for _, v in found if not math.isnan(v)), default=math.nan)
-            line = [Cell(cell.text, cell.kind, cell.title,
-                         "bold" if v == fastest and len(frameworks) > 1 else "")
-                    for cell, v in found]
+            timed = [r for _, r in found]
+            shown += [r for r in timed if r is not None]
+            winner = ranking.clear_winner(timed) if len(frameworks) > 1 else None
+            fastest = (ranking.fastest(timed) if len(frameworks) > 1 and winner is None
+                       else None)
+            line = [_bold(cell) if r is not None and r is winner
+                    else _unranked(cell, timed, lambda x: x["framework"])
+                    if r is not None and r is fastest else cell
+                    for cell, r in found]
             body.append((Cell(f"{model}"), Cell(str(batch)), *line,
                          Cell(equiv.model_text(model, batch, precision))))
         name = "Total" if measure == "gradient" else "Forward"
+        notes = ["Each framework's fastest ok variant (and thread count on CPU), wall-time "
+                 "median in ms; " + ranking.rule("the fastest framework") + "."]
+        if any(cells.is_num(cells.device_ms(r)) for r in shown):
+            notes.append(cells.DEVICE_NOTE)
+        if any(cells.launch_bound(r) for r in shown):
+            notes.append(cells.LAUNCH_BOUND_NOTE)
         out.append(Table(f"summary-{n}", f"Summary: {name} (ms), {device} {hw}, {precision}",
                          ("Model", "Batch", *frameworks, "Equiv."), tuple(body),
                          (False, True) + (True,) * len(frameworks) + (False,),
-                         notes=("Each framework's fastest ok variant (and thread count on "
-                                "CPU), median ms; bold: fastest framework.",)))
+                         notes=tuple(notes)))
     return out

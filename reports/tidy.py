@@ -28,12 +28,19 @@ TIMING_FIELDS = ("first_call_ms", "median_ms", "iqr_ms", "ci_low_ms", "ci_high_m
 # batches): median_ms is the whole epoch, these say how it divides into batches.
 EPOCH_FIELDS = ("epoch_batches", "per_batch_median_ms", "mean_padded_length")
 # How the timing was taken (suites/repetitions.py, device_state.py, device_time.py): the
-# independent repetitions behind the median and interval, the device's own time, and the
-# GPU's clocks, power and temperature while sampling. NaN for rows written before them.
-CONDITION_FIELDS = ("repetitions", "device_median_ms", "gpu_sm_clock_mhz_min",
+# independent repetitions behind the median and interval, the device's own time (kernel busy
+# time per iteration; the span from the first kernel's start to the last one's end), and the
+# GPU's clocks, power and temperature while sampling. NaN for rows written before them: a
+# field a row lacks is absent, never zero.
+CONDITION_FIELDS = ("repetitions", "device_median_ms", "device_span_median_ms",
+                    "gpu_sm_clock_mhz_min",
                     "gpu_sm_clock_mhz_median", "gpu_sm_clock_mhz_max", "gpu_sm_clock_max_mhz",
                     "gpu_mem_clock_mhz_median", "gpu_power_w_median", "gpu_temperature_c_max")
-CONDITION_TEXT = ("interval", "host_buffer", "gpu_state_reason", "device_time_reason")
+CONDITION_TEXT = ("interval", "host_buffer", "gpu_state_reason", "device_time_reason",
+                  "device_time_kind")
+# Device time under this share of the wall time: the wall time is mostly the host's
+# (launches, framework overhead), so it depends on the host CPU more than on the GPU.
+LAUNCH_BOUND_SHARE = 0.5
 # Li et al. Fig. 2's layer types (and norm, other): adapters.profiling.LAYER_TYPES. A type this
 # report does not know is counted as "other", so the shares still sum to the whole.
 LAYER_TYPES = ("conv", "pool", "relu", "fc", "concat", "norm", "other")
@@ -121,6 +128,20 @@ def compile_event_columns(events: dict | None) -> dict:
             "first_call_cache_hits": _number(events.get("persistent_cache_hits"))}
 
 
+def host_columns(timing: dict) -> dict:
+    """``host_overhead_ms`` (wall − device) and ``launch_bound`` (device < ½ wall) as the
+    row states them, else computed from the two medians; NaN / None where either median is
+    absent (a row without device time is not launch-bound, nor the opposite: unknown)."""
+    wall, device = _number(timing.get("median_ms")), _number(timing.get("device_median_ms"))
+    both = wall == wall and device == device
+    overhead = timing.get("host_overhead_ms")
+    bound = timing.get("launch_bound")
+    return {"host_overhead_ms": (_number(overhead) if overhead is not None
+                                 else wall - device if both else float("nan")),
+            "launch_bound": (bool(bound) if bound is not None
+                             else bool(device < LAUNCH_BOUND_SHARE * wall) if both else None)}
+
+
 def flatten(raw) -> dict:
     data = raw.data
     settings = data.get("settings") or {}
@@ -139,6 +160,7 @@ def flatten(raw) -> dict:
         "status": _text(data.get("status")), "reason": _text(data.get("reason")),
         **{k: _number(timing.get(k)) for k in TIMING_FIELDS + EPOCH_FIELDS + CONDITION_FIELDS},
         **{k: _text(timing.get(k)) for k in CONDITION_TEXT},
+        **host_columns(timing),
         **compile_event_columns(timing.get("compile_events")),
         "unstable": bool(timing.get("unstable", False)),
         "unstable_reason": _text(timing.get("unstable_reason")),

@@ -331,3 +331,51 @@ def write_results(root: Path) -> Path:
 
 def _write(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def device_timing(device: float | None, *, span: float | None = None, **fields) -> dict:
+    """A GPU row's device-time fields (suites/worker.py): the kernels' busy time per
+    iteration and how it was taken, or null with the reason; ``fields`` adds the newer ones
+    (``device_span_median_ms``, ``host_overhead_ms``, ``launch_bound``) as a row states them."""
+    if device is None:
+        return {"device_median_ms": None,
+                "device_time_reason": "this framework offers no device clock and no kernel "
+                                      "tracer is registered"}
+    timing = {"device_median_ms": device,
+              "device_time_kind": "CUDA events, launches queued behind a spin kernel"}
+    if span is not None:
+        timing["device_span_median_ms"] = span
+    return {**timing, **fields}
+
+
+def interval(median: float, low: float, high: float) -> dict:
+    """Timing fields that put a row's 95% interval at ``low``–``high`` (fixture rows
+    otherwise get ±1%)."""
+    return {"median_ms": median, "ci_low_ms": low, "ci_high_ms": high}
+
+
+def device_rows() -> list[dict]:
+    """GPU rows with device time beside rows without (the issue's shapes): ResNet-50 with
+    PyTorch's CUDA-event device time and JAX without one; the autoencoder gradient, a
+    launch-bound case (kernels 8% of the wall time) that TensorFlow wins by wall time; a
+    row that states host overhead and launch-bound itself (the newer fields win over what
+    the medians give); LeNet, where two frameworks' intervals overlap."""
+    rows = [make_row("resnet50", 16, "forward", "torch", "gpu", 7.58, threads=4,
+                     timing_extra=device_timing(7.52, span=7.55)),
+            make_row("resnet50", 16, "gradient", "torch", "gpu", 24.12, threads=4,
+                     timing_extra=device_timing(22.68, span=23.9)),
+            make_row("resnet50", 16, "forward", "jax", "gpu", 8.11, threads=4,
+                     timing_extra=device_timing(None)),
+            make_row("resnet50", 16, "gradient", "jax", "gpu", 26.70, threads=4,
+                     timing_extra=device_timing(None)),
+            make_row("sae_ae1", 64, "gradient", "torch", "gpu", 1.12, threads=4,
+                     timing_extra=device_timing(0.0914)),
+            make_row("sae_ae1", 64, "gradient", "tf", "gpu", 0.76, threads=4),
+            make_row("sae_ae1", 64, "forward", "torch", "gpu", 0.14, threads=4,
+                     timing_extra=device_timing(0.0354, host_overhead_ms=0.1,
+                                                launch_bound=False)),
+            make_row("sae_ae1", 64, "forward", "tf", "gpu", 0.57, threads=4)]
+    for fw, median, low, high in (("torch", 1.67, 1.39, 2.00), ("tf", 1.50, 1.40, 1.60)):
+        rows.append(make_row("lenet", 64, "gradient", fw, "gpu", median, threads=4,
+                             timing_extra=interval(median, low, high)))
+    return rows

@@ -44,7 +44,7 @@ def test_conditions_show_repetitions_device_time_and_clocks(tmp_path):
     torch_row = next(r for r in table.rows if r[3].text.startswith("torch")
                      and r[0].text == "lenet")
     assert torch_row[index["Repetitions"]].text == "5"
-    assert torch_row[index["Host share"]].text == "40%"           # 1 - 0.15 / 0.25
+    assert torch_row[index["Host overhead (ms)"]].text == "0.10 (40%)"   # 0.25 - 0.15
     assert torch_row[index["SM clock (MHz)"]].text == "1980 (min 1755)"
     assert "5 independent repetitions" in torch_row[index["Wall time (ms)"]].title
     jax_row = next(r for r in table.rows if r[3].text.startswith("jax"))
