@@ -202,10 +202,18 @@ class CuptiWindow:
                 cupti.activity_disable(kind)
         cupti.activity_flush_all(int(cupti.ActivityFlag.FLUSH_FORCED))
         self.collecting = True
-        for kind in self.kind_names:
-            cupti.activity_enable(kind)
-        self.host_start_ns = time.monotonic_ns()
-        self.start_ns = int(cupti.get_timestamp())
+        try:
+            for kind in self.kind_names:
+                cupti.activity_enable(kind)
+            self.host_start_ns = time.monotonic_ns()
+            self.start_ns = int(cupti.get_timestamp())
+        except BaseException:
+            # Never leave a kind enabled behind a failed open: the next wall samples would
+            # be traced.
+            for kind in self.kind_names:
+                with contextlib.suppress(Exception):
+                    cupti.activity_disable(kind)
+            raise
 
     def close(self) -> WindowRecords:
         cupti = self.cupti

@@ -16,6 +16,7 @@ runs those after a repetition's wall samples), so the wall samples are never tra
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from adapters.cupti_window import CuptiWindow, busy_and_span_ns
@@ -72,6 +73,12 @@ class CuptiClock(DeviceClock):
 
     def span(self) -> float | None:
         return self.last_span_s
+
+    def abort(self) -> None:
+        if self.window is not None:
+            window, self.window = self.window, None
+            with contextlib.suppress(Exception):
+                window.close()
 
 
 def cupti_clock() -> tuple[CuptiClock | None, str]:

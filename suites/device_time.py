@@ -77,6 +77,9 @@ class FirstWorkingClock(DeviceClock):
         span = getattr(self.current, "span", None)
         return span() if span is not None else None
 
+    def abort(self) -> None:
+        getattr(self.current, "abort", lambda: None)()
+
 
 def clock_choice() -> str:
     choice = os.environ.get(CLOCK_ENV, "auto").strip().lower() or "auto"

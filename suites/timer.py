@@ -90,6 +90,9 @@ class DeviceClock:
     def span(self) -> float | None:
         return None
 
+    def abort(self) -> None:
+        """The block raised: stop whatever ``start`` began (a trace), without a time."""
+
 
 def bootstrap_median_ci(samples: np.ndarray, resamples: int = 500,
                         confidence: float = 0.95) -> tuple[float, float]:
@@ -210,11 +213,16 @@ def time_on_device(run: Callable[[], Any], sync: Callable[[Any], None], device_c
         # ends only count their gaps into the device time, which errs toward the wall time.
         device_clock.hold(min(1.5 * block_s + 0.001, 0.025))
         device_clock.start()
-        handle = None
-        for _ in range(inner):
-            handle = run()
-        device_clock.end()
-        sync(handle)
+        try:
+            handle = None
+            for _ in range(inner):
+                handle = run()
+            device_clock.end()
+            sync(handle)
+        except BaseException:
+            # A tracing clock must not stay on for whatever runs next.
+            getattr(device_clock, "abort", lambda: None)()
+            raise
         elapsed = device_clock.elapsed()
         if elapsed is None:
             return [], []

@@ -175,3 +175,20 @@ def test_merged_rounds_recompute_overhead_and_keep_spans_and_host_state():
     assert timing["device_span_median_ms"] == pytest.approx(0.9)
     assert timing["host_steal_pct_median"] == pytest.approx(2.0)
     assert timing["host_steal_pct_max"] == pytest.approx(6.0) and timing["host_readings"] == 8
+
+
+def test_a_block_that_raises_leaves_cupti_off(monkeypatch):
+    from suites.timer import time_on_device
+
+    fake = install(monkeypatch, FakeCupti())
+    calls = []
+
+    def run():
+        calls.append(1)
+        fake.launch("k", 1_000)
+        if len(calls) == 2:
+            raise MemoryError("CUDA out of memory")
+    with pytest.raises(MemoryError):
+        time_on_device(run, lambda h: None, FirstWorkingClock([CuptiClock(fake), EventClock()]),
+                       inner=3, block_s=0.001, blocks=1)
+    assert fake.enabled == set()

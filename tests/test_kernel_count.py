@@ -153,3 +153,20 @@ def test_profile_rows_state_the_kernel_total_against_the_timed_device_time(monke
     assert check["kernel_busy_ratio"] == pytest.approx(1.0)
     assert check["busy_share_of_traced_wall"] == pytest.approx(0.8)
     assert check["note"] == ""
+
+
+def test_a_window_that_fails_to_open_leaves_no_kind_enabled(monkeypatch):
+    from adapters.cupti_window import CuptiWindow
+
+    fake = install(monkeypatch, FakeCupti())
+    enable = fake.activity_enable
+
+    def refuse_the_second(kind):
+        if fake.enabled:
+            raise RuntimeError("CUPTI_ERROR_INVALID_KIND")
+        enable(kind)
+    monkeypatch.setattr(fake, "activity_enable", refuse_the_second)
+    window = CuptiWindow(fake, ("CONCURRENT_KERNEL", "MEMCPY"), "test")
+    with pytest.raises(RuntimeError, match="INVALID_KIND"):
+        window.open()
+    assert fake.enabled == set()
