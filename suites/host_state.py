@@ -91,6 +91,9 @@ def summarise_host(runs: list[list[HostReading]]) -> dict[str, Any]:
     mhz = [r.cpu_mhz for r in readings if r.cpu_mhz is not None]
     missing = [what for what, values in (("steal time", steal), ("load average", load),
                                          ("CPU frequency", mhz)) if not values]
+    if not steal and any(r.steal_s is not None for r in readings):
+        # Reported, but the kernel's CPU times (1/100 s ticks) did not move between readings.
+        missing[0] = "steal time (readings too close together)"
     return {
         "host_steal_pct_median": statistics.median(steal) if steal else None,
         "host_steal_pct_max": max(steal) if steal else None,

@@ -67,6 +67,11 @@ def test_unreadable_figures_are_none_with_the_reason():
     assert summarise_host([])["host_state_reason"].startswith("no host reading")
 
 
+def test_readings_too_close_for_the_kernels_ticks_say_so():
+    same = [HostReading(0.0, 100.0, 1.0, 1.0, 2000.0)] * 2
+    assert "too close" in summarise_host([same])["host_state_reason"]
+
+
 def test_steal_is_not_taken_across_the_gap_between_repetitions():
     def reading(total, steal):
         return HostReading(0.0, total, steal, 1.0, 2000.0)
