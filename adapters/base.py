@@ -166,7 +166,9 @@ class Prepared(abc.ABC):
 
     def device_clock(self) -> Any:
         """A ``suites.timer.DeviceClock`` that times kernels on this case's device, or None
-        where the framework offers none (suites/device_time.py)."""
+        where the framework offers none. The harness prefers CUPTI's clock, the same for
+        every framework, where cupti-python imports; this one is the fallback
+        (suites/device_time.py)."""
         return None
 
     def close(self) -> None:

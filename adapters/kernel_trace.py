@@ -5,8 +5,10 @@ kernel families are measured the same way for all of them.
 
 CUPTI delivers activity records through one buffer-completed callback per process; the
 frameworks' own profilers (Kineto, TensorFlow's and XLA's device tracers) use the same
-API, so the tracer runs in its own pass, never nested inside a framework profiler's. The
-worker calls it after the framework profiler has stopped (``suites/kernel_profile.py``).
+API, so the tracer runs in its own pass, never nested inside a framework profiler's
+(``suites/kernel_profile.py`` runs it first), and each trace is a ``CuptiWindow``
+(``adapters/cupti_window.py``) that discards what earlier clients left in CUPTI before it
+collects, and counts each kernel once.
 
 ``cupti`` is imported lazily: a machine without it (a CPU host, CI) gets the reason from
 ``unavailable_reason`` and the profile row says it.
@@ -18,15 +20,16 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from adapters.base import Profile
+from adapters.cupti_window import ActivityRecord, CuptiWindow, WindowRecords, load_cupti
 from adapters.profiling import device_timeline, layer_type, summarise
 
 TOOL = "CUPTI activity API (cupti-python, CONCURRENT_KERNEL records)"
 NS_PER_MS = 1e6
-BUFFER_BYTES = 8 * 1024 * 1024
+KERNEL_KINDS = ("CONCURRENT_KERNEL",)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class KernelRecord:
     registers_per_thread: int = 0
     static_shared_bytes: int = 0
     dynamic_shared_bytes: int = 0
+    stream_id: int = 0      # CUPTI's stream id (0 in recorded traces that lack it)
 
     @property
     def ms(self) -> float:
@@ -50,6 +54,9 @@ class KernelTrace:
     records: tuple[KernelRecord, ...]
     iterations: int
     wall_ms: float          # host time of the traced iterations, synced at both ends
+    # What the CUPTI window received and dropped (``window_counts``); empty for recorded
+    # traces.
+    window: dict[str, int] = field(default_factory=dict)
 
 
 # --- kernel families: which algorithm a convolution ran ------------------------------------
@@ -118,7 +125,7 @@ def kernel_profile(trace: KernelTrace, measure: str) -> Profile:
 def unavailable_reason() -> str | None:
     """Why the tracer cannot run here, or None."""
     try:
-        from cupti import cupti  # noqa: F401  (the bindings load libcupti)
+        load_cupti()    # the bindings load libcupti
     except ImportError as error:
         return (f"CUPTI kernel tracer unavailable: cupti-python cannot be imported ({error}); "
                 f"it needs cupti-python==13.4.0, pyelftools and a CUDA 13 CUPTI library")
@@ -127,62 +134,64 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _record(activity: Any) -> KernelRecord:
-    return KernelRecord(
-        name=str(activity.name), start_ns=int(activity.start), end_ns=int(activity.end),
-        registers_per_thread=int(getattr(activity, "registers_per_thread", 0)),
-        static_shared_bytes=int(getattr(activity, "static_shared_memory", 0)),
-        dynamic_shared_bytes=int(getattr(activity, "dynamic_shared_memory", 0)))
+def kernel_record(record: ActivityRecord) -> KernelRecord:
+    return KernelRecord(record.name, record.start_ns, record.end_ns,
+                        record.registers_per_thread, record.static_shared_bytes,
+                        record.dynamic_shared_bytes, record.stream_id)
 
 
-def trace(run: Callable[[], Any], sync: Callable[[Any], None],
-          iterations: int) -> KernelTrace:
-    """``iterations`` synced runs under CUPTI's CONCURRENT_KERNEL activity. The caller has
-    warmed the step up (compilation, autotuning and allocation stay outside the trace)."""
-    from cupti import cupti
+def same_stream_overlap_ns(records: Iterable[KernelRecord]) -> int:
+    """How long kernels on one stream ran at the same time, summed over streams. A stream
+    runs its kernels in order, so this is near zero unless records were duplicated (or
+    programmatic dependent launch let a kernel start before its predecessor ended)."""
+    by_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for record in records:
+        by_stream[record.stream_id].append((record.start_ns, record.end_ns))
+    overlap = 0
+    for intervals in by_stream.values():
+        intervals.sort()
+        covered_until = intervals[0][0]
+        for start, end in intervals:
+            overlap += max(0, min(end, covered_until) - start)
+            covered_until = max(covered_until, end)
+    return overlap
 
-    records: list[KernelRecord] = []
-    kernel_kind = int(cupti.ActivityKind.CONCURRENT_KERNEL)
 
-    def buffer_requested():
-        return BUFFER_BYTES, 0      # 0: as many records as fit
+# The host clock the traced iterations are timed on (a module attribute, so tests can put
+# a stand-in's clock beside a stand-in CUPTI's).
+host_clock: Callable[[], float] = time.perf_counter
 
-    def buffer_completed(activities: list) -> None:
-        records.extend(_record(a) for a in activities if int(a.kind) == kernel_kind)
 
-    # Drop what earlier runs left in CUPTI's buffers, then register ours: a framework
-    # profiler that ran before registered its own callbacks.
-    cupti.activity_register_callbacks(buffer_requested, buffer_completed)
+def trace(run: Callable[[], Any], sync: Callable[[Any], None], iterations: int,
+          label: str = "trace") -> KernelTrace:
+    """``iterations`` synced runs under CUPTI's CONCURRENT_KERNEL activity, in a window
+    that first discards whatever CUPTI still holds (``adapters/cupti_window.py``: another
+    client's leftovers, this process's warm-up) and keeps each kernel once. The caller has
+    warmed the step up (compilation, autotuning and allocation stay outside the trace).
+    ``wall_ms`` is the host time from before the first launch to after the last sync, so
+    every kept kernel ran inside it."""
+    window = CuptiWindow(load_cupti(), KERNEL_KINDS, label)
+    clock = host_clock
     sync(None)
-    cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+    window.open()
     try:
-        window_start = cupti.get_timestamp()
-        started = time.perf_counter()
+        started = clock()
         for _ in range(iterations):
             sync(run())
-        wall_ms = (time.perf_counter() - started) * 1e3
-        window_end = cupti.get_timestamp()
+        wall_ms = (clock() - started) * 1e3
     finally:
-        cupti.activity_disable(cupti.ActivityKind.CONCURRENT_KERNEL)
-        cupti.activity_flush_all(int(cupti.ActivityFlag.FLUSH_FORCED))
-    records = in_window(records, window_start, window_end)
-    if not records:
-        raise RuntimeError("CUPTI recorded no kernels over the traced iterations")
-    return KernelTrace(tuple(records), iterations, wall_ms)
+        closed = window.close()
+    if not closed.kept:
+        where = (f"; {closed.outside} kernel records lay outside the window "
+                 f"({closed.start_ns}..{closed.end_ns} ns): do they share CUPTI's clock?"
+                 if closed.outside else "")
+        raise RuntimeError(f"CUPTI recorded no kernels over the traced iterations{where}")
+    return KernelTrace(tuple(kernel_record(r) for r in closed.kept), iterations, wall_ms,
+                       window_counts(closed))
 
 
-def in_window(records: Iterable[KernelRecord], start_ns: int, end_ns: int) -> list[KernelRecord]:
-    """The kernels that ran inside the traced iterations, each once. Another CUPTI client
-    in the process (Kineto, TensorFlow's or XLA's profiler, run before the tracer) can
-    leave its kernel activity enabled and its records in CUPTI's buffers; the flush then
-    hands them to this tracer too. Measured on an H100: PyTorch's traced gradients summed
-    to 2.0x their timed median until records outside the window were dropped. CUPTI's
-    activity timestamps and cupti.get_timestamp() share one clock."""
-    seen: set[tuple[str, int, int]] = set()
-    kept = []
-    for record in records:
-        key = (record.name, record.start_ns, record.end_ns)
-        if start_ns <= record.start_ns and record.end_ns <= end_ns and key not in seen:
-            seen.add(key)
-            kept.append(record)
-    return kept
+def window_counts(closed: WindowRecords) -> dict[str, int]:
+    """What the window received and dropped, for the profile row's check."""
+    return {"kept": len(closed.kept), "received": closed.received, "drained": closed.drained,
+            "outside_window": closed.outside, "duplicates": closed.duplicates,
+            "untimed": closed.untimed}

@@ -86,14 +86,47 @@ MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"),
                     Path("/sys/class/dmi/id/product_uuid"))
 
 
+def gpu_uuids() -> tuple[str, ...]:
+    """Every NVIDIA GPU's UUID on this host, sorted (NVML through ``pynvml`` where it
+    imports, else ``nvidia-smi --query-gpu=uuid``); () without GPUs or either tool. NVML
+    lists every GPU of the host whatever CUDA_VISIBLE_DEVICES says, so the set names the
+    machine, not the run."""
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
+        try:
+            pynvml.nvmlInit()
+            try:
+                found = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+                         for i in range(pynvml.nvmlDeviceGetCount())]
+            finally:
+                pynvml.nvmlShutdown()
+            uuids = [u.decode() if isinstance(u, bytes) else str(u) for u in found]
+            if uuids:
+                return tuple(sorted(uuids))
+        except Exception:   # noqa: S110 - no driver or no permission: try nvidia-smi
+            pass
+    if not shutil.which("nvidia-smi"):
+        return ()
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(sorted(line.strip() for line in out.splitlines() if line.strip()))
+
+
 @cache
 def host_id() -> str:
     """The host's name plus a short hash of its machine id, so that two machines with one
     hostname (two VMs both called ``vm``) write and report apart. The machine id is
     systemd's /etc/machine-id (D-Bus's copy, or the firmware's system UUID, where that is
-    missing or empty); without any, the hash is of the primary network interface's MAC
-    address, and without that the bare hostname is used. DLBENCH_HOST_ID overrides it.
-    Safe as one path component."""
+    missing or empty); GPU hosts whose images ship none of these (two H100 hosts both
+    wrote rows as ``vm``) are named by their GPUs' UUIDs (``gpu_uuids``); without any, the
+    hash is of the primary network interface's MAC address, and without that the bare
+    hostname is used. DLBENCH_HOST_ID overrides it. Safe as one path component."""
     name = re.sub(r"[^A-Za-z0-9._-]", "_", platform.node() or "host")
     if os.environ.get("DLBENCH_HOST_ID"):
         return re.sub(r"[^A-Za-z0-9._-]", "_", os.environ["DLBENCH_HOST_ID"])
@@ -104,6 +137,9 @@ def host_id() -> str:
             continue
         if machine:
             return f"{name}-{hashlib.sha256(machine.encode()).hexdigest()[:8]}"
+    gpus = gpu_uuids()
+    if gpus:
+        return f"{name}-{hashlib.sha256(','.join(gpus).encode()).hexdigest()[:8]}"
     import uuid
     node = uuid.getnode()
     if not node >> 40 & 1:   # the multicast bit is set when getnode() had to make one up

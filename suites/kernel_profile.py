@@ -7,6 +7,9 @@ profiler alone gives the row, which then says why the tracer did not.
 
 The tracer runs before the framework's profiler, never inside it: both use CUPTI's
 activity API, whose buffer callbacks are one per process (the later registration wins).
+Each traced profile carries ``kernel_check`` (``suites/kernel_check.py``): its kernel total
+against the traced wall time and the job's timed median; a total no GPU could produce
+fails the row instead of passing as a profile.
 """
 
 from __future__ import annotations
@@ -16,16 +19,20 @@ from typing import Any
 
 from adapters.base import Unsupported
 from adapters.profiling import WARMUP_RUNS
+from suites.kernel_check import TimedReference, kernel_check
 
 
-def profile_fields(prepared: Any, device: str, measure: str, iterations: int) -> dict[str, Any]:
+def profile_fields(prepared: Any, device: str, measure: str, iterations: int,
+                   timed: TimedReference | None = None) -> dict[str, Any]:
     """The row fields of one ``profile`` measurement; raises ``Unsupported`` when neither
-    the tracer nor the framework's profiler can give one."""
+    the tracer nor the framework's profiler can give one, and ``KernelTotalError`` when the
+    tracer's kernel total is impossible. ``timed``: the job's timed figures of ``measure``."""
     kernel_fields: dict[str, Any] = {}
     tracer_reason = ""
     if device == "gpu":
         try:
-            kernel_fields = {"profile": asdict(traced_profile(prepared, measure, iterations))}
+            profile, check = traced_profile(prepared, measure, iterations, timed)
+            kernel_fields = {"profile": {**asdict(profile), "kernel_check": check}}
         except Unsupported as error:
             tracer_reason = str(error)
     try:
@@ -47,14 +54,16 @@ def profile_fields(prepared: Any, device: str, measure: str, iterations: int) ->
     return {"profile": asdict(framework), **extra}
 
 
-def traced_profile(prepared: Any, measure: str, iterations: int):
-    """Warm-up, then ``iterations`` runs of ``measure`` under the CUPTI tracer."""
+def traced_profile(prepared: Any, measure: str, iterations: int,
+                   timed: TimedReference | None = None):
+    """Warm-up, then ``iterations`` runs of ``measure`` under the CUPTI tracer: the
+    profile and its ``kernel_check`` (each trace is checked; the measure's is kept)."""
     from adapters.kernel_trace import kernel_profile, trace, unavailable_reason
 
     reason = unavailable_reason()
     if reason:
         raise Unsupported(reason)
-    traced = {}
+    traced, checks = {}, {}
     # The forward pass alone too: which algorithm a layer's forward convolution ran
     # (convnet-benchmarks' layer table), which a gradient trace mixes with backward kernels.
     for name in dict.fromkeys((measure, "forward")):
@@ -62,8 +71,13 @@ def traced_profile(prepared: Any, measure: str, iterations: int):
         for _ in range(WARMUP_RUNS):
             prepared.sync(step())
         try:
-            traced[name] = kernel_profile(trace(step, prepared.sync, iterations), name)
+            kernels = trace(step, prepared.sync, iterations, label=f"profile-{name}")
         except Exception as error:  # CUPTI refused (another subscriber, no permission)
             raise Unsupported(f"CUPTI kernel tracer failed: {type(error).__name__}: "
                               f"{error}") from error
-    return replace(traced[measure], forward_conv_families=traced["forward"].conv_families)
+        traced[name] = kernel_profile(kernels, name)
+        # Not turned into Unsupported: an impossible kernel total fails the row.
+        checks[name] = kernel_check(traced[name], kernels, timed if name == measure else None)
+    profile = replace(traced[measure], forward_conv_families=traced["forward"].conv_families)
+    return profile, checks[measure]
+

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from suites.launch_bound import overhead_fields
 from suites.timer import TimerSettings, Timing
 
 # Two-sided 95% Student t quantiles t(0.975, df), df = 1..30 (any statistics table);
@@ -149,6 +150,8 @@ def combined_fields(repetitions: list[Timing], settings: TimerSettings) -> dict[
                            f"({count} repetitions)")
     q1, q3 = np.percentile(samples, [25, 75])
     device = [np.median(t.device_samples_s) for t in repetitions if t.device_samples_s]
+    spans = [np.median(t.device_span_samples_s) for t in repetitions if t.device_span_samples_s]
+    device_median_ms = float(np.median(device)) * ms if device else None
     return {
         "first_call_ms": first.first_call_s * ms,
         "median_ms": centre * ms,
@@ -168,7 +171,11 @@ def combined_fields(repetitions: list[Timing], settings: TimerSettings) -> dict[
         "repetition_inner_loops": [t.inner_loops for t in repetitions],
         "within_run_ci_ms": [[t.ci_low_s * ms, t.ci_high_s * ms] for t in repetitions],
         "steady_ms": first.steady_s * ms,
-        # Device time (CUDA events around each block), the median over repetitions; the
-        # share of wall time the device was not busy is launch and host overhead.
-        "device_median_ms": float(np.median(device)) * ms if device else None,
+        # Device time (suites/device_time.py: CUPTI busy time, or CUDA events behind a
+        # spin kernel), the median over repetitions, and where the clock gives it the span
+        # from the first kernel's start to the last one's end; the share of wall time the
+        # device was not busy is launch and host overhead (suites/launch_bound.py).
+        "device_median_ms": device_median_ms,
+        "device_span_median_ms": float(np.median(spans)) * ms if spans else None,
+        **overhead_fields(centre * ms, device_median_ms),
     }

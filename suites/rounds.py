@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from suites.host_state import merge_host_fields
+from suites.launch_bound import overhead_fields
 from suites.repetitions import rerun_interval
 from suites.results import ResultsFile
 from suites.runner import Runner, RunRequest
@@ -78,7 +80,10 @@ def merge_rows(rows: list[dict[str, Any]], unstable_share: float) -> dict[str, A
                             f"repetitions in {len(rows)} processes)"
                             if spread > unstable_share else ""),
         "device_median_ms": _median([t.get("device_median_ms") for t in timings]),
+        "device_span_median_ms": _median([t.get("device_span_median_ms") for t in timings]),
     }
+    # Recomputed from the merged medians, as combined_fields computes them for one round.
+    timing.update(overhead_fields(timing["median_ms"], timing["device_median_ms"]))
     if first.get("gpu_readings") is not None:
         def pick(name):
             return [t[name] for t in timings if t.get(name) is not None]
@@ -91,6 +96,8 @@ def merge_rows(rows: list[dict[str, Any]], unstable_share: float) -> dict[str, A
             "gpu_temperature_c_max": max(pick("gpu_temperature_c_max"), default=None),
             "gpu_readings": sum(pick("gpu_readings")),
         })
+    if any(t.get("host_readings") is not None for t in timings):
+        timing.update(merge_host_fields(timings))
     return {**rows[0], "timing": timing,
             "wall_s": round(sum(float(row.get("wall_s") or 0.0) for row in rows), 3)}
 

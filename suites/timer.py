@@ -58,20 +58,26 @@ class Timing:
     unstable_reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     # The device's own time per iteration (``time_on_device``), where a device clock was
-    # given; empty otherwise.
+    # given; empty otherwise. Spans (first kernel start to last kernel end, per iteration)
+    # where the clock gives them (CUPTI's; CUDA events give none).
     device_samples_s: tuple[float, ...] = ()
+    device_span_samples_s: tuple[float, ...] = ()
     steady_s: float = 0.0          # time spent bringing the device to steady clocks
 
 
 class DeviceClock:
-    """The device's own time for a block of iterations, without the host's launch gaps
-    (after nvbench's blocking kernel): ``hold`` queues a kernel that keeps the device
-    busy for about the given seconds, so that every launch of the block is queued before
-    the device reaches them; ``start`` and ``end`` record events around the block;
-    ``elapsed`` (after the sync) returns the device seconds between them, or None. A host
-    wall time well above this device time is launch and host overhead."""
+    """The device's own time for a block of iterations, without the host's launch gaps.
+    Event clocks (PyTorch's CUDA events) need ``hold``: it queues a kernel that keeps the
+    device busy for about the given seconds, so that every launch of the block is queued
+    before the device reaches them (nvbench's blocking kernel); a tracing clock
+    (``suites/cupti_clock.py``) times each kernel itself and holds nothing. ``start`` and
+    ``end`` bracket the block's launches; ``elapsed`` (after the sync) returns the device
+    seconds, or None; ``span``, where the clock knows it, the seconds from the block's
+    first kernel start to its last kernel end. A host wall time well above the device
+    time is launch and host overhead."""
 
     kind: str = ""          # what the device time is, in words, for the row
+    reason: str = ""        # why the last block gave no time, where the clock can say
 
     def hold(self, seconds: float) -> None: ...
 
@@ -80,6 +86,12 @@ class DeviceClock:
     def end(self) -> None: ...
 
     def elapsed(self) -> float | None: ...
+
+    def span(self) -> float | None:
+        return None
+
+    def abort(self) -> None:
+        """The block raised: stop whatever ``start`` began (a trace), without a time."""
 
 
 def bootstrap_median_ci(samples: np.ndarray, resamples: int = 500,
@@ -113,9 +125,14 @@ def summarise(first_call_s: float, samples: list[float], inner: int,
                   "; ".join(reasons))
 
 
+# The host clock wall times are read from when the caller gives none (a module attribute,
+# so a test can time a simulated device on the simulation's clock).
+host_clock: Callable[[], float] = time.perf_counter
+
+
 def measure(run: Callable[[], Any], sync: Callable[[Any], None],
             settings: TimerSettings = TimerSettings(),
-            clock: Callable[[], float] = time.perf_counter,
+            clock: Callable[[], float] | None = None,
             steady: Callable[[], bool] | None = None,
             device_clock: DeviceClock | None = None) -> Timing:
     """Time ``run`` (one iteration of the computation under test).
@@ -125,6 +142,7 @@ def measure(run: Callable[[], Any], sync: Callable[[Any], None],
     so or ``steady_max_s`` has passed. ``device_clock`` times ``device_blocks`` further
     blocks on the device (``time_on_device``).
     """
+    clock = clock or host_clock
     sync(None)
     start = clock()
     sync(run())
@@ -171,16 +189,21 @@ def measure(run: Callable[[], Any], sync: Callable[[Any], None],
         if median > 0 and (high - low) / 2 / median <= settings.rel_ci:
             break
     timing = summarise(first_call, samples, inner, settings)
-    device_samples = [] if device_clock is None else time_on_device(
+    device, spans = ([], []) if device_clock is None else time_on_device(
         run, sync, device_clock, inner, timing.median_s * inner, settings.device_blocks)
-    return replace(timing, device_samples_s=tuple(device_samples), steady_s=steady_s)
+    return replace(timing, device_samples_s=tuple(device), device_span_samples_s=tuple(spans),
+                   steady_s=steady_s)
 
 
 def time_on_device(run: Callable[[], Any], sync: Callable[[Any], None], device_clock: DeviceClock,
-                  inner: int, block_s: float, blocks: int) -> list[float]:
-    """Device seconds per iteration for ``blocks`` extra blocks, after the timed ones (they
-    are not host samples: the held device would add its hold to the wall time)."""
-    result = []
+                  inner: int, block_s: float, blocks: int) -> tuple[list[float], list[float]]:
+    """Device seconds per iteration for ``blocks`` extra blocks, after the timed ones, and
+    the blocks' spans per iteration where the clock gives them. They are never host
+    samples: a held device would add its hold to the wall time, and a tracing clock its
+    tracing overhead."""
+    result: list[float] = []
+    spans: list[float] = []
+    span_of = getattr(device_clock, "span", None)
     for _ in range(blocks):
         sync(None)
         # Long enough for the host to queue the whole block: its wall time plus margin,
@@ -190,13 +213,21 @@ def time_on_device(run: Callable[[], Any], sync: Callable[[Any], None], device_c
         # ends only count their gaps into the device time, which errs toward the wall time.
         device_clock.hold(min(1.5 * block_s + 0.001, 0.025))
         device_clock.start()
-        handle = None
-        for _ in range(inner):
-            handle = run()
-        device_clock.end()
-        sync(handle)
+        try:
+            handle = None
+            for _ in range(inner):
+                handle = run()
+            device_clock.end()
+            sync(handle)
+        except BaseException:
+            # A tracing clock must not stay on for whatever runs next.
+            getattr(device_clock, "abort", lambda: None)()
+            raise
         elapsed = device_clock.elapsed()
         if elapsed is None:
-            return []
+            return [], []
         result.append(elapsed / inner)
-    return result
+        span = span_of() if span_of is not None else None
+        if span is not None:
+            spans.append(span / inner)
+    return result, spans

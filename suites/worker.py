@@ -108,7 +108,13 @@ class Worker:
         self.results = ResultsFile(Path(plan.results))
         self.last_row = time.perf_counter()
         from suites.device_state import open_monitor
+        from suites.host_state import HostMonitor
         self.gpu_monitor, self.gpu_state_reason = open_monitor(plan.device)
+        # The host CPU's state beside the GPU's (suites/host_state.py): sampled in the
+        # background on a GPU run, read only before and after sampling on a CPU run.
+        self.host_monitor = HostMonitor(periodic=plan.device == "gpu")
+        # The job's timed figures per measure, for its profile row's kernel check.
+        self.timed: dict[str, Any] = {}
 
     def write(self, key: CaseKey, status: str, reason: str = "", started: float = 0.0,
               **fields: Any) -> None:
@@ -148,6 +154,7 @@ class Worker:
         # counted into its first: the job's rows sum to its whole cost (the matrix's
         # estimates, suites/estimate.py).
         self.last_row = time.perf_counter()
+        self.timed = {}
         emit({"job": f"{job['model']} b{job['batch']} {job['precision']} {job['variant']}"})
         # The runner's per-case time limit: the build counts against every pending measure.
         emit({"start": [key(name).id() for name in pending]})
@@ -186,9 +193,10 @@ class Worker:
                 try:
                     if name == PROFILE:
                         from suites.kernel_profile import profile_fields
-                        fields = profile_fields(prepared, self.plan.device,
-                                                self.profiled_measure(),
-                                                job["profile_iterations"])
+                        measure_name = self.profiled_measure()
+                        fields = profile_fields(prepared, self.plan.device, measure_name,
+                                                job["profile_iterations"],
+                                                self.timed.get(measure_name))
                     else:   # COUNTERS
                         from suites.counters import counters_fields
                         fields = counters_fields(self.plan, job, self.profiled_measure())
@@ -206,12 +214,15 @@ class Worker:
     def time_measures(self, prepared, names: list[str], model, job: dict[str, Any], key,
                       info: dict[str, Any]) -> None:
         """The job's timed measures in interleaved independent repetitions
-        (suites/repetitions.py), with the GPU's state read during sampling
-        (suites/device_state.py) and the device's own time beside the wall time
-        (suites/device_time.py); each measure's row is written once it has enough."""
+        (suites/repetitions.py), with the GPU's and the host's state read during sampling
+        (suites/device_state.py, suites/host_state.py) and the device's own time beside
+        the wall time (suites/device_time.py); each measure's row is written once it has
+        enough."""
         from adapters.base import Unsupported
         from suites.device_state import empty_state, summarise_readings
-        from suites.device_time import device_clock_for
+        from suites.device_time import device_clock_for, device_time_method
+        from suites.host_state import summarise_host
+        from suites.kernel_check import TimedReference
         from suites.repetitions import combined_fields, interleave, repetition_settings
         from suites.timer import TimerSettings, measure
 
@@ -221,6 +232,7 @@ class Worker:
         steps: dict[str, Any] = {}
         first: dict[str, dict[str, Any]] = {}     # memory and extra fields of repetition 1
         readings: dict[str, list] = {name: [] for name in names}
+        host_runs: dict[str, list] = {name: [] for name in names}
 
         def repeat(name: str, index: int):
             check_interrupt()
@@ -239,11 +251,13 @@ class Worker:
             if monitor is not None:
                 monitor.begin_steady()
                 monitor.start_sampling()
+            self.host_monitor.start_sampling()
             try:
                 timing = measure(step, prepared.sync, repetition_settings(settings, index),
                                  steady=monitor.steady if monitor is not None else None,
                                  device_clock=clock)
             finally:
+                host_runs[name].append(self.host_monitor.stop_sampling())
                 if monitor is not None:
                     readings[name].extend(monitor.stop_sampling())
             if index == 0:
@@ -260,10 +274,17 @@ class Worker:
                                                  self.gpu_monitor.sm_max_mhz))
             else:
                 fields.update(empty_state(self.gpu_state_reason))
+            fields.update(summarise_host(host_runs[name]))
+            clock_reason = getattr(device_clock, "reason", "")
             if fields.get("device_median_ms") is None:
-                fields["device_time_reason"] = device_reason or "no device time was taken"
+                fields["device_time_reason"] = (device_reason or clock_reason
+                                                or "no device time was taken")
             else:
                 fields["device_time_kind"] = getattr(device_clock, "kind", "")
+                fields["device_time_method"] = device_time_method(settings)
+                if clock_reason:    # a clock failed in some block and the next took over
+                    fields["device_time_note"] = clock_reason
+            self.timed[name] = TimedReference(fields["median_ms"], fields["device_median_ms"])
             self.write(key(name), "ok", "", started[name], timing=fields,
                        memory=first[name]["memory"], model_info=info)
 

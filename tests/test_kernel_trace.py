@@ -24,6 +24,7 @@ from adapters.profiling import layer_type
 from suites import counters
 from suites.kernel_profile import profile_fields
 from suites.ncu_metrics import METRICS, ncu_metric_names, parse_ncu_csv, reduce_counters
+from tests.fake_cupti import FakeActivity, FakeCupti, install
 
 DATA = Path(__file__).parent / "data" / "kernels"
 # Sums of a few dozen float64 durations: exact to ~1e-15 relative; 1e-9 leaves room.
@@ -209,74 +210,20 @@ def test_profile_on_a_cpu_is_the_framework_profiler_alone():
     assert prepared.runs == 0
 
 
-class FakeCupti:
-    """The slice of cupti-python's ``cupti.cupti`` the tracer calls (names and signatures
-    from the cupti-python 13.4.0 bindings' stubs): records handed back on a forced flush."""
-
-    class ActivityKind:
-        CONCURRENT_KERNEL = 10
-        MEMCPY = 1
-
-    class ActivityFlag:
-        FLUSH_FORCED = 1
-
-    def __init__(self, launches):
-        self.launches = launches       # appended to by the fake step
-        self.now = 0                   # the fake CUPTI clock (ns), advanced by each launch
-        self.enabled: set[int] = set()
-        self.callbacks = None
-        self.calls: list[str] = []
-
-    def activity_register_callbacks(self, requested, completed):
-        size, max_records = requested()
-        assert size > 0 and max_records == 0
-        self.callbacks = completed
-        self.calls.append("register")
-
-    def activity_enable(self, kind):
-        self.enabled.add(int(kind))
-        self.calls.append("enable")
-
-    def get_timestamp(self):
-        return self.now
-
-    def activity_disable(self, kind):
-        self.enabled.discard(int(kind))
-        self.calls.append("disable")
-
-    def activity_flush_all(self, flag):
-        class Activity:
-            def __init__(self, kind, name, start, end):
-                self.kind, self.name, self.start, self.end = kind, name, start, end
-                self.registers_per_thread, self.static_shared_memory = 64, 1024
-                self.dynamic_shared_memory = 0
-        records = [Activity(self.ActivityKind.CONCURRENT_KERNEL, name, start, end)
-                   for name, start, end in self.launches]
-        records.append(Activity(self.ActivityKind.MEMCPY, "memcpy", 0, 5))   # not a kernel
-        records += records[:1]         # a record delivered twice counts once
-        self.launches.clear()          # CUPTI hands each record back once
-        self.callbacks(records)
-        self.calls.append(f"flush{flag}")
-
-
 @pytest.fixture
 def fake_cupti(monkeypatch):
-    import sys
-    import types
-
-    # A kernel another CUPTI client (Kineto, run earlier) left in CUPTI's buffers, from
-    # before the traced window: the flush hands it over, the tracer must drop it.
-    launches: list[tuple[str, int, int]] = [("stale_kernel_of_another_client", -3000, -1000)]
-    fake = FakeCupti(launches)
-    package = types.ModuleType("cupti")
-    package.cupti = fake
-    monkeypatch.setitem(sys.modules, "cupti", package)
-    monkeypatch.setitem(sys.modules, "cupti.cupti", fake)
-    return fake
+    fake = FakeCupti()
+    # A kernel another CUPTI client (Kineto, run earlier) left in CUPTI's buffers, with
+    # its kinds still enabled: the window must discard it and switch the kinds off.
+    fake.leave_profiler_state([FakeActivity(FakeCupti.ActivityKind.CONCURRENT_KERNEL,
+                                            "stale_kernel_of_another_client", 1000, 3000, 999)])
+    fake.duplicate_shift_ns = 0          # each kernel record delivered twice, as it was
+    return install(monkeypatch, fake)
 
 
 class TracedPrepared(FakePrepared):
-    """A step that 'launches' one convolution kernel per run while the fake CUPTI traces."""
+    """A step that 'launches' one convolution kernel (0.4 ms) per run, then leaves the
+    device idle for 0.1 ms (the host's launch gap)."""
 
     def __init__(self, cupti: FakeCupti, framework_supported: bool):
         super().__init__(framework_supported)
@@ -288,10 +235,8 @@ class TracedPrepared(FakePrepared):
 
         def run():
             self.runs += 1
-            start = self.cupti.now
-            self.cupti.now += 500_000
-            if self.cupti.enabled:
-                self.cupti.launches.append((name, start, start + 400_000))   # 0.4 ms
+            self.cupti.launch(name, 400_000)
+            self.cupti.idle(100_000)
         return run
 
 
@@ -311,6 +256,12 @@ def test_gpu_profile_comes_from_the_tracer_beside_the_framework_profiler(fake_cu
     # warm-up (2) + traced (3), for gradient and then for forward
     assert prepared.runs == 2 * (2 + 3)
     assert fake_cupti.calls.count("register") == 2 and fake_cupti.enabled == set()
+    # The row states its kernel total against the traced wall time; nothing was timed.
+    check = profile["kernel_check"]
+    assert check["kernel_busy_ms"] == pytest.approx(0.4)
+    assert check["busy_share_of_traced_wall"] == pytest.approx(0.8)
+    assert check["timed_reference"] == "" and "not timed" in check["note"]
+    assert check["window"]["duplicates"] == 3 and check["window"]["drained"] >= 1
 
 
 def test_an_engine_without_kernel_events_gets_the_tracers_profile(fake_cupti):

@@ -12,6 +12,7 @@ import pytest
 
 from suites import compare
 from suites.device_state import GpuMonitor, Reading, clocks_settled, empty_state, open_monitor
+from suites.host_state import HostMonitor, HostReading
 from suites.repetitions import (
     combined_fields,
     enough,
@@ -276,6 +277,9 @@ def test_worker_rows_carry_repetitions_gpu_state_and_device_time(tmp_path):
     worker.env, worker.results, worker.adapter = {}, ResultsFile(path), Adapter()
     worker.gpu_monitor = GpuMonitor(FakeNvml(itertools.repeat(1980)), handle=None)
     worker.gpu_state_reason = ""
+    worker.host_monitor = HostMonitor(periodic=False, read=lambda: HostReading(
+        0.0, 1000.0 + len(worker.host_monitor.readings), 5.0, 0.5, 2400.0))
+    worker.timed = {}
     settings = Settings("torch", "gpu", "fp32", "eager", 1, 1)
 
     def key(name):
@@ -292,7 +296,14 @@ def test_worker_rows_carry_repetitions_gpu_state_and_device_time(tmp_path):
         assert rows[name]["status"] == "ok" and timing["repetitions"] >= 3
         assert timing["gpu_sm_clock_mhz_median"] == 1980 and timing["gpu_readings"] >= 2
         assert timing["device_median_ms"] is not None and timing["device_time_kind"] == "scripted"
+        assert "after the wall samples" in timing["device_time_method"]
+        assert timing["host_overhead_ms"] == pytest.approx(timing["median_ms"]
+                                                           - timing["device_median_ms"])
+        assert timing["device_span_median_ms"] is None     # CUDA events give no span
+        assert timing["host_cpu_mhz_median"] == 2400.0 and timing["host_load_1m"] == 0.5
+        assert timing["host_readings"] == 2 * timing["repetitions"]
         assert rows[name]["memory"]["peak_bytes"] == 1024
+    assert set(worker.timed) == {"forward", "gradient"}
 
 
 def test_rounds_share_the_repetitions_and_merge_into_one_row():

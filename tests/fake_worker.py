@@ -1,0 +1,96 @@
+"""A worker (``suites/worker.py``) running one job of a stand-in framework on a simulated
+GPU (``tests/fake_cupti.py``): every row field the worker assembles — wall and device
+time, host overhead, host state, the profile's kernel check — comes out as on a GPU host,
+with all times on the simulation's clock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from adapters.base import KernelTime, Memory, Profile
+from tests.fake_cupti import FakeCupti
+
+
+class SimulatedPrepared:
+    """Each step launches one kernel of ``kernel_ns`` and leaves the device idle for
+    ``gap_ns`` (the host's launch and framework time); no device clock of its own (as
+    JAX, ONNX Runtime and TensorFlow offer none)."""
+
+    extra: dict = {}
+
+    def __init__(self, cupti: FakeCupti, kernel_ns: int = 400_000, gap_ns: int = 100_000):
+        self.cupti = cupti
+        self.kernel_ns = kernel_ns
+        self.gap_ns = gap_ns
+
+    def step(self, measure: str):
+        def run():
+            self.cupti.launch(f"sm90_xmma_fprop_implicit_gemm_{measure}_kernel", self.kernel_ns)
+            self.cupti.idle(self.gap_ns)
+        return run
+
+    def sync(self, handle) -> None:
+        pass
+
+    def reset_peak_memory(self) -> None:
+        pass
+
+    def peak_memory(self) -> Memory:
+        return Memory(1024, "allocator")
+
+    def device_clock(self):
+        return None
+
+    def profile(self, measure: str, iterations: int) -> Profile:
+        return Profile("framework profiler", measure, iterations, 0.4, {"conv": 0.4},
+                       (KernelTime("conv", 0.4, 1.0),), False)
+
+    def close(self) -> None:
+        pass
+
+
+class SimulatedAdapter:
+    def __init__(self, prepared: SimulatedPrepared):
+        self.prepared = prepared
+
+    def describe(self, case) -> str:
+        return "simulated"
+
+    def prepare(self, model, weights, batch, case) -> SimulatedPrepared:
+        return self.prepared
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return False
+
+
+class Entry:
+    measures = ("forward", "gradient")
+
+
+TIMER = {"warmup": 1, "min_samples": 3, "max_samples": 6, "budget_s": 0.05,
+         "steady_max_s": 0.0, "repetitions": 3, "max_repetitions": 3, "min_block_s": 0.002}
+
+
+def run_job(tmp_path: Path, prepared: SimulatedPrepared, pending: list[str],
+            framework: str = "jax") -> dict[str, dict[str, Any]]:
+    """The rows one job writes, by measure."""
+    from suites.host_state import HostMonitor
+    from suites.worker import Plan, Worker
+
+    path = tmp_path / "rows.jsonl"
+    worker = Worker.__new__(Worker)
+    worker.plan = Plan("s", framework, "gpu", 1, 1, str(path), 0, [])
+    worker.entry = Entry()
+    worker.adapter = SimulatedAdapter(prepared)
+    worker.env = {}
+    from suites.results import ResultsFile
+    worker.results = ResultsFile(path)
+    worker.gpu_monitor, worker.gpu_state_reason = None, "no NVML in the simulation"
+    worker.host_monitor = HostMonitor(periodic=False)
+    worker.timed = {}
+    worker.run_job({"model": "sae_tiny_ae2", "batch": 2, "precision": "fp32",
+                    "variant": "default", "compile_cache": "", "pending": pending,
+                    "timer": TIMER, "profile_iterations": 3})
+    return {row["measure"]: row for row in map(json.loads, path.read_text().splitlines())}
