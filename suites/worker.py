@@ -92,6 +92,8 @@ def one_line(error: BaseException) -> str:
 
 
 class Worker:
+    last_row: float | None = None   # when the previous row was written (perf_counter)
+
     def __init__(self, plan: Plan):
         self.plan = plan
         self.affinity = limit_cpus(plan.threads) if plan.device == "cpu" else []
@@ -122,7 +124,8 @@ class Worker:
         row = Row(key=key, status=status, reason=reason, env=self.env,
                   started_at=datetime.now(UTC).isoformat(timespec="seconds"),
                   wall_s=round(now - started, 3) if started else 0.0,
-                  elapsed_s=round(now - self.last_row, 3), **fields)
+                  elapsed_s=round(now - self.last_row, 3) if self.last_row else None,
+                  **fields)
         self.last_row = now
         self.results.append(row)
         timing = fields.get("timing") or {}
