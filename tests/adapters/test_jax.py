@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported  # noqa: E402
 from adapters.jax import JaxAdapter  # noqa: E402
-from adapters.jax.adapter import (  # noqa: E402
+from adapters.jax.profile import (  # noqa: E402
     HloOp,
     cpu_operation_times,
     gpu_times,

@@ -30,10 +30,10 @@ from adapters.ort.adapter import (  # noqa: E402
     VARIANT_SETTINGS,
     cuda_provider_options,
     nodes_on_cpu,
-    profile_from_trace,
     session_options,
 )
 from adapters.ort.network import IR_VERSION, OPSET, Builder, Value, build, lstm_weights  # noqa: E402
+from adapters.ort.profile import profile_from_trace  # noqa: E402
 from adapters.registry import load_registry  # noqa: E402
 from models import ir  # noqa: E402
 from models import reference as reference_numpy  # noqa: E402

@@ -29,13 +29,11 @@ from adapters.tf.adapter import (  # noqa: E402
     cudnn_lstm,
     epoch_signature,
     has_kernel,
-    kernel_intervals,
     layout_for,
     place_batch,
-    profiled_times,
-    self_times,
 )
 from adapters.tf.network import NCHW, NHWC, BatchNorm, Context, Layout, build  # noqa: E402
+from adapters.tf.profile import kernel_intervals, profiled_times, self_times  # noqa: E402
 from adapters.tf.settings import (  # noqa: E402
     describe_settings,
     read_bool_env,
