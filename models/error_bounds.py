@@ -85,6 +85,13 @@ def _has_kinks(nodes) -> bool:
     return False
 
 
+def grad_judged(model: ir.Model) -> bool:
+    """Whether ``model``'s gradient errors are judged: no ReLU or max pooling in its
+    trainable body (module docstring). ``models/truth.py`` computes the float64 gradients
+    by default only where this holds."""
+    return not _has_kinks(model.body)
+
+
 @dataclass(frozen=True)
 class _Reductions:
     forward: float       # Σ K over the inference pass
@@ -142,4 +149,4 @@ def bounds(model: ir.Model, batch: int, precision: str) -> Bounds:
     training = r.forward + r.statistics + r.backward
     grad = LAMBDA * U_FP32 * math.sqrt(training) + 2 * u * math.sqrt(2 * r.products)
     return Bounds(precision, output, loss, grad, r.forward, training, r.products,
-                  not _has_kinks(model.body))
+                  grad_judged(model))
