@@ -47,7 +47,7 @@ def window_sums(x: np.ndarray, kernel: ir.Pair, stride: ir.Pair, padding: ir.Pai
     n, _, h, w = x.shape
     oh, ow = output_size(h, kh, sh, ph), output_size(w, kw, sw, pw)
     # Summing over the batch first: every later sum runs over the same examples.
-    total = np.pad(np.asarray(x, dtype=np.float64).sum(axis=0), ((0, 0), (ph, ph), (pw, pw)))
+    total = np.pad(np.sum(x, axis=0, dtype=np.float64), ((0, 0), (ph, ph), (pw, pw)))
     sums = np.empty((total.shape[0], kh, kw))
     for i in range(kh):
         rows = total[:, i:i + sh * (oh - 1) + 1:sh, :].sum(axis=1)       # (C, W_pad)

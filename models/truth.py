@@ -49,11 +49,12 @@ from models.error_bounds import grad_judged
 
 # Beyond this many GFLOP of reference passes per (model, batch) (``cost_gflop``: what the
 # plan runs, not the model's full training step) the truth is not computed and the report
-# falls back to pairwise agreement. float64 numpy runs these networks at 7 to 12 GFLOP
-# per CPU-second on a 16-core host (measured: ResNet-50, GoogLeNet, VGG-16), so 3 TFLOP
-# is at most about 7 CPU-minutes, once. Since only judged quantities are computed, every
-# pair of the GPU suites is below it (the largest, AlexNet without LRN at batch 512, is
-# 1.2 TFLOP). Override with $DLBENCH_TRUTH_MAX_GFLOP.
+# falls back to pairwise agreement. float64 numpy runs these networks at 6 to 15 GFLOP
+# per CPU-second (measured on a 2-core AMD EPYC: GoogLeNet 5.9, ResNet-50 9.6, VGG-16
+# 14.7; 3-channel 11x11 convolutions 6.6), so 3 TFLOP is at most about 8 CPU-minutes,
+# once. Since only judged quantities are computed, every pair of the GPU suites is below
+# it (the largest, AlexNet without LRN at batch 512, is 1.2 TFLOP: 81 CPU-seconds).
+# Override with $DLBENCH_TRUTH_MAX_GFLOP.
 MAX_GFLOP = 3_000.0
 
 # Inference outputs are compared on the first k = min(batch, OUTPUT_EXAMPLES) examples.
@@ -94,7 +95,7 @@ class Truth:
     grads: dict[str, np.ndarray] | None  # canonical layouts, float64; None: not computed
     seconds: float                  # time it took to compute (0 when read from the cache)
     cached: bool
-    batch: int = 0                  # the whole batch's size (output holds its first k)
+    batch: int                      # the whole batch's size (output holds its first k)
     grad_skipped: str = ""          # why grads is None
 
     @property
@@ -114,9 +115,10 @@ def _has_batch_norm(model: ir.Model) -> bool:
 
 
 def plan(model: ir.Model, batch: int) -> Plan:
+    every_gradient = gradient_mode() == "all"
     shortcut = closed_form.applies(model)
     return Plan(output_examples=min(batch, OUTPUT_EXAMPLES),
-                gradients=shortcut or grad_judged(model) or gradient_mode() == "all",
+                gradients=shortcut or every_gradient or grad_judged(model),
                 closed_form=shortcut,
                 separate_inference=not shortcut and _has_batch_norm(model))
 
@@ -184,8 +186,7 @@ def _by_closed_form(model: ir.Model, w: weights.Weights, data: inputs.Batch,
     head = inputs.head(data, steps.output_examples)
     output = reference.forward(model, w, head, train=False)
     bias = w[f"{node.name}.bias"] if node.bias else None
-    loss, grads = closed_form.loss_and_gradients(node, w[f"{node.name}.weight"], bias,
-                                                 np.asarray(data.x, dtype=np.float64))
+    loss, grads = closed_form.loss_and_gradients(node, w[f"{node.name}.weight"], bias, data.x)
     # The "sum" loss's scale, Σ|y64| over the batch, from the k examples computed: the
     # examples are independent draws of the same distribution, and over all the suites'
     # layers at batch 16 this estimate lies within 1e-3 of the full sum (1.3e-2 for a

@@ -163,7 +163,11 @@ def fill_cache(pairs, seed: int, say, cpus: int | None = None) -> dict[tuple[str
     starts (workers are pinned to their benchmark's CPUs; this may use every core), once
     for all frameworks, in parallel processes (``suites/truth_pool.py``). Returns the
     seconds each pair's truth took (0 for one already cached; a pair that failed or is
-    beyond the cost limit is absent), for the caller to record what the truth cost."""
+    beyond the cost limit is absent), for the caller to record what the truth cost.
+
+    The processes are spawned, so they import the caller's main script again: a script
+    that calls this needs multiprocessing's ``if __name__ == "__main__":`` guard
+    (``python -m suites`` and ``python -m suites.truth_check`` have it)."""
     if not enabled():
         return {}
     jobs, seconds = _jobs(pairs, seed, say)
