@@ -1,7 +1,7 @@
 """A fingerprint row's errors against the float64 truth (``models/truth.py``).
 
 The worker has the framework's output and gradients in hand when it writes the
-fingerprint, so the comparison happens there, on whole arrays, and the row carries only
+fingerprint, so the comparison happens there, on the arrays, and the row carries only
 the errors (``fingerprint["vs_f64"]``), the quantities ``models/error_bounds.py`` bounds:
 
 * ``output``: max |y − y64| / max |y64| over the inference output of the first
