@@ -362,3 +362,13 @@ def test_thread_limit_restores_the_environment(monkeypatch):
     with truth_pool.thread_limit(2):
         assert os.environ["OMP_NUM_THREADS"] == os.environ["OPENBLAS_NUM_THREADS"] == "2"
     assert os.environ["OMP_NUM_THREADS"] == "7" and "OPENBLAS_NUM_THREADS" not in os.environ
+
+
+def test_a_bad_gradient_setting_skips_the_truth_and_keeps_the_row(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
+    monkeypatch.setenv(truth.GRADIENTS_ENV, "some")
+    model = get_model("lenet_tiny")
+    fields = truth_check.fingerprint_fields(_Prepared(model, 4), model, 4, 0,
+                                            NotImplementedError)
+    assert fields["vs_f64"]["skipped"].startswith("float64 reference failed")
+    assert "DLBENCH_TRUTH_GRADIENTS" in fields["vs_f64"]["skipped"]
