@@ -6,7 +6,7 @@ BLAS's thread count (on the 2-core development machine a one-process fill used a
 core). Separate processes use every core for all of it. Each process is a fresh
 interpreter (spawn: nothing inherited from a parent that may hold threads or a GPU
 context) whose BLAS thread count is set through the environment before it imports
-numpy, so that processes × threads is the usable CPUs and none oversubscribes them.
+numpy, so that processes × threads is about the usable CPUs (``shape_for``).
 
 Jobs start largest first (longest-processing-time order: the largest job, started last,
 would finish last), each in a process of its own, so one job that fails — an exception,
@@ -63,13 +63,15 @@ def usable_cpus() -> int:
 def shape_for(jobs: list[Job], cpus: int) -> PoolShape:
     """As many processes as there are CPUs and jobs, but no more than the total work over
     the largest job: past that the largest job alone sets the wall time, and giving it
-    more threads shortens it more than another process would."""
+    more threads shortens it more than another process would. Threads: the CPUs shared
+    out, rounded to the nearest (9 processes on 16 CPUs get 2 each: the BLAS part of the
+    work is not all of it, so slightly more threads than CPUs idle less than fewer)."""
     if not jobs:
         return PoolShape(0, 0)
     largest = max(job.gflop for job in jobs)
     balanced = math.ceil(sum(job.gflop for job in jobs) / largest) if largest > 0 else len(jobs)
     processes = max(1, min(cpus, len(jobs), balanced))
-    return PoolShape(processes, max(1, cpus // processes))
+    return PoolShape(processes, max(1, round(cpus / processes)))
 
 
 @contextmanager

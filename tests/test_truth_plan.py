@@ -353,6 +353,8 @@ def test_the_pool_has_processes_times_threads_equal_to_the_cpus():
     # One job dominates: fewer processes, each with more threads.
     assert truth_pool.shape_for(jobs(100, 10, 10, 10, 10, 10), 16) == truth_pool.PoolShape(2, 8)
     assert truth_pool.shape_for(jobs(5), 16) == truth_pool.PoolShape(1, 16)
+    assert truth_pool.shape_for(jobs(*[1] * 9), 16) == truth_pool.PoolShape(9, 2)
+    assert truth_pool.shape_for(jobs(*[1] * 20), 2) == truth_pool.PoolShape(2, 1)
     assert truth_pool.shape_for([], 16) == truth_pool.PoolShape(0, 0)
 
 
