@@ -26,6 +26,13 @@ bound is derived from the network's reduction lengths and depth, not measured:
   relative error of order u, independent from layer to layer, so L such layers give about
   sqrt(L)·u; the bound takes 2·u·sqrt(L) (two rounded operands).
 
+**The output is compared on the batch's first examples** (``models/truth.py``: k = 4,
+each example's inference output being independent of the others). Nothing above depends
+on how many examples are compared: the output bound is a per-element statement from the
+forward's reduction lengths and depth, and only the loss (batch norm's statistics, the
+mean over the batch) and the gradients (the weight gradient's reduction over the batch)
+depend on the batch size, and those are computed over the whole batch.
+
 **Gradients of piecewise networks are not bounded this way.** ReLU and max pooling make
 the gradient piecewise: fp32 rounding moves a few inputs across a ReLU's zero or a pooling
 window's near-tie, and each crossing changes the gradient by an O(1) amount at one element.
@@ -35,7 +42,8 @@ and a 1e-6 relative perturbation of the input alone moves float64 ResNet-18's gr
 1.3e-2 (6e-8 moves it by 3e-7): a crossing, not accumulated rounding. How often crossings
 happen depends on how densely the data sit near the kinks, which no depth-and-length
 formula captures, so ``grad_judged`` is False for such networks: their gradient errors are
-reported but the verdict rests on the output and the loss (where TF32 shows).
+reported where computed but the verdict rests on the output and the loss (where TF32
+shows), and the float64 truth skips their gradients unless asked for them.
 
 For the default suites' forward passes the fp32 bound stays below 2e-4 (ResNet-152: 1e-4)
 while a TF32-sized error is 5e-4 or more, so an fp32-labelled row computed in TF32 fails;
@@ -83,6 +91,13 @@ def _has_kinks(nodes) -> bool:
         if isinstance(node, ir.Concat) and any(_has_kinks(b) for b in node.branches):
             return True
     return False
+
+
+def grad_judged(model: ir.Model) -> bool:
+    """Whether ``model``'s gradient errors are judged: no ReLU or max pooling in its
+    trainable body (module docstring). ``models/truth.py`` computes the float64 gradients
+    by default only where this holds."""
+    return not _has_kinks(model.body)
 
 
 @dataclass(frozen=True)
@@ -142,4 +157,4 @@ def bounds(model: ir.Model, batch: int, precision: str) -> Bounds:
     training = r.forward + r.statistics + r.backward
     grad = LAMBDA * U_FP32 * math.sqrt(training) + 2 * u * math.sqrt(2 * r.products)
     return Bounds(precision, output, loss, grad, r.forward, training, r.products,
-                  not _has_kinks(model.body))
+                  grad_judged(model))

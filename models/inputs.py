@@ -34,6 +34,15 @@ class Batch:
         return int(self.x.shape[0])
 
 
+def head(batch: Batch, count: int) -> Batch:
+    """The first ``count`` examples of ``batch``. A token batch keeps its padded length
+    (the longest review of the whole batch): padded steps are masked, so each example's
+    output is the one it has inside the whole batch."""
+    def first(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[:count]
+    return Batch(batch.x[:count], first(batch.labels), first(batch.lengths))
+
+
 def sequence_lengths(rng: np.random.Generator, count: int, max_len: int) -> np.ndarray:
     scale = IMDB_MEDIAN_WORDS / 100.0 * max_len
     lengths: list[int] = []

@@ -333,6 +333,12 @@ def loss(model: ir.Model, weights: dict[str, np.ndarray], batch: Batch,
          train: bool = True) -> float:
     """The model's loss on ``batch`` (``models.ir.Loss`` defines the kinds)."""
     body_input, out = run(model, weights, batch, train)
+    return loss_of_output(model, body_input, out, batch)
+
+
+def loss_of_output(model: ir.Model, body_input: np.ndarray, out: np.ndarray,
+                   batch: Batch) -> float:
+    """The loss of a body output ``out`` that ``run`` computed from ``batch``."""
     kind = model.loss.kind
     if kind == "softmax_xent":
         if batch.labels is None:

@@ -314,6 +314,14 @@ class _Tape:
 def loss_and_gradients(model: ir.Model, weights, batch: Batch) -> tuple[float, Grads]:
     """The training-mode loss and the gradient of every trainable body parameter (the set
     ``models.analysis`` names), in canonical layouts, float64."""
+    loss, grads, _ = loss_gradients_and_output(model, weights, batch)
+    return loss, grads
+
+
+def loss_gradients_and_output(model: ir.Model, weights, batch: Batch
+                              ) -> tuple[float, Grads, np.ndarray]:
+    """``loss_and_gradients`` and the training-mode body output it differentiated (the
+    inference output too where the model has no batch norm: dropout is the identity)."""
     x = np.asarray(batch.x)
     x = x.astype(np.int64) if model.input.kind == "tokens" else x.astype(np.float64)
     lengths = None if batch.lengths is None else np.asarray(batch.lengths, dtype=np.int64)
@@ -340,4 +348,4 @@ def loss_and_gradients(model: ir.Model, weights, batch: Batch) -> tuple[float, G
     missing = tape.trainable - set(tape.grads)
     if missing:
         raise RuntimeError(f"{model.name}: no gradient reached {sorted(missing)[:3]}")
-    return loss, dict(sorted(tape.grads.items()))
+    return loss, dict(sorted(tape.grads.items())), out

@@ -1,11 +1,12 @@
 """A fingerprint row's errors against the float64 truth (``models/truth.py``).
 
 The worker has the framework's output and gradients in hand when it writes the
-fingerprint, so the comparison happens there, on whole arrays, and the row carries only
+fingerprint, so the comparison happens there, on the arrays, and the row carries only
 the errors (``fingerprint["vs_f64"]``), the quantities ``models/error_bounds.py`` bounds:
 
-* ``output``: max |y − y64| / max |y64| over the inference output (the normalisation of
-  the H100 measurements the bounds are checked against);
+* ``output``: max |y − y64| / max |y64| over the inference output of the first
+  ``output_examples`` (k) examples, the ones the truth computes (``models/truth.py``:
+  each example's inference output is independent of the others);
 * ``loss``: |L − L64| / |L64| (a "sum" loss: / Σ|y64|, since a signed sum cancels);
 * ``grad``: ‖g − g64‖₂ / ‖g64‖₂ over all trainable parameters together, where the adapter
   reports gradients in canonical layouts (``Prepared.canonical_gradient``), else None.
@@ -15,7 +16,13 @@ the errors (``fingerprint["vs_f64"]``), the quantities ``models/error_bounds.py`
   with gradients has it;
 * ``per_param``: per parameter, in model order, ‖g_p − g64_p‖ / ‖g64‖₂ (or the norm
   difference over ‖g64‖₂ without canonical layouts): each parameter's share of ``grad``,
-  from which the report names the first layer over the bound.
+  from which the report names the first layer over the bound;
+* ``grad_skipped``: where the truth has no gradients (networks with ReLU or max pooling,
+  whose gradients are never judged: ``models/error_bounds.py``), why; ``grad`` and
+  ``grad_norms`` are then None and ``per_param`` absent.
+
+``fill_cache`` computes the missing truths of a suite before its first worker starts, in
+a pool of processes.
 """
 
 from __future__ import annotations
@@ -23,12 +30,14 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import asdict
+import time
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
 
 from models import truth as truth_module
+from suites import truth_pool
 
 
 def enabled() -> bool:
@@ -40,19 +49,28 @@ def _max_rel(a: np.ndarray, b: np.ndarray, scale: float) -> float:
     return float(diff.max()) / scale if diff.size else 0.0
 
 
+def _output_error(output: np.ndarray, truth: truth_module.Truth) -> dict[str, Any]:
+    """The output error over the examples the truth holds: the framework's first k."""
+    ref_out = truth.output
+    expected = (truth.batch, *ref_out.shape[1:])
+    if np.shape(output) != expected:
+        return {"output": math.inf, "problem": f"output shape {np.shape(output)} != {expected}"}
+    head = np.asarray(output)[:truth.output_examples]
+    return {"output": _max_rel(head, ref_out, max(float(np.abs(ref_out).max()), 1e-300)),
+            "output_examples": truth.output_examples}
+
+
 def errors(output: np.ndarray, loss: float | None, grads: dict[str, np.ndarray] | None,
            truth: truth_module.Truth, canonical: bool) -> dict[str, Any]:
     """The errors of one framework's arrays against ``truth`` (module docstring)."""
     found: dict[str, Any] = {"norm": "output: max-abs / max |y64|; gradients: 2-norm / ||g64||"}
-    ref_out = truth.output
-    if np.shape(output) != ref_out.shape:
-        found["output"] = math.inf
-        found["problem"] = f"output shape {np.shape(output)} != {ref_out.shape}"
-    else:
-        found["output"] = _max_rel(output, ref_out, max(float(np.abs(ref_out).max()), 1e-300))
+    found.update(_output_error(output, truth))
     if loss is not None:
         found["loss"] = abs(loss - truth.loss) / max(truth.loss_scale, 1e-300)
     if grads is None:
+        return found
+    if truth.grads is None:
+        found.update(grad=None, grad_norms=None, grad_skipped=truth.grad_skipped)
         return found
     if set(grads) != set(truth.grads):
         found["grad_norms"] = math.inf
@@ -97,18 +115,19 @@ def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type
     if not enabled():
         fields["vs_f64"] = {"skipped": "DLBENCH_TRUTH=off"}
         return fields
-    reason = truth_module.too_expensive(model, batch)
-    if reason:
-        fields["vs_f64"] = {"skipped": reason}
-        return fields
     try:
+        reason = truth_module.too_expensive(model, batch)
+        if reason:
+            fields["vs_f64"] = {"skipped": reason}
+            return fields
         truth = truth_module.load_or_compute(model, batch, seed)
     except (MemoryError, OSError, ValueError, TypeError, RuntimeError) as error:
+        # A bad setting ($DLBENCH_TRUTH_GRADIENTS) lands here too: the row is still written.
         fields["vs_f64"] = {"skipped": f"float64 reference failed: {error}"}
         return fields
-    truth = truth_module.Truth(truth.output, truth.loss, truth.loss_scale,
-                               {n: truth.grads[n] for n in _model_order(model, truth.grads)},
-                               truth.seconds, truth.cached)
+    if truth.grads is not None:
+        truth = replace(truth, grads={n: truth.grads[n]
+                                      for n in _model_order(model, truth.grads)})
     convert = getattr(prepared, "canonical_gradient", None)
     canonical = grads is not None and convert is not None
     if canonical:
@@ -120,25 +139,62 @@ def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type
     return fields
 
 
-def fill_cache(pairs, seed: int, say) -> None:
-    """Compute the truth of every (model name, batch) not cached yet, in the runner's
-    process before any worker starts: workers are pinned to their benchmark's CPUs, the
-    runner may use every core, and each truth is computed once for all frameworks."""
-    from models.zoo import get_model
+def _jobs(pairs, seed: int, say) -> tuple[list[truth_pool.Job], dict[tuple[str, int], float]]:
+    """The (model, batch) pairs still to compute, and those already cached (0 seconds).
+    Pairs beyond the cost limit are left to the workers, which record why."""
+    from models.zoo import UnknownModel, get_model
 
-    if not enabled():
-        return
+    jobs, cached = [], {}
     for name, batch in pairs:
-        model = get_model(name)
-        if truth_module.too_expensive(model, batch) or truth_module.is_cached(model, batch, seed):
-            continue
-        say(f"float64 reference for {name} at batch {batch} "
-            f"({truth_module.cost_gflop(model, batch):.0f} GFLOP, once; cached in "
-            f"{truth_module.cache_dir()})")
         try:
-            truth_module.load_or_compute(model, batch, seed)
-        except (MemoryError, OSError, ValueError, TypeError, RuntimeError) as error:
+            model = get_model(name)
+            if truth_module.too_expensive(model, batch):
+                continue
+            if truth_module.is_cached(model, batch, seed):
+                cached[(name, batch)] = 0.0
+                continue
+            jobs.append(truth_pool.Job(name, batch, seed, truth_module.cost_gflop(model, batch)))
+        except (UnknownModel, ValueError, TypeError) as error:
             say(f"float64 reference for {name} at batch {batch} failed: {error}")
+    return jobs, cached
+
+
+def fill_cache(pairs, seed: int, say, cpus: int | None = None) -> dict[tuple[str, int], float]:
+    """Compute the truth of every (model name, batch) not cached yet, before any worker
+    starts (workers are pinned to their benchmark's CPUs; this may use every core), once
+    for all frameworks, in parallel processes (``suites/truth_pool.py``). Returns the
+    seconds each pair's truth took (0 for one already cached; a pair that failed or is
+    beyond the cost limit is absent), for the caller to record what the truth cost.
+
+    The processes are spawned, so they import the caller's main script again: a script
+    that calls this needs multiprocessing's ``if __name__ == "__main__":`` guard
+    (``python -m suites`` and ``python -m suites.truth_check`` have it)."""
+    if not enabled():
+        return {}
+    jobs, seconds = _jobs(pairs, seed, say)
+    if not jobs:
+        return seconds
+    shape = truth_pool.shape_for(jobs, cpus or truth_pool.usable_cpus())
+    say(f"float64 reference: {len(jobs)} (model, batch) pairs, "
+        f"{sum(job.gflop for job in jobs):.0f} GFLOP, in {shape.processes} processes × "
+        f"{shape.threads} BLAS threads (cached in {truth_module.cache_dir()})")
+
+    def started(job: truth_pool.Job) -> None:
+        say(f"float64 reference for {job.model} at batch {job.batch} "
+            f"({job.gflop:.3g} GFLOP) started")
+
+    def done(outcome: truth_pool.Outcome) -> None:
+        job = outcome.job
+        if outcome.seconds is None:
+            say(f"float64 reference for {job.model} at batch {job.batch} failed: "
+                f"{outcome.error}")
+        else:
+            seconds[(job.model, job.batch)] = outcome.seconds
+            say(f"float64 reference for {job.model} at batch {job.batch}: "
+                f"{outcome.seconds:.1f} s")
+
+    truth_pool.run(jobs, shape, started, done)
+    return seconds
 
 
 def main(argv: list[str]) -> int:
@@ -160,7 +216,12 @@ def main(argv: list[str]) -> int:
         return 2
     pairs = dict.fromkeys((m, b) for group in suite.groups for m in group.models
                           for b in group.batches)
-    fill_cache(pairs, args.seed, print)
+    started = time.perf_counter()
+    seconds = fill_cache(pairs, args.seed, print)
+    computed = [s for s in seconds.values() if s > 0]
+    print(f"float64 reference: {len(computed)} computed ({sum(computed):.0f} s in their "
+          f"processes), {len(seconds) - len(computed)} cached, "
+          f"{len(pairs) - len(seconds)} skipped or failed; {time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -71,15 +71,20 @@ def test_gradients_match_the_goldens_frameworks_agree_on(name):
     assert goldens.agree(golden, loss, norms) is None
 
 
-def test_truth_is_cached_under_a_key_that_follows_model_batch_and_seed(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["lenet_tiny", "lstm_tiny"])   # gradients skipped / computed
+def test_truth_is_cached_under_a_key_that_follows_model_batch_and_seed(name, tmp_path,
+                                                                        monkeypatch):
     monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
-    model = get_model("lenet_tiny")
+    model = get_model(name)
     first = truth.load_or_compute(model, 4, 0)
     again = truth.load_or_compute(model, 4, 0)
     assert not first.cached and again.cached and len(list(tmp_path.glob("*.npz"))) == 1
     np.testing.assert_array_equal(first.output, again.output)
-    assert first.loss == again.loss and list(first.grads) == list(again.grads)
-    for n in first.grads:
+    assert first.loss == again.loss and first.loss_scale == again.loss_scale
+    assert first.batch == again.batch == 4 and first.grad_skipped == again.grad_skipped
+    assert (first.grads is None) == (again.grads is None) == bool(first.grad_skipped)
+    assert list(first.grads or {}) == list(again.grads or {})
+    for n in first.grads or {}:
         np.testing.assert_array_equal(first.grads[n], again.grads[n])
     keys = {truth.key(model, 4, 0), truth.key(model, 5, 0), truth.key(model, 4, 1),
             truth.key(replace(model, body=model.body[:-1] + (
@@ -124,7 +129,13 @@ def _truth_of(name, batch=4):
     return truth.compute(get_model(name), batch, 0)
 
 
-def test_errors_of_the_truth_itself_are_zero_and_a_planted_gradient_is_named():
+@pytest.fixture
+def all_gradients(monkeypatch):
+    """The float64 gradients of every network, judged or not (models/truth.py)."""
+    monkeypatch.setenv(truth.GRADIENTS_ENV, "all")
+
+
+def test_errors_of_the_truth_itself_are_zero_and_a_planted_gradient_is_named(all_gradients):
     t = _truth_of("resnet_tiny")
     grads = {n: g.copy() for n, g in t.grads.items()}
     found = truth_check.errors(t.output, t.loss, grads, t, canonical=True)
@@ -137,7 +148,7 @@ def test_errors_of_the_truth_itself_are_zero_and_a_planted_gradient_is_named():
     assert found["grad"] == found["per_param"][victim] > 0
 
 
-def test_errors_without_canonical_layouts_use_norms_only():
+def test_errors_without_canonical_layouts_use_norms_only(all_gradients):
     t = _truth_of("lenet_tiny")
     grads = {n: g.T.copy() for n, g in t.grads.items()}     # some other layout
     found = truth_check.errors(t.output, t.loss, grads, t, canonical=False)

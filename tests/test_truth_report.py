@@ -129,3 +129,43 @@ def test_truth_table_shows_errors_beside_times(tmp_path):
     assert row["gradient"] == "40 ms" and row["verdict"] == "✓"
     limits = bounds(get_model("resnet50"), 16, "fp32")
     assert row["bound out / grad"] == f"{limits.output:.1e} / not judged"
+
+
+def without_gradients(errors: dict) -> dict:
+    """A row as written since the float64 reference skips the gradients of networks with
+    ReLU or max pooling (models/truth.py), with its output over the first 4 examples."""
+    found = {k: v for k, v in errors.items() if k != "per_param"}
+    return {**found, "grad": None, "grad_norms": None, "output_examples": 4,
+            "grad_skipped": "not computed: gradients are shown but never judged for networks "
+                            "with ReLU/max-pool kinks; DLBENCH_TRUTH_GRADIENTS=all computes them"}
+
+
+def test_rows_without_gradient_errors_are_judged_on_output_and_loss(tmp_path):
+    for model in ("resnet50", "vgg16"):
+        rows = [fingerprint_row(model, 16, "torch", errors=without_gradients(
+                    clean_errors(model, 16))),
+                fingerprint_row(model, 16, "jax", errors=without_gradients(
+                    planted(model, 16, "loss"))),
+                fingerprint_row(model, 16, "tf")]     # an older row, gradients included
+        equiv, frame = judged(rows, tmp_path / model)
+        verdict = equiv.verdicts[(model, 16, "fp32")]
+        assert verdict.agree is False and "jax" in verdict.worst_pair, model
+        assert "loss" in verdict.worst_pair and "torch" not in verdict.worst_pair, verdict
+        by_framework = {r["framework"]: equiv.rows[r["source"]].agree
+                        for r in frame.to_dict("records")}
+        assert by_framework == {"torch": True, "jax": False, "tf": True}, model
+        table = truth.truth_table(frame)
+        cells = {row[3].text.split()[0]: dict(zip(table.columns, (c.text for c in row)))
+                 for row in table.rows}
+        assert cells["torch"]["gradient err"] == "not computed"
+        assert cells["torch"]["verdict"] == "✓" and cells["jax"]["verdict"].startswith("✗")
+        assert cells["tf"]["gradient err"] == "4.0e-06"
+
+
+def test_a_judged_gradient_that_was_not_computed_is_not_passed(tmp_path):
+    # The LSTM's gradients are judged; a row without them cannot be proven.
+    rows = [fingerprint_row("lstm", 16, "torch", errors=without_gradients(
+        clean_errors("lstm", 16)))]
+    equiv, _ = judged(rows, tmp_path)
+    verdict = equiv.verdicts[("lstm", 16, "fp32")]
+    assert verdict.agree is False and "not computed" in verdict.worst_pair
