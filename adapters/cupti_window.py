@@ -38,11 +38,17 @@ import os
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 DUMP_ENV = "DLBENCH_TRACE_DUMP"
+# How far CUPTI's ticks over a window may differ from the host's nanoseconds before they
+# are taken for another unit: the two clocks are read back to back at both ends of a
+# window of milliseconds, so a real nanosecond clock agrees far closer than this.
+CLOCK_UNIT_TOLERANCE = 0.05
+# The host clock the window's CUPTI timestamps are calibrated against (tests replace it).
+host_ns = time.monotonic_ns
 BUFFER_BYTES = 8 * 1024 * 1024
 # Kinds a framework profiler enables (Kineto: kernels, copies, sets, runtime and driver API,
 # synchronisation, CUDA events, external correlation, overhead). Disabled before a window
@@ -95,6 +101,9 @@ class WindowRecords:
     outside: int                       # wanted records outside the window
     duplicates: int                    # second deliveries of one execution
     untimed: int                       # records without timestamps (start or end 0)
+    # Host nanoseconds per CUPTI tick over the window (1.0: CUPTI counted nanoseconds);
+    # ``kept``, ``start_ns`` and ``end_ns`` are already converted by it.
+    ns_per_tick: float = 1.0
 
 
 def _int(activity: Any, name: str) -> int:
@@ -157,6 +166,51 @@ def busy_and_span_ns(records: Iterable[ActivityRecord]) -> tuple[int, int]:
     return busy, max(end for _, end in intervals) - intervals[0][0]
 
 
+def ns_per_tick(ticks: int, host_elapsed_ns: int) -> float:
+    """Host nanoseconds per CUPTI tick over one window, or 1.0 where they agree.
+
+    CUPTI stamps records with its own nanosecond clock unless a client has registered a
+    timestamp callback (``cuptiActivityRegisterTimestampCallback``); then records and
+    ``cupti.get_timestamp()`` count whatever that callback returns, in every later window
+    of the process. Measured on an H100: once PyTorch's profiler (Kineto, a CUPTI client)
+    had run in a worker, every later window's kernels added up to 1.9–2.05 times their
+    timed medians and more than the traced wall time, with no record delivered twice and
+    none outside the window: the ticks ran about twice as fast as nanoseconds, as a CPU
+    timestamp counter at about 2 GHz would. Measuring the window on both clocks turns
+    ticks back into nanoseconds whatever the unit."""
+    if ticks <= 0 or host_elapsed_ns <= 0:
+        return 1.0
+    ratio = host_elapsed_ns / ticks
+    return 1.0 if abs(ratio - 1.0) <= CLOCK_UNIT_TOLERANCE else ratio
+
+
+def in_nanoseconds(record: ActivityRecord, origin: int, scale: float) -> ActivityRecord:
+    """A record's times as nanoseconds from the window's origin (its tick count kept)."""
+    if scale == 1.0:
+        return record
+    return replace(record, start_ns=origin + round((record.start_ns - origin) * scale),
+                   end_ns=origin + round((record.end_ns - origin) * scale))
+
+
+def detach(cupti: Any) -> str:
+    """Detach CUPTI from the process (``cuptiFinalize``); "" when done, else why not.
+
+    Once CUPTI has been enabled in a process, the driver keeps routing every CUDA API call
+    through it after its activity kinds are disabled: on an H100, PyTorch's launch-bound
+    autoencoder forward (sae_ae1, batch 64) ran 70% slower on the wall clock after one
+    traced block than before any (``python -m suites.clock_check``). CUPTI's dynamic
+    detach removes it; the next window attaches CUPTI again. Call it only with the device
+    synced and the window flushed, so no record is in flight."""
+    finalize = getattr(cupti, "finalize", None)
+    if finalize is None:
+        return "this cupti-python has no finalize()"
+    try:
+        finalize()
+    except Exception as error:
+        return f"cuptiFinalize failed: {type(error).__name__}: {error}"[:300]
+    return ""
+
+
 def load_cupti() -> Any:
     """cupti-python's bindings (``from cupti import cupti``); ImportError without them."""
     from cupti import cupti
@@ -205,7 +259,7 @@ class CuptiWindow:
         try:
             for kind in self.kind_names:
                 cupti.activity_enable(kind)
-            self.host_start_ns = time.monotonic_ns()
+            self.host_start_ns = host_ns()
             self.start_ns = int(cupti.get_timestamp())
         except BaseException:
             # Never leave a kind enabled behind a failed open: the next wall samples would
@@ -218,7 +272,7 @@ class CuptiWindow:
     def close(self) -> WindowRecords:
         cupti = self.cupti
         end_ns = int(cupti.get_timestamp())
-        host_end_ns = time.monotonic_ns()
+        host_end_ns = host_ns()
         try:
             for kind in self.kind_names:
                 cupti.activity_disable(kind)
@@ -226,8 +280,12 @@ class CuptiWindow:
             cupti.activity_flush_all(int(cupti.ActivityFlag.FLUSH_FORCED))
             self.collecting = False
         kept, dropped = select(self.received, set(self.kind_names), self.start_ns, end_ns)
-        window = WindowRecords(tuple(kept), self.start_ns, end_ns, len(self.received),
-                               len(self.drained), **dropped)
+        scale = ns_per_tick(end_ns - self.start_ns, host_end_ns - self.host_start_ns)
+        kept = [in_nanoseconds(r, self.start_ns, scale) for r in kept]
+        window = WindowRecords(tuple(kept), self.start_ns,
+                               self.start_ns + round((end_ns - self.start_ns) * scale),
+                               len(self.received), len(self.drained), **dropped,
+                               ns_per_tick=scale)
         dump(self, window, host_end_ns)
         return window
 
@@ -246,6 +304,7 @@ def dump(window: CuptiWindow, closed: WindowRecords, host_end_ns: int) -> Path |
         # a clock when another client has registered a timestamp callback.
         "host_monotonic_start_ns": window.host_start_ns, "host_monotonic_end_ns": host_end_ns,
         "kinds": {str(k): v for k, v in window.kind_names.items()},
+        "ns_per_tick": closed.ns_per_tick,
         "counts": {"kept": len(closed.kept), "received": closed.received,
                    "drained": closed.drained, "outside": closed.outside,
                    "duplicates": closed.duplicates, "untimed": closed.untimed},

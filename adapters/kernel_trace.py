@@ -56,7 +56,7 @@ class KernelTrace:
     wall_ms: float          # host time of the traced iterations, synced at both ends
     # What the CUPTI window received and dropped (``window_counts``); empty for recorded
     # traces.
-    window: dict[str, int] = field(default_factory=dict)
+    window: dict[str, float] = field(default_factory=dict)
 
 
 # --- kernel families: which algorithm a convolution ran ------------------------------------
@@ -190,8 +190,9 @@ def trace(run: Callable[[], Any], sync: Callable[[Any], None], iterations: int,
                        window_counts(closed))
 
 
-def window_counts(closed: WindowRecords) -> dict[str, int]:
-    """What the window received and dropped, for the profile row's check."""
+def window_counts(closed: WindowRecords) -> dict[str, float]:
+    """What the window received and dropped, and the unit CUPTI's ticks were in (host ns
+    per tick: 1.0 unless another client changed CUPTI's clock), for the row's check."""
     return {"kept": len(closed.kept), "received": closed.received, "drained": closed.drained,
             "outside_window": closed.outside, "duplicates": closed.duplicates,
-            "untimed": closed.untimed}
+            "untimed": closed.untimed, "ns_per_tick": closed.ns_per_tick}

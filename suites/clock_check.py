@@ -113,7 +113,8 @@ def _median_ms(samples: list[float]) -> float | None:
 def run_check(run: Callable[[], Any], sync: Callable[[Any], None], *, blocks: int, rounds: int,
               cupti_clock: Callable[[], tuple[Any, str]], event_clock: Any,
               event_reason: str = "the framework offers no device clock",
-              clock: Callable[[], float] = time.perf_counter, warmup: int = 5) -> ClockCheck:
+              clock: Callable[[], float] = time.perf_counter, warmup: int = 5,
+              detach: Callable[[], str] | None = None) -> ClockCheck:
     """The check on one prepared step. ``cupti_clock`` is called only after the baseline,
     so CUPTI is neither loaded nor enabled while it is timed; ``event_reason`` says why
     ``event_clock`` is None where it is."""
@@ -122,6 +123,7 @@ def run_check(run: Callable[[], Any], sync: Callable[[Any], None], *, blocks: in
     cupti, cupti_reason = cupti_clock()
     event_reason = "" if event_clock is not None else event_reason
     after, traced, busy, spans, events = [], [], [], [], []
+    notes_detach: list[str] = []
     for _ in range(rounds if (cupti is not None or event_clock is not None) else 0):
         if cupti is not None:
             walls, round_busy, round_spans = traced_blocks(run, sync, cupti, inner, blocks, clock)
@@ -131,13 +133,19 @@ def run_check(run: Callable[[], Any], sync: Callable[[Any], None], *, blocks: in
                 cupti = None
             busy.append(_median_ms(round_busy))
             spans.append(_median_ms(round_spans))
+            if detach is not None:
+                problem = detach()
+                if problem:
+                    notes_detach.append(problem)
         if event_clock is not None:
             # As the timer runs it: launches queued behind the clock's hold.
             device, _ = time_on_device(run, sync, event_clock, inner, before / 1e3 * inner,
                                        blocks)
             events.append(_median_ms(device))
         after.append(_median_ms(wall_blocks(run, sync, inner, blocks, clock)))
-    notes = []
+    notes = [f"detach after each traced round: {problem}" for problem in notes_detach]
+    if detach is not None and not notes_detach:
+        notes.append("CUPTI detached (cuptiFinalize) after each traced round")
     if after and before:
         notes.append(f"wall median after the last round is {after[-1] / before - 1:+.1%} "
                      f"from before CUPTI")
@@ -202,6 +210,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--blocks", type=int, default=30, help="blocks per phase")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--detach", action="store_true",
+                        help="detach CUPTI (cuptiFinalize) after each traced round")
     return parser.parse_args(argv)
 
 
@@ -220,13 +230,18 @@ def main(argv: list[str]) -> int:
             return None, "a CPU run has no device clock"
         return cupti_clock()
 
+    def detach_cupti() -> str:
+        from adapters.cupti_window import detach, load_cupti
+        return detach(load_cupti())
+
     on_gpu = args.device == "gpu"
     try:
         check = run_check(prepared.step(args.measure), prepared.sync, blocks=args.blocks,
                           rounds=args.rounds, cupti_clock=cupti_or_reason,
                           event_clock=prepared.device_clock() if on_gpu else None,
                           event_reason=("the framework offers no device clock" if on_gpu
-                                        else "a CPU run has no device clock"))
+                                        else "a CPU run has no device clock"),
+                          detach=detach_cupti if args.detach else None)
     finally:
         prepared.close()
     print(f"{args.framework} {args.model} b{args.batch} {args.measure} on {args.device}")

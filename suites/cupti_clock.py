@@ -17,12 +17,14 @@ runs those after a repetition's wall samples), so the wall samples are never tra
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
-from adapters.cupti_window import CuptiWindow, busy_and_span_ns
+from adapters.cupti_window import CuptiWindow, busy_and_span_ns, detach
 from suites.timer import DeviceClock
 
 DEVICE_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")
+DETACH_ENV = "DLBENCH_CUPTI_DETACH"
 NS_PER_S = 1e9
 
 
@@ -30,8 +32,12 @@ class CuptiClock(DeviceClock):
     kind = ("CUPTI activity records (kernels, memcpy, memset) of the block, overlaps merged: "
             "device busy time")
 
-    def __init__(self, cupti: Any):
+    def __init__(self, cupti: Any, detach_after_block: bool | None = None):
         self.cupti = cupti
+        # CUPTI detached after each block (adapters.cupti_window.detach), so that no launch
+        # overhead it leaves behind reaches the next wall samples; DLBENCH_CUPTI_DETACH=1.
+        self.detach_after_block = os.environ.get(DETACH_ENV, "0") == "1" \
+            if detach_after_block is None else detach_after_block
         self.window: CuptiWindow | None = None
         self.last_span_s: float | None = None
         self.reason = ""          # why the last block gave no time ("" when it did)
@@ -66,6 +72,12 @@ class CuptiClock(DeviceClock):
                            f"({closed.received} records received, {closed.outside} outside "
                            f"the window)")
             return None
+        if self.detach_after_block:
+            problem = detach(self.cupti)
+            if problem:
+                self.detach_after_block = False
+                self.reason = problem
+                return None
         busy, span = busy_and_span_ns(closed.kept)
         self.reason = ""
         self.last_span_s = span / NS_PER_S

@@ -143,4 +143,5 @@ def install(monkeypatch, fake: FakeCupti) -> FakeCupti:
     monkeypatch.setitem(sys.modules, "cupti", package)
     monkeypatch.setitem(sys.modules, "cupti.cupti", fake)
     monkeypatch.setattr(kernel_trace, "host_clock", fake.host_clock)
+    monkeypatch.setattr("adapters.cupti_window.host_ns", lambda: fake.now)
     return fake

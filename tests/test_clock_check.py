@@ -67,3 +67,45 @@ def test_without_cupti_the_gpu_check_says_why(monkeypatch, capsys):
 def test_a_framework_that_cannot_start_is_one_line(capsys):
     assert clock_check.main(["--framework", "torch", "--model", "no_such_model"]) == 2
     assert "cannot prepare torch no_such_model" in capsys.readouterr().out
+
+
+def test_detach_runs_after_every_traced_round_and_says_when_it_cannot(monkeypatch):
+    fake = install(monkeypatch, FakeCupti())
+    prepared = SimulatedPrepared(fake, kernel_ns=100_000, gap_ns=400_000)
+    detached = []
+
+    def detach():
+        detached.append(fake.launches_while_enabled)
+        return ""
+
+    check = clock_check.run_check(prepared.step("forward"), prepared.sync, blocks=2, rounds=3,
+                                  cupti_clock=lambda: (CuptiClock(fake), ""), event_clock=None,
+                                  clock=fake.host_clock, detach=detach)
+    assert len(detached) == 3 and detached == sorted(detached)
+    assert "CUPTI detached (cuptiFinalize) after each traced round" in check.notes
+    # The traced rounds after a detach still time the device: CUPTI attaches again.
+    assert check.cupti_busy_ms == pytest.approx((0.1, 0.1, 0.1))
+    refused = clock_check.run_check(prepared.step("forward"), prepared.sync, blocks=2,
+                                    rounds=1, cupti_clock=lambda: (CuptiClock(fake), ""),
+                                    event_clock=None, clock=fake.host_clock,
+                                    detach=lambda: "this cupti-python has no finalize()")
+    assert any("no finalize()" in note for note in refused.notes)
+
+
+def test_detach_calls_cupti_finalize_or_says_why_not():
+    from adapters.cupti_window import detach
+
+    class WithFinalize:
+        finalized = 0
+
+        def finalize(self):
+            self.finalized += 1
+
+    class Broken:
+        def finalize(self):
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    cupti = WithFinalize()
+    assert detach(cupti) == "" and cupti.finalized == 1
+    assert detach(object()) == "this cupti-python has no finalize()"
+    assert "CUPTI_ERROR_NOT_INITIALIZED" in detach(Broken())

@@ -192,3 +192,25 @@ def test_a_block_that_raises_leaves_cupti_off(monkeypatch):
         time_on_device(run, lambda h: None, FirstWorkingClock([CuptiClock(fake), EventClock()]),
                        inner=3, block_s=0.001, blocks=1)
     assert fake.enabled == set()
+
+
+def test_the_cupti_clock_can_detach_after_each_block(monkeypatch):
+    from suites.cupti_clock import CuptiClock
+    from tests.fake_cupti import FakeCupti, install
+
+    fake = install(monkeypatch, FakeCupti())
+    finalized = []
+    fake.finalize = lambda: finalized.append(fake.now)
+    clock = CuptiClock(fake, detach_after_block=True)
+    for _ in range(2):
+        clock.start()
+        fake.launch("k", 100_000)
+        clock.end()
+        assert clock.elapsed() == pytest.approx(100e-6)
+    assert len(finalized) == 2
+    # A CUPTI that cannot detach: the block gives no time and the clock says why.
+    del fake.finalize
+    broken = CuptiClock(fake, detach_after_block=True)
+    broken.start()
+    fake.launch("k", 100_000)
+    assert broken.elapsed() is None and "no finalize()" in broken.reason
