@@ -109,3 +109,21 @@ def test_detach_calls_cupti_finalize_or_says_why_not():
     assert detach(cupti) == "" and cupti.finalized == 1
     assert detach(object()) == "this cupti-python has no finalize()"
     assert "CUPTI_ERROR_NOT_INITIALIZED" in detach(Broken())
+
+
+def test_processes_check_rotates_roles_and_compares_the_cycles_after_a_device_block():
+    from suites import clock_processes
+
+    assert clock_processes.order(2) == ["plain", "traced", "detached",
+                                        "traced", "detached", "plain"]
+    results = [{"role": "plain", "wall_ms": [9.0, 1.0, 1.0]},
+               {"role": "plain", "wall_ms": [9.0, 1.2, 1.2]},
+               {"role": "traced", "wall_ms": [1.0, 1.6, 1.6]},
+               {"role": "traced", "wall_ms": [1.0, 1.7, 1.7], "problem": ""},
+               {"role": "detached", "wall_ms": [1.0, 1.1], "problem": "no finalize()"}]
+    lines = clock_processes.summarise(results)
+    # The first cycle (before any device block) is left out of every role.
+    assert lines[0].startswith("plain     wall median 1.1000 ms")
+    assert "1.500 x plain" in lines[1]
+    assert "1.000 x plain" in lines[2]
+    assert lines[-1] == "detached: no finalize()"
