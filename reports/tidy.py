@@ -55,7 +55,8 @@ STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", 
                   "started_at", "case_id", "source", "hardware", "compile_cache",
                   "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline",
                   "profile_conv_family", "profile_conv_families", "framework_profile_tool",
-                  "counters_tool", "counters_measure", "counters_top_kernels", *CONDITION_TEXT)
+                  "counters_tool", "counters_measure", "counters_top_kernels", "device_times",
+                  *CONDITION_TEXT)
 # The counters measure's values (suites/ncu_metrics.py keys: Li et al.'s nvprof names).
 COUNTER_KEYS = ("achieved_occupancy", "ipc", "warp_execution_efficiency", "gld_efficiency",
                 "gst_efficiency", "shared_efficiency", "registers_per_thread",
@@ -175,6 +176,7 @@ def flatten(raw) -> dict:
         "seq_len": float(info.get("seq_len") or "nan"),
         **{k: _text(env.get(k)) for k in ENV_FIELDS},
         "fingerprint": json.dumps(data.get("fingerprint")),
+        "device_times": json.dumps(data.get("device_times")) if data.get("device_times") else "",
         **flatten_profile(data.get("profile")),
         "framework_profile_tool": _text((data.get("framework_profile") or {}).get("tool")),
         **flatten_counters(data.get("counters")),
@@ -201,7 +203,41 @@ def tidy(loaded: Loaded) -> Tidy:
     dup = frame.duplicated(list(IDENTITY), keep="last")
     superseded = tuple(frame.loc[dup, "case_id"])
     kept = frame.loc[~dup].sort_values("order", kind="stable").reset_index(drop=True)
-    return Tidy(kept, len(superseded), superseded)
+    return Tidy(join_device_times(kept), len(superseded), superseded)
+
+
+def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each ok ``device_time`` row's figures (suites/device_pass.py: the GPU's own time of
+    each timed measure, taken in a process of its own) on the wall rows of its measures,
+    with host overhead and the launch-bound mark recomputed; the consumed rows leave the
+    frame (a failed one stays: failures are data). Where a wall row carries a device time
+    of its own (PyTorch's CUDA events) the device phase's replaces it, so that every
+    framework's device time is one clock's, measured alike."""
+    if "device_times" not in frame or not (frame["measure"] == "device_time").any():
+        return frame
+    case = ["model", "batch", *SETTING_KEY]
+    index = {tuple(row[k] for k in case) + (row["measure"],): i
+             for i, row in frame.iterrows() if row["measure"] != "device_time"}
+    consumed = []
+    for i, row in frame[frame["measure"] == "device_time"].iterrows():
+        if row["status"] != "ok" or not row["device_times"]:
+            continue
+        consumed.append(i)
+        method = json.loads(row["device_times"])
+        for measure, figures in (method.get("measures") or {}).items():
+            target = index.get(tuple(row[k] for k in case) + (measure,))
+            if target is None or figures.get("device_median_ms") is None:
+                continue
+            frame.at[target, "device_median_ms"] = float(figures["device_median_ms"])
+            frame.at[target, "device_span_median_ms"] = _number(
+                figures.get("device_span_median_ms"))
+            frame.at[target, "device_time_kind"] = _text(figures.get("device_time_kind"))
+            frame.at[target, "device_time_reason"] = ""
+            computed = host_columns({"median_ms": frame.at[target, "median_ms"],
+                                     "device_median_ms": figures["device_median_ms"]})
+            frame.at[target, "host_overhead_ms"] = computed["host_overhead_ms"]
+            frame.at[target, "launch_bound"] = computed["launch_bound"]
+    return frame.drop(index=consumed).reset_index(drop=True)
 
 
 def setting_key(row) -> tuple:

@@ -89,9 +89,11 @@ def clock_choice() -> str:
 
 
 def device_clock_for(prepared: Any, device: str,
-                     cupti_clock: Callable[[], tuple[Any, str]] | None = None) -> tuple[Any, str]:
+                     cupti_clock: Callable[[], tuple[Any, str]] | None = None,
+                     cupti: bool = True) -> tuple[Any, str]:
     """(clock, "") or (None, the reason there is none). ``cupti_clock`` is
-    ``suites.cupti_clock.cupti_clock`` unless a test passes a stand-in."""
+    ``suites.cupti_clock.cupti_clock`` unless a test passes a stand-in; ``cupti=False``
+    (the runner's wall phase) never loads CUPTI."""
     if device != "gpu":
         return None, "cpu run: host and device time are one"
     choice = clock_choice()
@@ -99,7 +101,10 @@ def device_clock_for(prepared: Any, device: str,
         return None, f"{CLOCK_ENV}=off"
     clocks: list[Any] = []
     reasons: list[str] = []
-    if choice in ("auto", "cupti"):
+    if not cupti:
+        reasons.append("the job's device_time row has the CUPTI device time, taken in a "
+                       "process of its own (CUPTI slows later launches where it is loaded)")
+    if choice in ("auto", "cupti") and cupti:
         if cupti_clock is None:
             from suites.cupti_clock import cupti_clock
         clock, reason = cupti_clock()

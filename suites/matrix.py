@@ -313,5 +313,5 @@ class Matrix:
             round(sum(runner.worker_start_s), 3) if runner else 0.0,
             len(measured), reused, spent.get("first_calls_s", 0.0),
             spent.get("profile_s", 0.0), spent.get("counters_s", 0.0),
-            spent.get("fingerprint_s", 0.0), stopped).record())
+            spent.get("fingerprint_s", 0.0), stopped, spent.get("device_time_s", 0.0)).record())
         return code

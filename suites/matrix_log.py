@@ -74,19 +74,21 @@ class ItemCost:
     counters_s: float
     fingerprint_s: float
     stopped: str          # "done", "budget", "interrupted", "error", "unavailable"
+    device_time_s: float = 0.0   # the device phase's device_time rows (GPU)
 
     def record(self) -> dict[str, Any]:
         return {"kind": "item", **asdict(self)}
 
 
 def rows_cost(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
-    """Where newly written rows' time went: first calls, profiles, counters, fingerprints."""
+    """Where newly written rows' time went: first calls, profiles, counters, fingerprints,
+    device time."""
     spent: dict[str, float] = defaultdict(float)
     for row in rows:
         timing = row.get("timing") or {}
         spent["first_calls_s"] += (timing.get("first_call_ms") or 0.0) / 1e3
         measure = row.get("measure")
-        if measure in ("profile", "counters", "fingerprint"):
+        if measure in ("profile", "counters", "fingerprint", "device_time"):
             spent[f"{measure}_s"] += row.get("elapsed_s") or 0.0
     return {k: round(v, 3) for k, v in spent.items()}
 

@@ -26,6 +26,12 @@ Status = Literal["ok", "failed", "unsupported", "oom", "timeout"]
 # Every job also writes a "fingerprint" row: outputs, loss and gradient norms for the
 # cross-framework equivalence check, taken after the timings so first calls stay cold.
 FINGERPRINT = "fingerprint"
+# On a GPU every job also writes a "device_time" row: the GPU's own time of each of the
+# job's timed measures, taken in a process of its own (the runner's device phase), because
+# CUPTI slows every later launch in a process that loaded it (suites/device_pass.py).
+DEVICE_TIME = "device_time"
+# What the device phase runs on a GPU: everything that needs CUPTI or Nsight Compute.
+DEVICE_PHASE = (DEVICE_TIME, "profile", "counters")
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,9 @@ class Row:
     # The worker's seconds since its previous row (a job's first row includes its build):
     # a job's rows sum to what the job cost; None where no worker wrote the row.
     elapsed_s: float | None = None
+    # "device_time" rows: per timed measure of the job, its device time (median and span
+    # per iteration in ms, the blocks' samples, which clock) or why there is none.
+    device_times: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -40,7 +40,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from adapters.registry import FrameworkEntry, load_registry
 from suites.environment import host_environment, host_id, nvidia_smi, physical_cores, usable_cpus
-from suites.results import FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
+from suites.results import (
+    DEVICE_PHASE,
+    DEVICE_TIME,
+    FINGERPRINT,
+    CaseKey,
+    OutputError,
+    ResultsFile,
+    Row,
+    Settings,
+)
 from suites.spec import Job, SuiteError, check_case_timeout, expand, load_suite, resolve_suite_path, suggest
 from suites.truth_check import fill_cache
 from suites.worker import EVENT_PREFIX, PARENT_PID, Plan
@@ -126,16 +135,53 @@ def plan_jobs(request: RunRequest) -> tuple[str, Path, list[Job]]:
     return suite.name, path, jobs
 
 
+def timed_measures(measures) -> tuple[str, ...]:
+    """The measures of a job that are timed (not profiles or counters)."""
+    return tuple(m for m in measures if m not in DEVICE_PHASE and m != FINGERPRINT)
+
+
+def device_measures(jobs: list[Job]) -> dict[tuple, tuple[str, ...]]:
+    """Per case (a job without its measures), the timed measures of all its jobs: a case a
+    suite splits over two jobs (other timer settings) has one "device_time" row, written
+    by the job that takes the fingerprint."""
+    found: dict[tuple, tuple[str, ...]] = {}
+    for job in jobs:
+        case = _case_of(job)
+        found[case] = tuple(dict.fromkeys((*found.get(case, ()), *timed_measures(job.measures))))
+    return found
+
+
+def _case_of(job: Job) -> tuple:
+    return (job.model, job.batch, job.device, job.threads, job.interop_threads, job.precision,
+            job.variant, job.compile_cache)
+
+
 def pending_measures(jobs: list[Job], key: Callable[[Job, str], CaseKey],
                      done: set[str]) -> list[tuple[Job, list[str]]]:
-    """Each job with its measures (and fingerprint) not in ``done``, in order."""
+    """Each job with its measures (its fingerprint, and on a GPU its device time) not in
+    ``done``, in order."""
+    timed = device_measures(jobs)
     pending = []
     for job in jobs:
-        names = [m for m in (*job.measures, *([FINGERPRINT] if job.fingerprint else []))
-                 if key(job, m).id() not in done]
+        extra = [FINGERPRINT] if job.fingerprint else []
+        if job.device == "gpu" and job.fingerprint and timed[_case_of(job)]:
+            extra.append(DEVICE_TIME)
+        names = [m for m in (*job.measures, *extra) if key(job, m).id() not in done]
         if names:
             pending.append((job, names))
     return pending
+
+
+def phases(device: str, names: list[str]) -> list[tuple[str, list[str]]]:
+    """The worker processes a job's pending measures need, in order: on a GPU the wall
+    phase (timed measures, fingerprint: CUPTI never loaded) and then the device phase
+    (device time, profile, counters); on a CPU one process for all."""
+    if device != "gpu":
+        return [("all", names)]
+    wall = [n for n in names if n not in DEVICE_PHASE]
+    device_phase = [n for n in names if n in DEVICE_PHASE]
+    return [(phase, chosen) for phase, chosen in (("wall", wall), ("device", device_phase))
+            if chosen]
 
 
 class Runner:
@@ -153,6 +199,7 @@ class Runner:
         self.fatal: str | None = None
         done = self.results.finished_case_ids() if request.resume else set()
         self.pending = pending_measures(jobs, self.key, done)
+        self.device_measures = device_measures(jobs)
         self.skipped = sum(len(j.measures) + j.fingerprint for j in jobs) - self.total
         self.statuses: dict[str, int] = defaultdict(int)
         self.log_path = self.path.with_suffix(".log")
@@ -235,11 +282,24 @@ class Runner:
                 return 0
             directory.mkdir(parents=True, exist_ok=True)
             cache_dir = str(directory.resolve())
+        for phase in ("all", "wall", "device"):
+            selected = [(job, chosen) for job, names in items
+                        for name, chosen in phases(self.request.device, names) if name == phase]
+            code = self.run_phase(threads, phase, selected, cache_dir, progress, task)
+            if code:
+                return code
+        return 0
+
+    def run_phase(self, threads: int, phase: str, remaining, cache_dir: str, progress,
+                  task) -> int:
+        """One phase's worker processes, a fresh one after each death, until its jobs are done."""
         while remaining:
             plan = Plan(self.suite, self.request.framework, self.request.device, threads,
                         remaining[0][0].interop_threads, str(self.path), self.request.seed,
-                        [{**asdict(job), "pending": names} for job, names in remaining],
-                        cache_dir)
+                        [{**asdict(job), "pending": names,
+                          "device_measures": list(self.device_measures.get(_case_of(job), ()))}
+                         for job, names in remaining],
+                        cache_dir, phase)
             finished, code, fatal = self.run_worker(plan, progress, task)
             if fatal:
                 self.fatal = fatal

@@ -25,7 +25,7 @@ from typing import Any
 
 from adapters.measures import COUNTERS, EPOCH_MEASURES, PROFILE
 from suites.environment import host_environment, limit_cpus
-from suites.results import FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
+from suites.results import DEVICE_TIME, FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
 
 EVENT_PREFIX = "@@dlbench "
 # The runner's pid: a worker whose runner dies (SIGKILL) ends too, so that no orphan goes
@@ -67,6 +67,9 @@ class Plan:
     # Where the framework's persistent compilation cache lives for this process (jobs
     # with a compile_cache setting run one to a process); "" leaves the framework's own.
     compile_cache_dir: str = ""
+    # "all" (a CPU run), or on a GPU "wall" (timed measures and fingerprints; CUPTI is never
+    # loaded) then "device" (device time, profile, counters): suites/runner.py phases().
+    phase: str = "all"
 
     def to_file(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -180,11 +183,12 @@ class Worker:
                 self.write(key(name), status, reason, started, model_info=info)
             return
         try:
-            timed = [name for name in pending if name not in (FINGERPRINT, PROFILE, COUNTERS)]
+            timed = [name for name in pending
+                     if name not in (FINGERPRINT, PROFILE, COUNTERS, DEVICE_TIME)]
             self.time_measures(prepared, timed, model, job, key, info)
-            for name in pending:
-                if name in timed:
-                    continue
+            # The device time first: the profile's kernel check reads it.
+            for name in sorted((n for n in pending if n not in timed),
+                               key=lambda n: n != DEVICE_TIME):
                 check_interrupt()
                 emit({"start": [key(name).id()]})
                 hang_if_injected(key(name).id())
@@ -192,6 +196,9 @@ class Worker:
                 if name == FINGERPRINT:
                     self.fingerprint_row(prepared, key(name), info, started, Unsupported,
                                          model, job["batch"])
+                    continue
+                if name == DEVICE_TIME:
+                    self.device_time_row(prepared, key(name), info, started, model, job)
                     continue
                 try:
                     if name == PROFILE:
@@ -230,7 +237,10 @@ class Worker:
         from suites.timer import TimerSettings, measure
 
         settings = TimerSettings(**job["timer"])
-        device_clock, device_reason = device_clock_for(prepared, self.plan.device)
+        # The wall phase never loads CUPTI (suites/device_pass.py says why); its device
+        # time comes from the device phase, or here from the adapter's own clock.
+        device_clock, device_reason = device_clock_for(prepared, self.plan.device,
+                                                       cupti=self.plan.phase != "wall")
         started = {name: time.perf_counter() for name in names}
         steps: dict[str, Any] = {}
         first: dict[str, dict[str, Any]] = {}     # memory and extra fields of repetition 1
@@ -314,6 +324,40 @@ class Worker:
             return {"epoch_batches": count, "per_batch_median_ms": median_s * 1e3 / count,
                     **({"mean_padded_length": sum(padded) / len(padded)} if padded else {})}
         return step, extra
+
+    def device_time_row(self, prepared, case_key: CaseKey, info, started, model,
+                        job: dict[str, Any]) -> None:
+        """The job's ``device_time`` row (suites/device_pass.py), in the device phase."""
+        from adapters.base import Unsupported
+        from suites.device_pass import device_times, method
+        from suites.kernel_check import TimedReference
+        from suites.timer import TimerSettings
+
+        settings = TimerSettings(**job["timer"])
+        try:
+            found = device_times(prepared, list(job.get("device_measures") or ()), settings,
+                                 lambda name: self.timed_step(prepared, name, model, job),
+                                 Unsupported)
+        except (KeyboardInterrupt, OutputError):
+            raise
+        except BaseException as error:
+            status, reason = self.classify(error, Unsupported)
+            self.write(case_key, status, reason, started, model_info=info)
+            return
+        for name, figures in found.items():
+            if figures.get("device_median_ms") is not None:
+                self.timed[name] = TimedReference(None, figures["device_median_ms"])
+        timed = [f for f in found.values() if f.get("device_median_ms") is not None]
+        if timed:
+            status, reason = "ok", ""
+        elif found and all("unsupported" in f for f in found.values()):
+            status, reason = "unsupported", "no timed measure of the job runs here"
+        else:
+            status = "failed"
+            reason = "; ".join(dict.fromkeys(f.get("reason", "") for f in found.values()
+                                             if f.get("reason"))) or "no device time taken"
+        self.write(case_key, status, reason, started, model_info=info,
+                   device_times={"method": method(settings), "measures": found})
 
     def profiled_measure(self) -> str:
         # Li et al. profile training iterations (forward and backward); an inference

@@ -74,14 +74,15 @@ TIMER = {"warmup": 1, "min_samples": 3, "max_samples": 6, "budget_s": 0.05,
 
 
 def run_job(tmp_path: Path, prepared: SimulatedPrepared, pending: list[str],
-            framework: str = "jax") -> dict[str, dict[str, Any]]:
+            framework: str = "jax", phase: str = "all",
+            device_measures: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     """The rows one job writes, by measure."""
     from suites.host_state import HostMonitor
     from suites.worker import Plan, Worker
 
-    path = tmp_path / "rows.jsonl"
+    path = tmp_path / f"rows-{phase}.jsonl"
     worker = Worker.__new__(Worker)
-    worker.plan = Plan("s", framework, "gpu", 1, 1, str(path), 0, [])
+    worker.plan = Plan("s", framework, "gpu", 1, 1, str(path), 0, [], phase=phase)
     worker.entry = Entry()
     worker.adapter = SimulatedAdapter(prepared)
     worker.env = {}
@@ -92,5 +93,6 @@ def run_job(tmp_path: Path, prepared: SimulatedPrepared, pending: list[str],
     worker.timed = {}
     worker.run_job({"model": "sae_tiny_ae2", "batch": 2, "precision": "fp32",
                     "variant": "default", "compile_cache": "", "pending": pending,
-                    "timer": TIMER, "profile_iterations": 3})
+                    "timer": TIMER, "profile_iterations": 3,
+                    "device_measures": list(device_measures)})
     return {row["measure"]: row for row in map(json.loads, path.read_text().splitlines())}

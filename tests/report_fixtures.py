@@ -77,7 +77,8 @@ def make_row(model: str, batch: int, measure: str, framework: str, device: str,
                            "flops_per_example": flops, "input_shape": shape},
             "fingerprint": fp, "profile": profile, "framework_profile": framework_profile,
             "counters": counters, "env": env, "started_at": started, "wall_s": 3.0,
-            "time_limit_s": None, "elapsed_s": 3.0}
+            "time_limit_s": None, "elapsed_s": 3.0,
+            "device_times": None}
 
 
 def cpu_rows() -> list[dict]:

@@ -188,15 +188,18 @@ def test_plan_counts_reused_cases_and_estimates_the_rest(tmp_path, every_framewo
     items = {(i.suite, i.framework): i for i in plan.items}
     assert set(items) == {(s, f) for s in ("default-gpu", "float64-gpu") for f in ("torch", "jax")}
     default, f64 = items[("default-gpu", "torch")], items[("float64-gpu", "torch")]
-    assert default.done == 0 and not default.reusable and len(default.to_run) == 88
-    assert len(f64.reusable) > 0 and len(f64.reusable) + len(f64.to_run) == 126
-    assert default.estimate.seconds == 2.0 and default.estimate.unknown == 87
+    # 88 measurements and fingerprints, and on a GPU one device_time row for each of the
+    # 20 jobs; float64-gpu: 126 and 42.
+    assert default.done == 0 and not default.reusable and len(default.to_run) == 108
+    assert sum(c.measure == "device_time" for c in default.to_run) == 20
+    assert len(f64.reusable) > 0 and len(f64.reusable) + len(f64.to_run) == 168
+    assert default.estimate.seconds == 2.0 and default.estimate.unknown == 107
     # Without reuse every case is measured.
     plain = matrix_plan.make_plan("gpu", ["torch"], ["default-gpu", "float64-gpu"], tmp_path, 0,
                                   {"torch": sys.executable}, history, Machine("gpu", H100, 16),
                                   False, {}, None)
     assert all(not i.reusable for i in plain.items)
-    assert "2 s (87 without estimate)" in "\n".join(matrix_plan.describe(plan))
+    assert "2 s (107 without estimate)" in "\n".join(matrix_plan.describe(plan))
 
 
 def test_a_framework_the_interpreter_lacks_is_listed_as_not_run(tmp_path):

@@ -1,0 +1,85 @@
+"""The device phase's ``device_time`` row: the GPU's own time of each timed measure of a
+job, measured in a process of its own.
+
+Why a process of its own: CUPTI, once loaded and enabled in a process, slows every later
+kernel launch there, also after its activity kinds are disabled and after it is detached
+(``cuptiFinalize``). Measured on an H100 (``python -m suites.clock_processes``, processes
+of each role in rotating order): the wall medians that followed one CUPTI device block were
+1.30× those of processes that never loaded CUPTI for PyTorch's autoencoder forward
+(sae_ae1, batch 64), 1.17× for LeNet's gradient and 1.29× for JAX's autoencoder forward;
+detaching left 1.44×, 1.19× and 1.06×. So on a GPU the runner times wall samples and
+fingerprints in a process that never loads CUPTI (the "wall" phase; PyTorch's CUDA events
+still give its rows a device time there) and then, in a fresh process (the "device"
+phase), rebuilds each job and measures here: per timed measure, a first call and the
+timer's warm-up, then ``device_blocks × repetitions`` blocks of the timer's inner-loop
+length on the device clock (CUPTI's busy time and span first, the adapter's own clock
+where CUPTI is missing: ``suites/device_time.py``). The profile and counters measures run
+in the same phase, after it. The report joins each measure's device time to its wall row.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from suites.timer import TimerSettings, time_on_device
+
+MS = 1e3
+
+
+def measure_device_time(step: Callable[[], Any], sync: Callable[[Any], None], clock: Any,
+                        settings: TimerSettings,
+                        host_clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """One measure's device time: the first call and warm-up untimed, then the blocks."""
+    sync(None)
+    sync(step())
+    warm = []
+    for _ in range(max(1, settings.warmup)):
+        started = host_clock()
+        sync(step())
+        warm.append(host_clock() - started)
+    estimate = statistics.median(warm)
+    inner = max(1, math.ceil(settings.min_block_s / max(estimate, 1e-9)))
+    blocks = max(1, settings.device_blocks) * max(1, settings.repetitions)
+    busy, spans = time_on_device(step, sync, clock, inner, estimate * inner, blocks)
+    if not busy:
+        return {"reason": getattr(clock, "reason", "") or "the device clock gave no time"}
+    found = {"device_median_ms": statistics.median(busy) * MS,
+             "device_samples_ms": [b * MS for b in busy],
+             "device_span_median_ms": statistics.median(spans) * MS if spans else None,
+             "blocks": len(busy), "inner_loops": inner,
+             "device_time_kind": getattr(clock, "kind", "")}
+    note = getattr(clock, "reason", "")
+    if note:        # a clock failed in some block and the next took over
+        found["device_time_note"] = note
+    return found
+
+
+def device_times(prepared: Any, measures: list[str], settings: TimerSettings,
+                 timed_step: Callable[[str], tuple[Callable[[], Any], Any]],
+                 unsupported: type) -> dict[str, dict[str, Any]]:
+    """Per timed measure of the job: its device time, or why there is none."""
+    from suites.device_time import device_clock_for
+
+    clock, reason = device_clock_for(prepared, "gpu")
+    found: dict[str, dict[str, Any]] = {}
+    for name in measures:
+        if clock is None:
+            found[name] = {"reason": reason}
+            continue
+        try:
+            step, _ = timed_step(name)
+            found[name] = measure_device_time(step, prepared.sync, clock, settings)
+        except unsupported as error:
+            found[name] = {"unsupported": str(error)}
+    return found
+
+
+def method(settings: TimerSettings) -> str:
+    blocks = max(1, settings.device_blocks) * max(1, settings.repetitions)
+    return (f"{blocks} device blocks in a separate process (the runner's device phase), after "
+            f"a first call and {max(1, settings.warmup)} warm-up iterations; the wall samples "
+            f"were taken in a process that never loaded CUPTI")

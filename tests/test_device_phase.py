@@ -1,0 +1,101 @@
+"""The GPU's two phases: wall samples and fingerprints in a process that never loads
+CUPTI, then device time, profiles and counters in one of their own (suites/device_pass.py,
+suites/runner.py phases); and the report's join of the device time onto the wall rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from suites.runner import device_measures, pending_measures, phases
+from suites.spec import Job
+from tests.fake_cupti import FakeCupti, install
+from tests.fake_worker import SimulatedPrepared, run_job
+
+
+def test_a_gpu_job_gets_a_device_time_row_and_two_phases():
+    job = Job("lenet", 64, "gpu", 16, 1, "fp32", "eager", ("forward", "gradient", "profile"))
+    cpu = Job("lenet", 64, "cpu", 2, 1, "fp32", "eager", ("forward", "gradient"))
+    (_, names), = pending_measures([job], lambda j, m: type("K", (), {"id": lambda s: m})(),
+                                   set())
+    assert names == ["forward", "gradient", "profile", "fingerprint", "device_time"]
+    assert phases("gpu", names) == [("wall", ["forward", "gradient", "fingerprint"]),
+                                    ("device", ["profile", "device_time"])]
+    (_, cpu_names), = pending_measures([cpu], lambda j, m: type("K", (), {"id": lambda s: m})(),
+                                       set())
+    assert cpu_names == ["forward", "gradient", "fingerprint"]
+    assert phases("cpu", cpu_names) == [("all", cpu_names)]
+
+
+def test_a_case_split_over_two_jobs_has_one_device_time_row_for_all_its_measures():
+    from dataclasses import replace
+    first = Job("conv_l1", 128, "gpu", 16, 1, "fp32", "eager", ("forward", "gradient"))
+    second = replace(first, measures=("grad_input", "profile"), fingerprint=False)
+    assert list(device_measures([first, second]).values()) == [
+        ("forward", "gradient", "grad_input")]
+    pending = pending_measures([first, second], lambda j, m: type("K", (), {
+        "id": lambda s: f"{j.measures}{m}"})(), set())
+    assert sum(names.count("device_time") for _, names in pending) == 1
+
+
+def test_the_wall_phase_never_enables_cupti_and_the_device_phase_times_every_measure(
+        monkeypatch, tmp_path):
+    fake = install(monkeypatch, FakeCupti())
+    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock, raising=False)
+    prepared = SimulatedPrepared(fake, kernel_ns=100_000, gap_ns=400_000)
+    wall = run_job(tmp_path, prepared, ["forward", "gradient", "fingerprint"], phase="wall")
+    assert fake.launches_while_enabled == 0
+    assert wall["forward"]["status"] == "ok"
+    assert wall["forward"]["timing"]["device_median_ms"] is None
+    assert "device_time row" in wall["forward"]["timing"]["device_time_reason"]
+    device = run_job(tmp_path, prepared, ["profile", "device_time"], phase="device",
+                     device_measures=("forward", "gradient"))
+    row = device["device_time"]
+    assert row["status"] == "ok"
+    measures = row["device_times"]["measures"]
+    assert set(measures) == {"forward", "gradient"}
+    assert measures["forward"]["device_median_ms"] == pytest.approx(0.1)
+    assert measures["forward"]["device_time_kind"].startswith("CUPTI")
+    assert "separate process" in row["device_times"]["method"]
+    # The profile ran after the device time and set its kernels against it.
+    check = device["profile"]["profile"]["kernel_check"]
+    assert check["timed_reference"] == "device_median_ms"
+    assert check["kernel_busy_ratio"] == pytest.approx(1.0)
+
+
+def test_without_any_device_clock_the_device_time_row_says_why(monkeypatch, tmp_path):
+    monkeypatch.setenv("DLBENCH_DEVICE_CLOCK", "off")
+    fake = install(monkeypatch, FakeCupti())
+    rows = run_job(tmp_path, SimulatedPrepared(fake), ["device_time"], phase="device",
+                   device_measures=("forward",))
+    assert rows["device_time"]["status"] == "failed"
+    assert "DLBENCH_DEVICE_CLOCK=off" in rows["device_time"]["reason"]
+
+
+def test_the_report_joins_device_time_onto_the_wall_rows():
+    from reports.load import Loaded, RawRow
+    from reports.tidy import tidy
+    from tests import report_fixtures as fx
+
+    forward = fx.make_row("sae_ae1", 64, "forward", "torch", "gpu", 0.80)
+    forward["timing"]["device_median_ms"] = 0.75       # CUDA events, in the wall process
+    gradient = fx.make_row("sae_ae1", 64, "gradient", "torch", "gpu", 1.00)
+    device = fx.make_row("sae_ae1", 64, "device_time", "torch", "gpu", 1.0)
+    device["timing"] = None
+    device["case_id"] = device["case_id"].replace("/gradient/", "/device_time/")
+    device["device_times"] = {"method": "separate process", "measures": {
+        "forward": {"device_median_ms": 0.03, "device_span_median_ms": 0.12,
+                    "device_time_kind": "CUPTI activity records"},
+        "gradient": {"unsupported": "no"}}}
+    loaded = Loaded(tuple(RawRow("f", i + 1, i, r) for i, r in
+                          enumerate((forward, gradient, device))), ("f",), ())
+    frame = tidy(loaded).frame.set_index("measure")
+    assert "device_time" not in frame.index
+    assert frame.loc["forward", "device_median_ms"] == pytest.approx(0.03)
+    assert frame.loc["forward", "device_span_median_ms"] == pytest.approx(0.12)
+    assert frame.loc["forward", "host_overhead_ms"] == pytest.approx(0.77)
+    assert bool(frame.loc["forward", "launch_bound"]) is True
+    assert frame.loc["forward", "device_time_kind"] == "CUPTI activity records"
+    assert frame.loc["gradient", "device_median_ms"] != frame.loc["gradient", "device_median_ms"]
+    assert json.loads(json.dumps(device))     # the row is plain JSON
