@@ -200,7 +200,8 @@ class Runner:
         done = self.results.finished_case_ids() if request.resume else set()
         self.pending = pending_measures(jobs, self.key, done)
         self.device_measures = device_measures(jobs)
-        self.skipped = sum(len(j.measures) + j.fingerprint for j in jobs) - self.total
+        self.skipped = sum(len(names) for _, names in
+                           pending_measures(jobs, self.key, set())) - self.total
         self.statuses: dict[str, int] = defaultdict(int)
         self.log_path = self.path.with_suffix(".log")
 
