@@ -23,7 +23,7 @@ from parallel.launch import launch
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
 from suites.environment import host_id
-from suites.results import SCHEMA_VERSION
+from suites.results import SCHEMA_VERSION, read_rows
 
 MEASURE = "data_parallel"
 OTHER_DEVICES = 2   # CPU: logical devices the engines make (a CPU run checks the path)
@@ -69,15 +69,7 @@ class ScalingRunner:
         return case.case_id(r.suite.name, r.framework, r.device, r.precision)
 
     def _existing(self) -> dict[str, dict[str, Any]]:
-        rows: dict[str, dict[str, Any]] = {}
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                    rows[row["case_id"]] = row
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue
-        return rows
+        return read_rows(self.path)
 
     def run(self, echo=print) -> int:
         r = self.request

@@ -196,9 +196,8 @@ def build_case(args: argparse.Namespace):
                            CaseConfig(args.precision, args.variant))
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m suites.clock_check",
-                                     description=__doc__.split("\n\n")[0])
+def case_arguments(parser: argparse.ArgumentParser) -> None:
+    """The case a clock check builds (``build_case``): a launch-bound one by default."""
     parser.add_argument("--framework", required=True)
     parser.add_argument("--model", default="sae_ae1")
     parser.add_argument("--batch", type=int, default=64)
@@ -207,9 +206,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--variant", default="default")
     parser.add_argument("--threads", type=int, default=0, help="0: every usable CPU")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m suites.clock_check",
+                                     description=__doc__.split("\n\n")[0])
+    case_arguments(parser)
     parser.add_argument("--blocks", type=int, default=30, help="blocks per phase")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--detach", action="store_true",
                         help="detach CUPTI (cuptiFinalize) after each traced round")
     return parser.parse_args(argv)

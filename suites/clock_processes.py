@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from suites.clock_check import build_case, inner_loops, wall_blocks
+from suites.clock_check import build_case, case_arguments, inner_loops, wall_blocks
 
 ROLES = ("plain", "traced", "detached")
 MARK = "@@clock_processes "
@@ -91,15 +91,7 @@ def summarise(results: list[dict]) -> list[str]:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m suites.clock_processes",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--framework", required=True)
-    parser.add_argument("--model", default="sae_ae1")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--measure", default="forward")
-    parser.add_argument("--device", default="gpu", choices=("gpu", "cpu"))
-    parser.add_argument("--precision", default="fp32")
-    parser.add_argument("--variant", default="default")
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
+    case_arguments(parser)
     parser.add_argument("--blocks", type=int, default=40, help="wall blocks per cycle")
     parser.add_argument("--cycles", type=int, default=4)
     parser.add_argument("--processes", type=int, default=3, help="processes per role")

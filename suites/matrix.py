@@ -64,8 +64,8 @@ from suites.matrix_plan import (
     resolve_suites,
     this_machine,
 )
-from suites.results import OutputError, ResultsFile
-from suites.reuse import REUSABLE_STATUSES, read_rows, reused_row
+from suites.results import OutputError, ResultsFile, read_rows
+from suites.reuse import REUSABLE_STATUSES, reused_row
 from suites.runner import BUDGET_EXIT, Budget, Runner, RunRequest, case_key
 from suites.spec import Job, SuiteError
 from suites.truth_check import fill_cache

@@ -20,8 +20,8 @@ from models import truth as truth_module
 from models.zoo import get_model
 from suites.environment import cpu_model, nvidia_smi, usable_cpus
 from suites.estimate import Estimate, History, Machine, computation_key, estimate_cases, minutes
-from suites.results import FINGERPRINT
-from suites.reuse import ReuseIndex, Source, read_rows, timer_of
+from suites.results import FINGERPRINT, read_rows
+from suites.reuse import ReuseIndex, Source, timer_of
 from suites.runner import RunRequest, case_key, framework_entry, pending_measures, plan_jobs
 from suites.spec import Job, SuiteError, load_suite, resolve_suite_path
 

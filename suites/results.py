@@ -231,15 +231,22 @@ class ResultsFile:
 
     def finished_case_ids(self) -> set[str]:
         """Case ids already recorded, for ``--resume``; a torn last line is ignored."""
-        done: set[str] = set()
-        if not self.path.exists():
-            return done
-        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                done.add(json.loads(line)["case_id"])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-        return done
+        return set(read_rows(self.path))
+
+
+def read_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """The rows of a results file by case id (the last row of a case); a torn or
+    unreadable line is skipped."""
+    rows: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return rows
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+            rows[row["case_id"]] = row
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return rows
 
 
 def _injected_full_disk(size: int, line: bytes) -> bytes:

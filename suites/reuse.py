@@ -23,7 +23,6 @@ matrix's estimates leave them out of the cost history (``suites/estimate.py``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -92,21 +91,6 @@ class ReuseIndex:
         # The fingerprint is the same function whatever the timer measured beforehand.
         return [s for s in self.sources.get(key, ()) if s.suite != suite and
                 (measure == "fingerprint" or covers(s.timer, timer))]
-
-
-def read_rows(path: Path) -> dict[str, dict[str, Any]]:
-    """The rows of a results file by case id (the last one of a case); a torn or
-    unreadable line is skipped."""
-    rows: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-            rows[row["case_id"]] = row
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-    return rows
 
 
 def reused_row(row: dict[str, Any], suite: str, case_id: str) -> dict[str, Any]:

@@ -15,11 +15,9 @@ when the suite is run again (``python -m suites compare``).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,14 +25,10 @@ import numpy as np
 from suites.host_state import merge_host_fields
 from suites.launch_bound import overhead_fields
 from suites.repetitions import rerun_interval
-from suites.results import ResultsFile
+from suites.results import ResultsFile, read_rows
+from suites.reuse import timer_of
 from suites.runner import Runner, RunRequest
 from suites.timer import TimerSettings
-
-
-def timer_of(job) -> TimerSettings:
-    """A job's timer settings (the runner's jobs carry them as a dict)."""
-    return TimerSettings(**job.timer) if isinstance(job.timer, dict) else job.timer
 
 
 def round_timer(timer: TimerSettings, rounds: int) -> TimerSettings:
@@ -100,19 +94,6 @@ def merge_rows(rows: list[dict[str, Any]], unstable_share: float) -> dict[str, A
         timing.update(merge_host_fields(timings))
     return {**rows[0], "timing": timing,
             "wall_s": round(sum(float(row.get("wall_s") or 0.0) for row in rows), 3)}
-
-
-def read_rows(path: Path) -> dict[str, dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        rows[row["case_id"]] = row
-    return rows
 
 
 def run_rounds(request: RunRequest, rounds: int) -> int:
