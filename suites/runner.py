@@ -164,7 +164,9 @@ def pending_measures(jobs: list[Job], key: Callable[[Job, str], CaseKey],
     pending = []
     for job in jobs:
         extra = [FINGERPRINT] if job.fingerprint else []
-        if job.device == "gpu" and job.fingerprint and timed[_case_of(job)]:
+        # Not for compile-cache jobs: they measure a first call, in a process of their own.
+        if job.device == "gpu" and job.fingerprint and not job.compile_cache \
+                and timed[_case_of(job)]:
             extra.append(DEVICE_TIME)
         names = [m for m in (*job.measures, *extra) if key(job, m).id() not in done]
         if names:

@@ -28,6 +28,13 @@ def test_a_gpu_job_gets_a_device_time_row_and_two_phases():
     assert phases("cpu", cpu_names) == [("all", cpu_names)]
 
 
+def test_compile_cache_jobs_get_no_device_time():
+    job = Job("lenet", 64, "gpu", 16, 1, "fp32", "jit", ("forward",), compile_cache="cold")
+    (_, names), = pending_measures([job], lambda j, m: type("K", (), {"id": lambda s: m})(),
+                                   set())
+    assert names == ["forward", "fingerprint"]
+
+
 def test_a_case_split_over_two_jobs_has_one_device_time_row_for_all_its_measures():
     from dataclasses import replace
     first = Job("conv_l1", 128, "gpu", 16, 1, "fp32", "eager", ("forward", "gradient"))
