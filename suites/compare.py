@@ -8,6 +8,10 @@ medians agree within 3%, 5% and 10%, the median and largest difference, and the 
 the later run's medians that fall inside the first run's reported interval; then the
 reproducibility targets (run 2 is taken as the back-to-back re-run on the same host, run 3
 as the run on another host) and the cases that differ most.
+
+On a GPU it prints the same for the device medians (the GPU's own time of each case, from
+the device phase's ``device_time`` rows): bands by device median, a target for cases
+>= 1 ms, host-to-device transfers on a line of their own, and the largest differences.
 """
 
 from __future__ import annotations
@@ -16,11 +20,20 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
+
+from suites.results import DEVICE_TIME
 
 BANDS = (("< 1 ms", 0.0, 1.0), ("1-5 ms", 1.0, 5.0), (">= 5 ms", 5.0, math.inf))
 TOLERANCES = (0.03, 0.05, 0.10)
+# The GPU's own time leaves out the host (launch overhead, scheduling, the CPU's clock),
+# so one limit holds back to back and across hosts with the same GPU.
+DEVICE_LIMIT = 0.03
+# Host-to-device copies: their device time is the PCIe link's, which varies with the
+# host's memory and bus, not the GPU's compute; they are reported apart from the target.
+TRANSFERS = ("transfer", "transfer_pinned")
 
 
 class CompareError(Exception):
@@ -35,6 +48,10 @@ class Timed:
     ci_high_ms: float
     repetitions: int
     unstable: bool
+    measure: str = ""
+    # The GPU's own median: the device phase's figure, else the wall row's own (PyTorch's
+    # CUDA events); None where the run has none (a CPU run).
+    device_median_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -54,50 +71,89 @@ class Pair:
         return self.first.ci_low_ms <= self.later.median_ms <= self.first.ci_high_ms
 
 
+def positive(value: Any) -> float | None:
+    """A median to divide by: a positive number, else None."""
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def device_medians(data: dict[str, Any]) -> dict[str, float]:
+    """An ok ``device_time`` row's device median of each measure, by the measured case's id
+    (the row's case id with the measure segment in place of "device_time")."""
+    prefix, found, rest = data["case_id"].partition(f"/{DEVICE_TIME}/")
+    if not found:
+        return {}
+    measures = (data.get("device_times") or {}).get("measures") or {}
+    return {f"{prefix}/{measure}/{rest}": median for measure, figures in measures.items()
+            if (median := positive((figures or {}).get("device_median_ms"))) is not None}
+
+
 def load_run(path: Path) -> dict[str, Timed]:
-    """Every ok, timed row of a run by case id (a case recorded twice: the last row)."""
+    """Every ok, timed row of a run by case id (a case recorded twice: the last row), with
+    its device median where the run has one."""
     if not path.exists():
         raise CompareError(f"no results at {path}")
     files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
     rows: dict[str, Timed] = {}
+    device: dict[str, float] = {}
     for file in files:
         for line in file.read_text(encoding="utf-8").splitlines():
             try:
                 data = json.loads(line)
             except json.JSONDecodeError:
                 continue   # a torn last line
+            if data.get("status") != "ok":
+                continue
+            if data.get("measure") == DEVICE_TIME:
+                device.update(device_medians(data))
+                continue
             timing = data.get("timing") or {}
-            if data.get("status") != "ok" or not timing.get("median_ms"):
+            if not timing.get("median_ms"):
                 continue
             rows[data["case_id"]] = Timed(data["case_id"], float(timing["median_ms"]),
                                           float(timing["ci_low_ms"]), float(timing["ci_high_ms"]),
                                           int(timing.get("repetitions") or 1),
-                                          bool(timing.get("unstable")))
+                                          bool(timing.get("unstable")),
+                                          str(data.get("measure") or ""),
+                                          positive(timing.get("device_median_ms")))
     if not rows:
         raise CompareError(f"{path} holds no timed rows")
-    return rows
+    # The device phase's figure replaces a wall row's own, as the report does
+    # (reports/tidy.py join_device_times), so that every case's device time is one clock's.
+    return {case: replace(timed, device_median_ms=device[case]) if case in device else timed
+            for case, timed in rows.items()}
 
 
 def pair_up(first: dict[str, Timed], later: dict[str, Timed]) -> list[Pair]:
     return [Pair(first[case], later[case]) for case in sorted(first.keys() & later.keys())]
 
 
+def band(median_ms: float) -> str:
+    return next(name for name, low, high in BANDS if low <= median_ms < high)
+
+
 def band_of(pair: Pair) -> str:
-    return next(name for name, low, high in BANDS if low <= pair.first.median_ms < high)
+    return band(pair.first.median_ms)
 
 
 def share(flags: list[bool]) -> float:
     return sum(flags) / len(flags) if flags else math.nan
 
 
-def band_figures(pairs: list[Pair]) -> dict[str, float]:
-    differences = [p.difference for p in pairs]
+def agreement(differences: list[float]) -> dict[str, float]:
+    """The columns that wall and device tables share: cases, shares within each tolerance,
+    the median and largest difference."""
     return {
-        "cases": len(pairs),
+        "cases": len(differences),
         **{f"within_{round(t * 100)}pct": share([d <= t for d in differences])
            for t in TOLERANCES},
         "median_difference": statistics.median(differences) if differences else math.nan,
         "max_difference": max(differences) if differences else math.nan,
+    }
+
+
+def band_figures(pairs: list[Pair]) -> dict[str, float]:
+    return {
+        **agreement([p.difference for p in pairs]),
         "inside_interval": share([p.inside for p in pairs]),
         "median_repetitions": (statistics.median(p.first.repetitions for p in pairs)
                                if pairs else math.nan),
@@ -126,8 +182,105 @@ def targets(pairs: list[Pair], same_host: bool) -> list[tuple[str, float, float]
     ]
 
 
+@dataclass(frozen=True)
+class DevicePair:
+    """One case's device medians in the first run and a later one."""
+
+    case_id: str
+    measure: str
+    first_ms: float
+    later_ms: float
+
+    @property
+    def difference(self) -> float:
+        """|later - first| / first."""
+        return abs(self.later_ms - self.first_ms) / self.first_ms
+
+    @property
+    def transfer(self) -> bool:
+        return self.measure in TRANSFERS
+
+
+def device_pairs(first: dict[str, Timed], later: dict[str, Timed]) -> list[DevicePair]:
+    """The cases with a device median in both runs."""
+    return [DevicePair(case, first[case].measure, first[case].device_median_ms,
+                       later[case].device_median_ms)
+            for case in sorted(first.keys() & later.keys())
+            if first[case].device_median_ms and later[case].device_median_ms]
+
+
+def device_figures(pairs: list[DevicePair]) -> dict[str, dict[str, float]]:
+    """By the first run's device median band, and for all cases together ("all");
+    transfers left out (``transfer_figures``)."""
+    kept = [p for p in pairs if not p.transfer]
+    result = {name: agreement([p.difference for p in kept if band(p.first_ms) == name])
+              for name, _, _ in BANDS}
+    result["all"] = agreement([p.difference for p in kept])
+    return result
+
+
+def transfer_figures(pairs: list[DevicePair]) -> dict[str, float]:
+    return agreement([p.difference for p in pairs if p.transfer])
+
+
+def device_target(pairs: list[DevicePair]) -> tuple[str, float, float]:
+    """(what, achieved share, target share): device medians >= 1 ms agree within 3%,
+    transfers left out."""
+    long = [p for p in pairs if p.first_ms >= 1.0 and not p.transfer]
+    return (f"device medians >= 1 ms within {DEVICE_LIMIT:.0%} (transfers apart)",
+            share([p.difference <= DEVICE_LIMIT for p in long]), 0.95)
+
+
 def percent(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.1%}"
+
+
+def target_line(what: str, achieved: float, target: float) -> str:
+    verdict = "n/a" if math.isnan(achieved) else ("met" if achieved >= target else "MISSED")
+    return f"  {what}: {percent(achieved)} (target >= {target:.0%}) {verdict}"
+
+
+def device_lines(first: dict[str, Timed], later: dict[str, Timed], index: int,
+                 worst: int = 10) -> list[str]:
+    """The device part of run 1 against run ``index + 1``: one line where a run has no
+    device times (a CPU run), else the band table, the target, transfers and the cases
+    that differ most."""
+    pairs = device_pairs(first, later)
+    if not pairs:
+        counts = [sum(t.device_median_ms is not None for t in run.values())
+                  for run in (first, later)]
+        if not any(counts):
+            return [f"device medians: neither run has device times (a CPU run has none); "
+                    f"run 1 vs run {index + 1} compares wall medians only"]
+        return [f"device medians: no case has a device time in both runs "
+                f"(run 1: {counts[0]}, run {index + 1}: {counts[1]})"]
+    transfers = transfer_figures(pairs)
+    lines = [f"device medians, run 1 vs run {index + 1}: {len(pairs)} cases with a device "
+             f"time in both, {transfers['cases']} of them transfers (on a line of their own)"]
+    header = (f"{'device band':<12}{'cases':>6}{'<=3%':>8}{'<=5%':>8}{'<=10%':>8}"
+              f"{'median diff':>13}{'max diff':>10}")
+    lines += [header, "-" * len(header)]
+    for name, row in device_figures(pairs).items():
+        lines.append(f"{name:<12}{row['cases']:>6}{percent(row['within_3pct']):>8}"
+                     f"{percent(row['within_5pct']):>8}{percent(row['within_10pct']):>8}"
+                     f"{percent(row['median_difference']):>13}"
+                     f"{percent(row['max_difference']):>10}" if row["cases"] else
+                     f"{name:<12}{0:>6}")
+    lines += ["device target:", target_line(*device_target(pairs))]
+    moved = [p for p in pairs if p.transfer]
+    if moved:
+        largest = max(moved, key=lambda p: p.difference)
+        lines.append(f"  transfers ({', '.join(TRANSFERS)}), not in the table or target: "
+                     f"{transfers['cases']} cases, median difference "
+                     f"{percent(transfers['median_difference'])}, max "
+                     f"{percent(transfers['max_difference'])} ({largest.case_id})")
+    else:
+        lines.append("  transfers: none with a device time in both runs")
+    lines.append(f"largest device differences (device median ms, run 1 -> run {index + 1}):")
+    for pair in sorted((p for p in pairs if not p.transfer), key=lambda p: -p.difference)[:worst]:
+        lines.append(f"  {pair.difference:>7.1%}  {pair.first_ms:.4g} -> {pair.later_ms:.4g}"
+                     f"  {pair.case_id}")
+    return lines
 
 
 def render(runs: list[Path], loaded: list[dict[str, Timed]], worst: int = 10) -> str:
@@ -151,9 +304,7 @@ def render(runs: list[Path], loaded: list[dict[str, Timed]], worst: int = 10) ->
                          f"{row['median_repetitions']:>6.0f}" if row["cases"] else
                          f"{name:<12}{0:>6}")
         lines.append("targets:")
-        for what, achieved, target in targets(pairs, same_host):
-            verdict = "n/a" if math.isnan(achieved) else ("met" if achieved >= target else "MISSED")
-            lines.append(f"  {what}: {percent(achieved)} (target >= {target:.0%}) {verdict}")
+        lines += [target_line(*target) for target in targets(pairs, same_host)]
         lines.append(f"largest differences (median ms, run 1 -> run {index + 1}, "
                      f"run 1's interval, repetitions):")
         for pair in sorted(pairs, key=lambda p: -p.difference)[:worst]:
@@ -162,6 +313,7 @@ def render(runs: list[Path], loaded: list[dict[str, Timed]], worst: int = 10) ->
                          f"{later.median_ms:.4g}  [{first.ci_low_ms:.4g}, {first.ci_high_ms:.4g}]"
                          f"  n={first.repetitions}/{later.repetitions}"
                          f"{'  unstable' if first.unstable else ''}  {first.case_id}")
+        lines += ["", *device_lines(loaded[0], loaded[index], index, worst)]
     return "\n".join(lines)
 
 
