@@ -33,6 +33,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 from rich.console import Console
@@ -49,6 +50,7 @@ from suites.results import (
     ResultsFile,
     Row,
     Settings,
+    read_rows,
 )
 from suites.spec import Job, SuiteError, check_case_timeout, expand, load_suite, resolve_suite_path, suggest
 from suites.truth_check import fill_cache
@@ -174,6 +176,27 @@ def pending_measures(jobs: list[Job], key: Callable[[Job, str], CaseKey],
     return pending
 
 
+def recorded_references(rows: dict[str, dict[str, Any]], measures: tuple[str, ...],
+                        case_id: Callable[[str], str]) -> dict[str, list[float | None]]:
+    """The case's timed figures already in its results file, per measure: [wall median,
+    device median] in ms. A device phase whose case was timed by an earlier worker, a
+    resumed run or an earlier suite of a matrix (rows copied by suites/reuse.py) sets its
+    profile's kernel total against them (suites/kernel_check.py)."""
+    found: dict[str, list[float | None]] = {}
+    for measure in measures:
+        row = rows.get(case_id(measure)) or {}
+        timing = row.get("timing") or {}
+        if row.get("status") == "ok" and timing.get("median_ms"):
+            found[measure] = [timing["median_ms"], timing.get("device_median_ms")]
+    device_row = rows.get(case_id(DEVICE_TIME)) or {}
+    if device_row.get("status") == "ok":
+        for measure, figures in ((device_row.get("device_times") or {}).get("measures")
+                                 or {}).items():
+            if measure in found and figures.get("device_median_ms") is not None:
+                found[measure][1] = figures["device_median_ms"]
+    return found
+
+
 def phases(device: str, names: list[str]) -> list[tuple[str, list[str]]]:
     """The worker processes a job's pending measures need, in order: on a GPU the wall
     phase (timed measures, fingerprint: CUPTI never loaded) and then the device phase
@@ -297,10 +320,14 @@ class Runner:
                   task) -> int:
         """One phase's worker processes, a fresh one after each death, until its jobs are done."""
         while remaining:
+            recorded = read_rows(self.path) if phase == "device" else {}
             plan = Plan(self.suite, self.request.framework, self.request.device, threads,
                         remaining[0][0].interop_threads, str(self.path), self.request.seed,
                         [{**asdict(job), "pending": names,
-                          "device_measures": list(self.device_measures.get(_case_of(job), ()))}
+                          "device_measures": list(self.device_measures.get(_case_of(job), ())),
+                          "recorded": recorded_references(
+                              recorded, self.device_measures.get(_case_of(job), ()),
+                              lambda measure, job=job: self.key(job, measure).id())}
                          for job, names in remaining],
                         cache_dir, phase)
             finished, code, fatal = self.run_worker(plan, progress, task)

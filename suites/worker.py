@@ -141,6 +141,7 @@ class Worker:
         from models.inputs import make_batch
         from models.weights import canonical_weights
         from models.zoo import get_model
+        from suites.kernel_check import TimedReference
 
         case = CaseConfig(job["precision"], job["variant"])
         settings = Settings(self.plan.framework, self.plan.device, job["precision"],
@@ -160,7 +161,10 @@ class Worker:
         # counted into its first: the job's rows sum to its whole cost (the matrix's
         # estimates, suites/estimate.py).
         self.last_row = time.perf_counter()
-        self.timed = {}
+        # Figures of this case recorded before this process (suites/runner.py
+        # recorded_references); a measure timed here replaces its entry.
+        self.timed = {name: TimedReference(*figures)
+                      for name, figures in (job.get("recorded") or {}).items()}
         emit({"job": f"{job['model']} b{job['batch']} {job['precision']} {job['variant']}"})
         # The runner's per-case time limit: the build counts against every pending measure.
         emit({"start": [key(name).id() for name in pending]})

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from suites.runner import device_measures, pending_measures, phases
+from suites.runner import device_measures, pending_measures, phases, recorded_references
 from suites.spec import Job
 from tests.fake_cupti import FakeCupti, install
 from tests.fake_worker import SimulatedPrepared, run_job
@@ -26,6 +26,22 @@ def test_a_gpu_job_gets_a_device_time_row_and_two_phases():
                                        set())
     assert cpu_names == ["forward", "gradient", "fingerprint"]
     assert phases("cpu", cpu_names) == [("all", cpu_names)]
+
+
+def test_a_device_phase_gets_the_figures_recorded_before_it():
+    # kernels-gpu's profiles of conv_l1: its gradient row was copied from default-gpu and
+    # its device time taken there, so the profile's kernel check needs them from the file.
+    def case_id(measure):
+        return f"kernels-gpu/torch/gpu/conv_l1/b128/{measure}/fp32/eager/t16"
+    rows = {
+        case_id("gradient"): {"status": "ok", "timing": {"median_ms": 6.3}},
+        case_id("forward"): {"status": "failed", "timing": None},
+        case_id("device_time"): {"status": "ok", "device_times": {"measures": {
+            "gradient": {"device_median_ms": 6.09}, "forward": {"device_median_ms": 2.6}}}},
+    }
+    found = recorded_references(rows, ("forward", "gradient", "grad_input"), case_id)
+    assert found == {"gradient": [6.3, 6.09]}   # a failed row is no reference
+    assert recorded_references({}, ("gradient",), case_id) == {}
 
 
 def test_compile_cache_jobs_get_no_device_time():

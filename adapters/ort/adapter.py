@@ -242,6 +242,10 @@ class OrtPrepared(Prepared):
             if not self.on_gpu:
                 raise Unsupported("host and device are the same on cpu")
             return self._transfer
+        if measure == "transfer_pinned":
+            raise Unsupported("not measured for ONNX Runtime: the adapter binds its inputs "
+                              "from numpy arrays (pageable host memory); 'transfer' times "
+                              "that copy")
         raise Unsupported(f"unknown measure '{measure}'")
 
     def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:

@@ -343,6 +343,9 @@ class TFPrepared(Prepared):
                 with tf.device(device):
                     return tf.identity(host_x)
             return transfer
+        if measure == "transfer_pinned":
+            raise Unsupported("TensorFlow has no public API for page-locked host buffers: "
+                              "'transfer' times its copy from a numpy array (pageable memory)")
         raise Unsupported(f"unknown measure '{measure}'")
 
     def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
