@@ -50,7 +50,7 @@ from adapters.registry import load_registry
 from models.zoo import get_model
 from suites import matrix_log
 from suites.environment import dlbench_commit, host_id
-from suites.estimate import History, load_history, minutes
+from suites.estimate import CacheView, History, load_history, minutes
 from suites.matrix_plan import (
     DEFAULT_SUITES,
     ROOT,
@@ -116,6 +116,20 @@ def compile_cache_env(request: MatrixRequest, framework: str) -> dict[str, str]:
     return {**env, "DLBENCH_PERSISTENT_CACHE": str(root.resolve())} if env else {}
 
 
+def cache_view(env: dict[str, str], host: str) -> CacheView | None:
+    """The framework's persistent compilation cache as this run meets it (None for a
+    framework that keeps none, or with ``--compile-cache off``): whether the folders its
+    ``env`` points at already hold files (suites/estimate.py prefers history of that
+    state)."""
+    root = env.get("DLBENCH_PERSISTENT_CACHE")
+    if not root:
+        return None
+    folders = [Path(value[value.index(root):]) for name, value in env.items()
+               if name != "DLBENCH_PERSISTENT_CACHE" and root in value]
+    kept = any(p.is_file() for folder in folders if folder.is_dir() for p in folder.rglob("*"))
+    return CacheView(host, kept)
+
+
 @contextlib.contextmanager
 def exclusive(out: Path, host: str) -> Iterator[None]:
     """One matrix run at a time writes to an output folder (for this host)."""
@@ -153,13 +167,16 @@ class Matrix:
         folders = [request.out, *(request.history or [ROOT / "published"])]
         self.records = matrix_log.load([self.log, *folders[1:]])
         self.history: History = load_history(folders, self.machine)
+        self.caches = {name: cache_view(compile_cache_env(request, name), self.host)
+                       for name in self.frameworks}
 
     def plan(self) -> Plan:
         name = self.machine.name
         starts = {f: matrix_log.worker_start_s(self.records, f, name) for f in self.frameworks}
         return make_plan(self.request.device, self.frameworks, self.suites, self.request.out,
                          self.request.seed, self.pythons, self.history, self.machine,
-                         self.request.reuse, starts, matrix_log.truth_rate(self.records, name))
+                         self.request.reuse, starts, matrix_log.truth_rate(self.records, name),
+                         self.caches)
 
     def run(self) -> int:
         if self.request.costs_only:
@@ -273,7 +290,8 @@ class Matrix:
             for name in names:
                 case_id = case_key(item.suite, item.framework, item.device, job, name).id()
                 computation = case_computation(item.framework, item.device, job, name)
-                found.append(self.history.case_seconds(case_id, computation, item.device)[0])
+                found.append(self.history.case_seconds(case_id, computation, item.device,
+                                                       self.caches.get(item.framework))[0])
             known = [f for f in found if f is not None]
             return sum(known) if known else None
         return estimate

@@ -19,7 +19,15 @@ from adapters.registry import load_registry
 from models import truth as truth_module
 from models.zoo import get_model
 from suites.environment import cpu_model, nvidia_smi, usable_cpus
-from suites.estimate import Estimate, History, Machine, computation_key, estimate_cases, minutes
+from suites.estimate import (
+    CacheView,
+    Estimate,
+    History,
+    Machine,
+    computation_key,
+    estimate_cases,
+    minutes,
+)
 from suites.results import FINGERPRINT, read_rows
 from suites.reuse import ReuseIndex, Source, timer_of
 from suites.runner import RunRequest, case_key, framework_entry, pending_measures, plan_jobs
@@ -159,7 +167,8 @@ def finished_ids(path: Path) -> set[str]:
 def make_plan(device: str, frameworks: list[str], suites: list[str], out: Path, seed: int,
               pythons: dict[str, str], history: History, machine: Machine,
               reuse: bool, worker_start_s: dict[str, float | None],
-              truth_rate: float | None) -> Plan:
+              truth_rate: float | None,
+              caches: dict[str, CacheView | None] | None = None) -> Plan:
     unavailable = availability(frameworks, device, pythons)
     indexes = {name: ReuseIndex() for name in frameworks}
     items = []
@@ -170,7 +179,7 @@ def make_plan(device: str, frameworks: list[str], suites: list[str], out: Path, 
                 continue
             items.append(plan_item(suite_name, suite, name, device, pythons[name], path, jobs,
                                    indexes[name] if reuse else None, history,
-                                   unavailable[name]))
+                                   unavailable[name], (caches or {}).get(name)))
     pairs = truth_pairs(items, seed)
     gflop = sum(truth_module.cost_gflop(get_model(m), b) for m, b in pairs)
     return Plan(device, machine, tuple(items), tuple(pairs), gflop,
@@ -180,7 +189,7 @@ def make_plan(device: str, frameworks: list[str], suites: list[str], out: Path, 
 
 def plan_item(suite: str, source: str, framework: str, device: str, python: str, path: Path,
               jobs: list[Job], index: ReuseIndex | None, history: History,
-              unavailable: str) -> Item:
+              unavailable: str, cache: CacheView | None = None) -> Item:
     def key(job: Job, measure: str):
         return case_key(suite, framework, device, job, measure)
 
@@ -202,7 +211,7 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
                       Source(suite, case.case_id, timer_of(case.job), path))
     estimate = estimate_cases(history, ((c.case_id, case_computation(framework, device, c.job,
                                                                                  c.measure))
-                                        for c in to_run), device)
+                                        for c in to_run), device, cache)
     # One worker per thread setting, one more per compile-cache job (suites/runner.py).
     groups = len({(c.job.threads, c.job.model, c.job.batch, c.job.precision, c.job.variant,
                    c.job.compile_cache) if c.job.compile_cache else (c.job.threads,)

@@ -15,7 +15,7 @@ import pytest
 
 from adapters.registry import load_registry
 from suites import matrix_log, matrix_plan
-from suites.estimate import History, Machine, case_key, load_history, row_costs
+from suites.estimate import CacheView, History, Machine, case_key, load_history, row_costs
 from suites.reuse import ReuseIndex, Source, covers, reused_row, signature
 from suites.spec import SUITES_DIR, Job, expand, load_suite
 from suites.timer import TimerSettings
@@ -145,6 +145,49 @@ def test_another_suites_row_estimates_a_case_and_the_plan_says_so():
                                         ("torch", "gpu", "m", 1, "forward", "fp32", "eager",
                                          None, ""), "gpu")
     assert (seconds, how) == (2.5, "other suite")
+
+
+def test_a_host_that_kept_its_compilation_cache_is_estimated_from_warm_rows(tmp_path):
+    # JAX's default-gpu on one H100: 334 s cold, 180 s re-run with the cache kept.
+    def row(host, when, elapsed, hits, misses, compile_s):
+        return _row("s/jax/gpu/m/b1/forward/fp32/jit/t16", when, elapsed,
+                    timing={"compile_events": {"persistent_cache_hits": hits,
+                                               "persistent_cache_misses": misses,
+                                               "compile_s": compile_s}}) | \
+            {"env": {"gpu_model": H100, "host": host}}
+    (tmp_path / "r.jsonl").write_text(json.dumps(row("a", "2026-11-23T09:00:00+00:00",
+                                                     10.0, 0, 1, 7.0)) + "\n")
+    history = load_history([tmp_path], Machine("gpu", H100, 16))
+    computation = ("jax", "gpu", "m", 1, "forward", "fp32", "jit", None, "")
+
+    def seconds(cache):
+        return history.case_seconds("s/jax/gpu/m/b1/forward/fp32/jit/t16", computation,
+                                    "gpu", cache)[0]
+    # Cold: another host, or this one with an empty cache folder; no view: any row.
+    assert seconds(CacheView("b", True)) == seconds(CacheView("a", False)) == 10.0
+    assert seconds(None) == 10.0
+    # Warm with no warm row yet: the cold cost without its compilation.
+    assert seconds(CacheView("a", True)) == 3.0
+    with (tmp_path / "r.jsonl").open("a") as out:
+        out.write(json.dumps(row("a", "2026-11-23T10:00:00+00:00", 4.5, 1, 0, 0.0)) + "\n")
+    history = load_history([tmp_path], Machine("gpu", H100, 16))
+    assert seconds(CacheView("a", True)) == 4.5
+    assert seconds(CacheView("b", True)) == 10.0    # the newest cold row, not the warm one
+
+
+def test_the_cache_view_reads_the_folders_a_framework_keeps_its_cache_in(tmp_path):
+    from suites.matrix import cache_view
+    root = str(tmp_path)
+    env = {"JAX_COMPILATION_CACHE_DIR": f"{root}/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS":
+           "0", "DLBENCH_PERSISTENT_CACHE": root}
+    assert cache_view(env, "h") == CacheView("h", False)
+    (tmp_path / "jax").mkdir()
+    (tmp_path / "jax" / "entry").write_bytes(b"x")
+    assert cache_view(env, "h") == CacheView("h", True)
+    tf = {"TF_XLA_FLAGS": f"--tf_xla_persistent_cache_directory={root}/xla",
+          "DLBENCH_PERSISTENT_CACHE": root}
+    assert cache_view(tf, "h") == CacheView("h", False)
+    assert cache_view({}, "h") is None
 
 
 # --- the cost log ---------------------------------------------------------------------------
