@@ -16,7 +16,6 @@ the device phase's ``device_time`` rows): bands by device median, a target for c
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -24,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from suites.results import DEVICE_TIME
+from suites.results import DEVICE_TIME, json_lines
 
 BANDS = (("< 1 ms", 0.0, 1.0), ("1-5 ms", 1.0, 5.0), (">= 5 ms", 5.0, math.inf))
 TOLERANCES = (0.03, 0.05, 0.10)
@@ -96,12 +95,8 @@ def load_run(path: Path) -> dict[str, Timed]:
     rows: dict[str, Timed] = {}
     device: dict[str, float] = {}
     for file in files:
-        for line in file.read_text(encoding="utf-8").splitlines():
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                continue   # a torn last line
-            if data.get("status") != "ok":
+        for data in json_lines(file):   # a torn last line is skipped
+            if not isinstance(data, dict) or data.get("status") != "ok":
                 continue
             if data.get("measure") == DEVICE_TIME:
                 device.update(device_medians(data))
@@ -235,6 +230,21 @@ def percent(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.1%}"
 
 
+AGREEMENT_HEADER = (f"{'cases':>6}{'<=3%':>8}{'<=5%':>8}{'<=10%':>8}{'median diff':>13}"
+                    f"{'max diff':>10}")
+
+
+def agreement_row(name: str, row: dict[str, float], extra: str = "") -> str:
+    """One band's line of a wall or device table: the ``agreement`` columns, then the
+    table's own (``extra``); a band without cases shows its count only."""
+    if not row["cases"]:
+        return f"{name:<12}{0:>6}"
+    return (f"{name:<12}{row['cases']:>6}{percent(row['within_3pct']):>8}"
+            f"{percent(row['within_5pct']):>8}{percent(row['within_10pct']):>8}"
+            f"{percent(row['median_difference']):>13}{percent(row['max_difference']):>10}"
+            + extra)
+
+
 def target_line(what: str, achieved: float, target: float) -> str:
     verdict = "n/a" if math.isnan(achieved) else ("met" if achieved >= target else "MISSED")
     return f"  {what}: {percent(achieved)} (target >= {target:.0%}) {verdict}"
@@ -257,15 +267,9 @@ def device_lines(first: dict[str, Timed], later: dict[str, Timed], index: int,
     transfers = transfer_figures(pairs)
     lines = [f"device medians, run 1 vs run {index + 1}: {len(pairs)} cases with a device "
              f"time in both, {transfers['cases']} of them transfers (on a line of their own)"]
-    header = (f"{'device band':<12}{'cases':>6}{'<=3%':>8}{'<=5%':>8}{'<=10%':>8}"
-              f"{'median diff':>13}{'max diff':>10}")
+    header = f"{'device band':<12}{AGREEMENT_HEADER}"
     lines += [header, "-" * len(header)]
-    for name, row in device_figures(pairs).items():
-        lines.append(f"{name:<12}{row['cases']:>6}{percent(row['within_3pct']):>8}"
-                     f"{percent(row['within_5pct']):>8}{percent(row['within_10pct']):>8}"
-                     f"{percent(row['median_difference']):>13}"
-                     f"{percent(row['max_difference']):>10}" if row["cases"] else
-                     f"{name:<12}{0:>6}")
+    lines += [agreement_row(name, row) for name, row in device_figures(pairs).items()]
     lines += ["device target:", target_line(*device_target(pairs))]
     moved = [p for p in pairs if p.transfer]
     if moved:
@@ -292,17 +296,11 @@ def render(runs: list[Path], loaded: list[dict[str, Timed]], worst: int = 10) ->
         lines += ["", f"run 1 vs run {index + 1} "
                   f"({'taken as back to back, same host' if same_host else 'taken as another host'}): "
                   f"{len(pairs)} cases in both"]
-        header = (f"{'median band':<12}{'cases':>6}{'<=3%':>8}{'<=5%':>8}{'<=10%':>8}"
-                  f"{'median diff':>13}{'max diff':>10}{'inside CI':>11}{'reps':>6}")
+        header = f"{'median band':<12}{AGREEMENT_HEADER}{'inside CI':>11}{'reps':>6}"
         lines += [header, "-" * len(header)]
-        for name, row in figures(pairs).items():
-            lines.append(f"{name:<12}{row['cases']:>6}{percent(row['within_3pct']):>8}"
-                         f"{percent(row['within_5pct']):>8}{percent(row['within_10pct']):>8}"
-                         f"{percent(row['median_difference']):>13}"
-                         f"{percent(row['max_difference']):>10}"
-                         f"{percent(row['inside_interval']):>11}"
-                         f"{row['median_repetitions']:>6.0f}" if row["cases"] else
-                         f"{name:<12}{0:>6}")
+        lines += [agreement_row(name, row, f"{percent(row['inside_interval']):>11}"
+                                           f"{row['median_repetitions']:>6.0f}")
+                  for name, row in figures(pairs).items()]
         lines.append("targets:")
         lines += [target_line(*target) for target in targets(pairs, same_host)]
         lines.append(f"largest differences (median ms, run 1 -> run {index + 1}, "

@@ -27,13 +27,14 @@ float64 truth come from the matrix's cost log (``suites/matrix_log.py``).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from suites.results import json_lines
 
 # A gap between two rows' stamps longer than this is a pause between runs, not a cost.
 MAX_GAP_S = 900.0
@@ -106,16 +107,6 @@ def cache_state(row: dict[str, Any]) -> str:
     return ""
 
 
-def read_file(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 @dataclass(frozen=True)
 class CacheView:
     """A framework's persistent compilation cache as a run will meet it: this host, and
@@ -176,7 +167,7 @@ def load_history(folders: Iterable[Path], machine: Machine) -> History:
         for path in files:
             if ".round" in path.name:
                 continue
-            for row, cost in row_costs(read_file(path)):
+            for row, cost in row_costs(json_lines(path)):
                 settings = row.get("settings") or {}
                 if cost is None or not machine.matches(row.get("env") or {},
                                                        settings.get("device", "")):

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from suites.results import json_lines
+
 
 def log_path(out: Path, host: str, device: str) -> Path:
     return out / "matrix" / host / f"costs-{device}.ndjson"
@@ -46,11 +48,7 @@ def load(paths: Iterable[Path]) -> list[dict[str, Any]]:
         files = [path] if path.is_file() else sorted(path.rglob("costs-*.ndjson")) \
             if path.exists() else []
         for file in files:
-            for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
+            records.extend(json_lines(file))
     return records
 
 

@@ -234,19 +234,25 @@ class ResultsFile:
         return set(read_rows(self.path))
 
 
+def json_lines(path: Path) -> list[Any]:
+    """Every readable JSON value of a JSON Lines file (results, the matrix's cost log), in
+    order; a torn or unreadable line is skipped, a missing file has none."""
+    if not path.exists():
+        return []
+    values = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            values.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return values
+
+
 def read_rows(path: Path) -> dict[str, dict[str, Any]]:
     """The rows of a results file by case id (the last row of a case); a torn or
     unreadable line is skipped."""
-    rows: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-            rows[row["case_id"]] = row
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-    return rows
+    return {row["case_id"]: row for row in json_lines(path)
+            if isinstance(row, dict) and "case_id" in row}
 
 
 def _injected_full_disk(size: int, line: bytes) -> bytes:
