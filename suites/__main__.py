@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--history", nargs="+", type=Path, default=[], metavar="DIR",
                         help="earlier results for the estimates (default: published/)")
     matrix.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS")
+    matrix.add_argument("--rounds", type=int, default=1,
+                        help="measure every case in this many rounds of separate processes, "
+                             "so its interval covers a re-run in other processes "
+                             "(suites/rounds.py)")
     matrix.add_argument("--plan", action="store_true", help="print the plan and stop")
     matrix.add_argument("--device-name", default="", metavar="NAME",
                         help="estimate for this device model (e.g. 'NVIDIA H100 80GB HBM3') "
@@ -91,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
                                 args.device, "--out", str(args.out), "--seed", str(args.seed),
                                 *(["--resume"] if args.resume else [])])
     try:
+        if args.command in ("run", "matrix") and args.rounds < 1:
+            raise SuiteError(f"--rounds must be at least 1, got {args.rounds}")
         if args.command == "run" and args.rounds != 1:
             from suites.rounds import run_rounds
-            if args.rounds < 1:
-                raise SuiteError(f"--rounds must be at least 1, got {args.rounds}")
             return run_rounds(RunRequest(args.suite, args.framework, args.device, args.out,
                                          args.resume, args.seed, args.case_timeout), args.rounds)
         if args.command == "run":
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.device, tuple(args.frameworks), tuple(args.suites), args.out, args.seed,
                 args.budget, tuple(args.python), not args.no_reuse, args.compile_cache,
                 tuple(args.history), args.plan, args.costs, args.case_timeout,
-                args.device_name)).run()
+                args.device_name, args.rounds)).run()
         if args.command == "compare":
             from suites.compare import main as compare_runs
             return compare_runs(args.runs)

@@ -21,6 +21,9 @@ plan up front, resumable, within a time budget.
   The exit code is then 75 and the command says what is left.
 * **Costs** (``suites/matrix_log.py``): what each suite × framework took (wall, worker
   starts, first calls, profiles, counters, fingerprints) and what the float64 truth took.
+* **Rounds** (``--rounds N``): every case measured in N rounds of fresh worker processes
+  and merged into one row whose interval covers a re-run in other processes
+  (``suites/rounds.py``); each round file resumes like the results file.
 * **Caches**: each framework's persistent compilation cache (JAX's, TensorFlow's XLA
   cache, inductor's) lives in ``$DLBENCH_COMPILE_CACHE`` (default
   ``~/.cache/dlbench/compile``) unless ``--compile-cache off``, so a re-run on the same
@@ -66,6 +69,7 @@ from suites.matrix_plan import (
 )
 from suites.results import OutputError, ResultsFile, read_rows
 from suites.reuse import REUSABLE_STATUSES, reused_row
+from suites.rounds import RoundsRunner
 from suites.runner import BUDGET_EXIT, Budget, Runner, RunRequest, case_key
 from suites.spec import Job, SuiteError
 from suites.truth_check import fill_cache
@@ -97,6 +101,7 @@ class MatrixRequest:
     costs_only: bool = False
     case_timeout_s: float | None = None
     device_name: str = ""                # plan for this device model instead of this machine's
+    rounds: int = 1                      # rounds of separate processes per case (suites/rounds.py)
 
 
 def default_frameworks(device: str) -> tuple[str, ...]:
@@ -311,7 +316,8 @@ class Matrix:
         code = 0
         runner = None
         try:
-            runner = Runner(request, budget)
+            runner = RoundsRunner(request, self.request.rounds, budget) \
+                if self.request.rounds > 1 else Runner(request, budget)
             if runner.total:
                 code = runner.run()
         except KeyboardInterrupt:

@@ -210,12 +210,16 @@ def phases(device: str, names: list[str]) -> list[tuple[str, list[str]]]:
 
 
 class Runner:
-    def __init__(self, request: RunRequest, budget: Budget | None = None):
+    def __init__(self, request: RunRequest, budget: Budget | None = None,
+                 path: Path | None = None):
+        """``path`` replaces the results file (one round's file: suites/rounds.py)."""
         self.request = request
         self.budget = budget
         self.stopped_by_budget = False
         self.worker_start_s: list[float] = []   # spawn to first event, per worker
-        self.suite, self.path, jobs = plan_jobs(request)
+        self.suite, default_path, jobs = plan_jobs(request)
+        self.path = path or default_path
+        self.jobs = jobs
         self.case_timeout_s = request.case_timeout_s or load_suite(
             resolve_suite_path(request.suite), load_registry()).case_timeout_s
         self.entry = load_registry()[request.framework]

@@ -185,3 +185,32 @@ def test_a_job_running_at_the_deadline_is_stopped_and_left_pending(tmp_path, sui
     assert run(suites, out).returncode == 0
     found = rows(out)
     assert len(found) == 18 and all(n == 1 for n in found.values())
+
+
+def test_rounds_killed_and_resumed_merge_every_case_once(tmp_path, suites):
+    """--rounds 2: a run killed in any round and run again merges the same rows as an
+    uninterrupted one, each once, every timed row spanning both processes."""
+    clean = tmp_path / "clean"
+    started = time.monotonic()
+    assert run(suites, clean, "--rounds", "2").returncode == 0
+    duration = time.monotonic() - started
+    expected = rows(clean)
+    merged = [json.loads(line) for path in clean.glob("matrix-a/*/torch_cpu.jsonl")
+              for line in path.read_text().splitlines()]
+    timed = [r for r in merged if r["measure"] in ("forward", "gradient")]
+    assert len(timed) == 8 and all(r["timing"]["rounds"] == 2 for r in timed)
+    assert all(len(r["timing"]["round_medians_ms"]) == 2 for r in timed)
+    assert sorted(p.name for p in clean.glob("matrix-a/*/torch_cpu.round*.ndjson")) == [
+        "torch_cpu.round1.ndjson", "torch_cpu.round2.ndjson"]
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(command(suites, out, "--rounds", "2"), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    time.sleep(random.Random(20261124).uniform(0.4, 0.8) * duration)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = run(suites, out, "--rounds", "2")
+    assert done.returncode == 0, done.stderr
+    found = rows(out)
+    assert set(found) == set(expected)
+    assert all(n == 1 for n in found.values()), found

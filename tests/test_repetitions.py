@@ -304,29 +304,3 @@ def test_worker_rows_carry_repetitions_gpu_state_and_device_time(tmp_path):
         assert timing["host_readings"] == 2 * timing["repetitions"]
         assert rows[name]["memory"]["peak_bytes"] == 1024
     assert set(worker.timed) == {"forward", "gradient"}
-
-
-def test_rounds_share_the_repetitions_and_merge_into_one_row():
-    from suites.rounds import merge_rows, round_timer
-    timer = round_timer(TimerSettings(repetitions=3, max_repetitions=8, budget_s=2.0), 2)
-    assert (timer.repetitions, timer.max_repetitions, timer.budget_s) == (2, 4, 1.0)
-
-    def row(medians, status="ok", sm=1980):
-        timing = {"median_ms": medians[0], "repetition_medians_ms": medians,
-                  "samples_ms": medians, "repetition_inner_loops": [1] * len(medians),
-                  "within_run_ci_ms": [[m, m] for m in medians], "first_call_ms": 50.0,
-                  "device_median_ms": 0.8, "gpu_readings": 3, "gpu_sm_clock_mhz_min": sm,
-                  "gpu_sm_clock_mhz_median": sm, "gpu_sm_clock_mhz_max": sm}
-        return {"case_id": "c", "status": status, "timing": timing if status == "ok" else None,
-                "wall_s": 1.0}
-
-    merged = merge_rows([row([1.0, 1.01]), row([1.2, 1.21], sm=1755)], 0.10)
-    timing = merged["timing"]
-    assert timing["repetitions"] == 4 and timing["rounds"] == 2
-    assert timing["median_ms"] == pytest.approx(1.105)
-    assert timing["ci_low_ms"] < 1.0 and timing["ci_high_ms"] > 1.21   # spans both processes
-    assert timing["unstable"] and "2 processes" in timing["unstable_reason"]
-    assert timing["gpu_sm_clock_mhz_min"] == 1755 and timing["gpu_readings"] == 6
-    assert timing["first_call_ms"] == 50.0 and merged["wall_s"] == 2.0
-    failed = row([1.0], status="oom")
-    assert merge_rows([row([1.0, 1.0]), failed], 0.10) is failed
