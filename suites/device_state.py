@@ -7,6 +7,13 @@ dlbench only reads: it never changes an accelerator's settings (application cloc
 limits, persistence mode). Users who may lock clocks do so themselves before a run
 (README, "Reproducible GPU timings"); the rows then show the locked clocks.
 
+Energy: NVML's total energy counter (``nvmlDeviceGetTotalEnergyConsumption``, millijoules
+since the driver loaded; Volta and later) is read with every reading, and over each
+sampling window (the case running: steady-clock wait, warm-up and timed samples) it gives
+the GPU's average power; times the row's median that is the energy of one iteration
+(``energy_fields``). Where the counter is missing, the median of the power readings
+stands in, and ``energy_source`` says so.
+
 Without NVML (no ``pynvml``, no driver, a CPU run) every field is None and
 ``gpu_state_reason`` says why.
 """
@@ -34,6 +41,7 @@ class Reading:
     mem_mhz: float
     power_w: float | None
     temperature_c: float | None
+    energy_mj: float | None = None      # NVML's total energy counter, if the GPU has one
 
 
 def empty_state(reason: str) -> dict[str, Any]:
@@ -55,6 +63,37 @@ def summarise_readings(readings: list[Reading], sm_max_mhz: float | None) -> dic
         "gpu_temperature_c_max": max(temperature) if temperature else None,
         "gpu_readings": len(readings), "gpu_state_reason": "",
     }
+
+
+ENERGY_FIELDS = ("gpu_energy_power_w", "energy_per_iteration_j", "energy_window_s",
+                 "energy_source")
+
+
+def energy_fields(windows: list[list[Reading]], median_s: float | None) -> dict[str, Any]:
+    """Average power over the sampling windows and the energy of one iteration (the
+    module's docstring). Windows of one reading, or a counter that did not advance (it
+    updates every few tens of ms), contribute nothing."""
+    energy_j = seconds = 0.0
+    for window in windows:
+        if len(window) > 1 and window[0].energy_mj is not None \
+                and window[-1].energy_mj is not None:
+            gained = (window[-1].energy_mj - window[0].energy_mj) / 1000.0
+            if gained > 0:
+                energy_j += gained
+                seconds += window[-1].at_s - window[0].at_s
+    if seconds > 0:
+        power, source = energy_j / seconds, (f"NVML total energy counter over {seconds:.2f} s "
+                                             f"of the case running")
+    else:
+        power_readings = [r.power_w for w in windows for r in w if r.power_w is not None]
+        if not power_readings:
+            return {**{name: None for name in ENERGY_FIELDS},
+                    "energy_source": "no energy counter and no power reading"}
+        power, source = (statistics.median(power_readings),
+                         "median NVML power reading × time (this GPU has no energy counter)")
+    return {"gpu_energy_power_w": power,
+            "energy_per_iteration_j": power * median_s if median_s else None,
+            "energy_window_s": seconds or None, "energy_source": source}
 
 
 def clocks_settled(readings: list[Reading], window_s: float = 0.015,
@@ -109,12 +148,15 @@ class GpuMonitor:
     def read(self) -> Reading:
         nvml, handle = self.nvml, self.handle
         power_mw = self._call(nvml.nvmlDeviceGetPowerUsage, handle)
+        # Missing from older bindings; unsupported before Volta (then _call gives None).
+        energy = getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
         return Reading(self.clock(),
                        float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
                        float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)),
                        None if power_mw is None else power_mw / 1000.0,
                        self._call(nvml.nvmlDeviceGetTemperature, handle,
-                                  nvml.NVML_TEMPERATURE_GPU))
+                                  nvml.NVML_TEMPERATURE_GPU),
+                       self._call(energy, handle) if energy is not None else None)
 
     # --- before the first sample -----------------------------------------------------
     def begin_steady(self) -> None:

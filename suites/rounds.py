@@ -158,6 +158,11 @@ def merge_rows(rows: list[dict[str, Any]], unstable_share: float,
             "gpu_temperature_c_max": max(pick("gpu_temperature_c_max"), default=None),
             "gpu_readings": sum(pick("gpu_readings")),
         })
+    powers = [t["gpu_energy_power_w"] for t in timings if t.get("gpu_energy_power_w") is not None]
+    if powers:
+        timing["gpu_energy_power_w"] = statistics.median(powers)
+        timing["energy_per_iteration_j"] = timing["gpu_energy_power_w"] * centre / 1e3
+        timing["energy_window_s"] = sum(t.get("energy_window_s") or 0.0 for t in timings) or None
     if any(t.get("host_readings") is not None for t in timings):
         timing.update(merge_host_fields(timings))
 

@@ -233,7 +233,7 @@ class Worker:
         the wall time (suites/device_time.py); each measure's row is written once it has
         enough."""
         from adapters.base import Unsupported
-        from suites.device_state import empty_state, summarise_readings
+        from suites.device_state import empty_state, energy_fields, summarise_readings
         from suites.device_time import device_clock_for, device_time_method
         from suites.host_state import summarise_host
         from suites.kernel_check import TimedReference
@@ -248,7 +248,7 @@ class Worker:
         started = {name: time.perf_counter() for name in names}
         steps: dict[str, Any] = {}
         first: dict[str, dict[str, Any]] = {}     # memory and extra fields of repetition 1
-        readings: dict[str, list] = {name: [] for name in names}
+        readings: dict[str, list] = {name: [] for name in names}   # one list per window
         host_runs: dict[str, list] = {name: [] for name in names}
 
         def repeat(name: str, index: int):
@@ -276,7 +276,7 @@ class Worker:
             finally:
                 host_runs[name].append(self.host_monitor.stop_sampling())
                 if monitor is not None:
-                    readings[name].extend(monitor.stop_sampling())
+                    readings[name].append(list(monitor.stop_sampling()))
             if index == 0:
                 first[name] = {"memory": asdict(prepared.peak_memory()),
                                "extra": dict(prepared.extra)}
@@ -287,8 +287,9 @@ class Worker:
             fields.update(first[name]["extra"])
             fields.update(steps[name][1](fields["median_ms"] / 1e3))
             if self.gpu_monitor is not None:
-                fields.update(summarise_readings(readings[name],
+                fields.update(summarise_readings([r for window in readings[name] for r in window],
                                                  self.gpu_monitor.sm_max_mhz))
+                fields.update(energy_fields(readings[name], fields["median_ms"] / 1e3))
             else:
                 fields.update(empty_state(self.gpu_state_reason))
             fields.update(summarise_host(host_runs[name]))

@@ -304,3 +304,41 @@ def test_worker_rows_carry_repetitions_gpu_state_and_device_time(tmp_path):
         assert timing["host_readings"] == 2 * timing["repetitions"]
         assert rows[name]["memory"]["peak_bytes"] == 1024
     assert set(worker.timed) == {"forward", "gradient"}
+
+
+class EnergyNvml(FakeNvml):
+    """A GPU whose energy counter gains 400 mJ per reading (readings 10 ms apart: 40 W)."""
+
+    def __init__(self):
+        super().__init__(itertools.repeat(1980))
+        self.millijoules = itertools.count(1_000_000, 400)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        return next(self.millijoules)
+
+
+def test_energy_of_an_iteration_from_the_energy_counter_over_the_sampling_windows():
+    from suites.device_state import energy_fields
+    now = itertools.count(0.0, 0.01)
+    monitor = GpuMonitor(EnergyNvml(), handle=None, clock=lambda: next(now))
+    windows = []
+    for _ in range(2):
+        monitor.start_sampling()
+        windows.append(list(monitor.stop_sampling()))
+    fields = energy_fields(windows, median_s=0.002)
+    assert fields["gpu_energy_power_w"] == pytest.approx(40.0)
+    assert fields["energy_per_iteration_j"] == pytest.approx(0.08)
+    assert "energy counter" in fields["energy_source"]
+
+
+def test_without_an_energy_counter_the_power_readings_stand_in_and_say_so():
+    from suites.device_state import energy_fields
+    now = itertools.count(0.0, 0.01)
+    monitor = GpuMonitor(FakeNvml(itertools.repeat(1980)), handle=None, clock=lambda: next(now))
+    monitor.start_sampling()
+    fields = energy_fields([list(monitor.stop_sampling())], median_s=0.002)
+    assert fields["gpu_energy_power_w"] == pytest.approx(350.0)
+    assert fields["energy_per_iteration_j"] == pytest.approx(0.7)
+    assert "no energy counter" in fields["energy_source"]
+    empty = energy_fields([], median_s=0.002)
+    assert empty["energy_per_iteration_j"] is None and empty["energy_source"]
