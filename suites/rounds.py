@@ -230,7 +230,9 @@ class RoundsRunner:
                             and all(case_id in rows for rows in per_round)]
         prior = between_prior(timed_everywhere)
         results = ResultsFile(self.final.path)
-        done = results.finished_case_ids()
+        # Without --resume the rows already in the results file are an earlier run's: this
+        # run's merged rows are appended after them, as a plain run appends its own.
+        done = results.finished_case_ids() if self.request.resume else set()
         merged = 0
         for job, names in self.final.pending:
             for name in names:

@@ -102,3 +102,35 @@ def test_a_rerun_in_other_processes_falls_inside_the_interval_95_percent_of_the_
         centre = merge_rows(two, 0.10, prior_second)["timing"]["median_ms"]
         inside += interval["ci_low_ms"] <= centre <= interval["ci_high_ms"]
     assert 0.90 <= inside / cases <= 0.995
+
+
+def test_a_run_without_resume_merges_its_rows_after_an_earlier_runs(tmp_path, monkeypatch):
+    """--rounds without --resume measures everything again and appends the merged rows,
+    even for cases an earlier run already wrote (a plain run does the same)."""
+    from pathlib import Path
+
+    from suites import rounds
+    from suites.results import ResultsFile, read_rows
+
+    class Final:
+        path = tmp_path / "torch_cpu.jsonl"
+        pending = [("job", ["forward"])]
+
+        def key(self, job, name):
+            class Key:
+                def id(self):
+                    return "s/torch/cpu/m/b1/forward/fp32/eager/t1"
+            return Key()
+
+    earlier = {**row([1.0]), "case_id": "s/torch/cpu/m/b1/forward/fp32/eager/t1"}
+    ResultsFile(Final.path).append_json(earlier)
+    runner = rounds.RoundsRunner.__new__(rounds.RoundsRunner)
+    runner.final, runner.rounds = Final(), 2
+    runner.paths = [rounds.round_path(Final.path, k) for k in (1, 2)]
+    for path, medians in zip(runner.paths, ([2.0, 2.1], [2.2, 2.1])):
+        ResultsFile(Path(path)).append_json({**row(medians), "case_id": earlier["case_id"]})
+    monkeypatch.setattr(rounds, "timer_of", lambda job: TimerSettings())
+    for resume, merged in ((True, 0), (False, 1)):
+        runner.request = type("Request", (), {"resume": resume})()
+        assert runner.merge() == merged
+    assert read_rows(Final.path)[earlier["case_id"]]["timing"]["rounds"] == 2
