@@ -14,9 +14,10 @@ fingerprint and, on a GPU, the device phase (device time, profiles, counters); l
 rounds repeat the timed measures only. Once every round has a case, its rows are merged
 into one row of the results file:
 
-* the centre is the geometric mean of the round medians (each round's median of its
-  repetition medians), and the interval a 95% prediction interval for the centre a re-run
-  in N other processes would report: t · s · sqrt(2 / N) on log times, with s² the case's
+* the centre is the median of the round medians (each round's median of its repetition
+  medians: one slow round moves it little), and the interval a 95% prediction interval for
+  the centre a re-run in N other processes would report: t · s · sqrt(2 c / N) on log
+  times (c = 1 for two rounds, pi/2 from three: ``median_factor``), with s² the case's
   variance between rounds moderated over the run's cases (suites/spread.py), because a
   variance from N - 1 degrees of freedom alone is too unsure to be useful;
 * a case that is not ``ok`` in some round keeps that round's row (failures are data);
@@ -55,7 +56,8 @@ def round_timer(timer: TimerSettings, rounds: int) -> TimerSettings:
                    max_repetitions=max(1, math.ceil(timer.max_repetitions / rounds)))
 
 
-def round_path(results: Path, index: int) -> Path:
+def round_path(results: Path, index: int | str) -> Path:
+    """Round ``index``'s file beside the results file (``"*"``: a glob of every round's)."""
     return results.with_name(f"{results.stem}.round{index}.ndjson")
 
 
@@ -187,7 +189,7 @@ class RoundsRunner:
         self.stopped_by_budget = False
         self.paths = [round_path(self.final.path, index) for index in range(1, rounds + 1)]
         if not request.resume:
-            for path in self.final.path.parent.glob(f"{self.final.path.stem}.round*.ndjson"):
+            for path in self.final.path.parent.glob(round_path(self.final.path, "*").name):
                 path.unlink()
 
     @property

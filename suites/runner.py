@@ -219,7 +219,6 @@ class Runner:
         self.worker_start_s: list[float] = []   # spawn to first event, per worker
         self.suite, default_path, jobs = plan_jobs(request)
         self.path = path or default_path
-        self.jobs = jobs
         self.case_timeout_s = request.case_timeout_s or load_suite(
             resolve_suite_path(request.suite), load_registry()).case_timeout_s
         self.entry = load_registry()[request.framework]
