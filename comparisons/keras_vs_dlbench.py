@@ -1,18 +1,39 @@
 """dlbench's TensorFlow adapter against the same networks written directly in Keras.
 
     .nox/tf_cpu/bin/python -m comparisons.keras_vs_dlbench --threads 2 --batch 16
-    python -m comparisons.keras_vs_dlbench --device gpu --cases resnet50:16,vgg16:16,resnet50:64
-    python -m comparisons.keras_vs_dlbench --models resnet50 --batch 1 --budget 0 \
-        --warmup 0 --min-samples 1 --max-samples 1 --references keras   # a smoke run
+    python -m comparisons.keras_vs_dlbench --device gpu \
+        --cases resnet50:16,vgg16:16,resnet50:64,googlenet:16,alexnet:16 --trace 20
+    python -m comparisons.keras_vs_dlbench --models googlenet,alexnet --batch 1 --budget 0 \
+        --warmup 0 --min-samples 1 --max-samples 1 --references tf_keras   # a smoke run
 
 (any environment with the tf_cpu or tf_gpu session's packages; ``--device gpu`` on a GPU
 host, where ``--variant nchw`` times the adapter's NCHW network and the channels_first
-references join). For resnet50 and vgg16: build dlbench's model through the adapter and a
-hand-written, idiomatic Keras model of the same architecture (keras.applications' ResNet50
-is ResNet v1 with the stride on the 1×1 convolution and biased convolutions, so it is not
-the same network): torchvision-style ResNet-50 v1.5 (bias-free convolutions, batch norm
-eps 1e-5, the stride on the 3×3, ZeroPadding2D before strided convolutions and the max
-pool as keras.applications pads) and VGG-16 (dropout left out, as dlbench ignores it).
+references join). For each model, build dlbench's network through the adapter and a
+hand-written, idiomatic Keras model (functional API, keras.layers) of the same
+architecture:
+
+* ``resnet50``: torchvision-style ResNet-50 v1.5 (bias-free convolutions, batch norm eps
+  1e-5, the stride on the 3×3, ZeroPadding2D before strided convolutions and the max pool
+  as keras.applications pads). keras.applications' ResNet50 is ResNet v1 with the stride
+  on the 1×1 convolution and biased convolutions, so it is not the same network.
+* ``vgg16``: VGG-16, configuration D.
+* ``googlenet``: BVLC Caffe's GoogLeNet (Inception-v1 without the auxiliary heads):
+  LRN after the stem, ceil-mode 3×3/2 max pools, nine inception blocks concatenating
+  1×1, 3×3, 5×5 and pool-projection branches in that order, global average pool.
+* ``alexnet``: the single-column "one weird trick" AlexNet that convnet-benchmarks times
+  and torchvision builds (64-192-384-256-256 filters; no LRN, no grouped convolutions:
+  those are ``alexnet_bvlc``'s).
+
+Keras has no LRN layer: a small custom layer wraps tf.nn.local_response_normalization
+with Caffe's parameters mapped as the adapter maps them (depth_radius = (size - 1) / 2,
+alpha / size, bias = k), transposing around it in channels_first. Ceil-mode pools are
+MaxPooling2D with padding="same", which places the windows as ceil mode does on the even
+map sizes GoogLeNet pools; a symmetric PyTorch/Caffe padding that "same" would place
+otherwise is a ZeroPadding2D before a "valid" layer. A grouped convolution would be
+Conv2D(groups=...), whose kernel has the canonical OIHW weight's shape transposed, so
+``load_canonical`` needs nothing more for it; neither model here has one. Dropout is left
+out, as dlbench ignores it.
+
 The canonical weights are loaded into the Keras model and both outputs are compared, so
 the two are the same network. Both are then timed in one process with the same timer and
 settings, input and threads: ``tf.function`` around ``model(x, training=False)`` for
@@ -37,6 +58,16 @@ run TensorFlow NCHW. Beside wall time the script prints the cores this process k
 (near ``--threads`` on a quiet CPU machine; lower means other processes had the cores, so
 rerun) and the ratio of CPU time per call, which such contention disturbs far less. At the
 end one table lists every ratio.
+
+``--trace N`` (GPU only) shows where a gap comes from: after each pair is timed, each
+side's step is warmed up and N iterations of it run under the CUPTI kernel tracer
+(``adapters/kernel_trace.py``, the one the ``profile`` measure uses). Per side and
+iteration it records the traced wall time, the kernel busy time and the time outside
+kernels (host work and launch gaps: wall - busy), kernel ms by layer type, the layout
+transposes' ms, the top kernels and the convolution kernel families, with
+``suites/kernel_check.py``'s check of the kernel total; the result's JSON holds them
+under ``"trace"`` and a compact table follows each timing line. Where the tracer cannot
+run (a CPU, no cupti-python) one line says why and the comparison goes on.
 """
 
 from __future__ import annotations
@@ -52,27 +83,34 @@ from pathlib import Path
 import numpy as np
 
 from adapters.base import CaseConfig, RunConfig
+from models.googlenet import INCEPTION
 from models.inputs import make_batch
 from models.weights import canonical_weights
 from models.zoo import get_model
 from suites.environment import limit_cpus
 from suites.timer import TimerSettings, measure
 
-MODELS = ("resnet50", "vgg16")
+MODELS = ("resnet50", "vgg16", "googlenet", "alexnet")
 TOLERANCE = 0.05          # the target: dlbench within ±5% of idiomatic Keras
 # Same network, same weights, fp32: the outputs differ only by rounding in another
 # summation order (or cuDNN algorithm). A dot product of K terms carries a relative error
-# near sqrt(K)·u (u = 2^-24 ≈ 6e-8, random-sign rounding); ResNet-50's longest reductions
-# are K = 3·3·512 = 4608, so ~4e-6 per layer, and 54 layers in sequence grow it about
-# sqrt(54)-fold: ~3e-5 of the output scale. Winograd and FFT convolution algorithms
-# (which cuDNN's autotuner may pick) add up to ~10x that: 3e-4. 1e-3 keeps a margin of
-# three, and TF32 (u = 2^-11, sqrt(K)·u ≈ 3e-2 per layer) would fail it by far.
+# near sqrt(K)·u (u = 2^-24 ≈ 6e-8, random-sign rounding), and independent errors of L
+# layers in sequence add up to about sqrt(L) times a layer's. ResNet-50's convolutions
+# reach K = 3·3·512 = 4608 (~4e-6 per layer) over 54 layers: ~3e-5 of the output scale,
+# the largest of the four models. The longest single reductions are the dense layers
+# after Flatten, VGG-16's fc1 (K = 7·7·512 = 25088, ~1e-5) and AlexNet's (K = 6·6·256 =
+# 9216, ~6e-6), but over 16 and 8 layers: ~2e-5 and ~1e-5. GoogLeNet's reach K =
+# 3·3·192 = 1728 (~2.5e-6) over 22 layers: ~1.2e-5. Winograd and FFT convolution
+# algorithms (which cuDNN's autotuner may pick) add up to ~10x that: 3e-4. 1e-3 keeps a
+# margin of three, and TF32 (u = 2^-11, sqrt(K)·u ≈ 3e-2 per layer) would fail it by far.
 OUTPUT_TOLERANCE = 1e-3
 # Gradients pass through about twice as many reductions (backward-data and backward-filter;
-# a filter gradient sums over N·H·W, up to 16·56·56 ≈ 5e4 terms: sqrt(K)·u ≈ 1.3e-5) and
-# through batch norm's backward, which subtracts nearly equal means (cancellation, worst
-# where few pixels share a batch statistic: 7×7 maps at small batches). 5.4e-4 was seen at
-# batch 1 on the CPU between the fused and Keras 3's unfused batch norm; 1e-2 still fails
+# a filter gradient sums over N·H·W, up to 16·112·112 ≈ 2e5 terms in ResNet-50's and
+# GoogLeNet's first convolution at batch 16: sqrt(K)·u ≈ 3e-5) and, in ResNet-50, through
+# batch norm's backward, which subtracts nearly equal means (cancellation, worst where few
+# pixels share a batch statistic: 7×7 maps at small batches). 5.4e-4 was seen at batch 1
+# on the CPU between the fused and Keras 3's unfused batch norm; GoogLeNet and AlexNet,
+# without batch norm, differed by under 1e-8 at batches 1 and 2 there. 1e-2 still fails
 # TF32 and any wrong weight, whose errors are of order 1.
 GRADIENT_TOLERANCE = 1e-2
 TOLERANCES = {"output": OUTPUT_TOLERANCE, "loss": OUTPUT_TOLERANCE,
@@ -185,10 +223,119 @@ def keras_vgg16(keras, classes: int = 1000, data_format: str = "channels_last"):
     return keras.Model(inputs, layers.Dense(classes, name="fc3")(x), name="vgg16")
 
 
+def local_response_normalization_layer(keras):
+    """Caffe's cross-channel LRN as a Keras layer: Keras has none (neither Keras 3 nor
+    tf_keras), so it wraps tf.nn.local_response_normalization, as TensorFlow ports of
+    AlexNet and GoogLeNet do. Caffe divides alpha by the window size and counts ``size``
+    channels; TensorFlow sums 2 * depth_radius + 1 channels and does not divide
+    (tf.nn.local_response_normalization's docs): depth_radius = (size - 1) / 2, alpha =
+    alpha / size, bias = k. The op normalises over the last axis only, so channels_first
+    transposes around it."""
+    import tensorflow as tf
+
+    class LocalResponseNormalization(keras.layers.Layer):
+        def __init__(self, size: int = 5, alpha: float = 1e-4, beta: float = 0.75,
+                     k: float = 1.0, data_format: str = "channels_last", **kwargs):
+            super().__init__(**kwargs)
+            self.depth_radius, self.alpha = (size - 1) // 2, alpha / size
+            self.beta, self.bias = beta, k
+            self.channels_last = data_format == "channels_last"
+
+        def call(self, x):
+            if not self.channels_last:
+                x = tf.transpose(x, [0, 2, 3, 1])
+            y = tf.nn.local_response_normalization(x, self.depth_radius, self.bias,
+                                                   self.alpha, self.beta)
+            return y if self.channels_last else tf.transpose(y, [0, 3, 1, 2])
+
+        def compute_output_shape(self, input_shape):
+            return input_shape
+
+    return LocalResponseNormalization
+
+
+def keras_googlenet(keras, classes: int = 1000, data_format: str = "channels_last"):
+    """GoogLeNet as BVLC Caffe's bvlc_googlenet (dlbench's ``googlenet``): LRN after the
+    stem's pool1 and conv2, ceil-mode 3×3/2 max pools, Table 1's inception widths with
+    the branches concatenated in the order 1×1, 3×3, 5×5, pool projection, global average
+    pool and the classifier; no auxiliary heads, dropout left out (dlbench ignores it)."""
+    layers = keras.layers
+    df = dict(data_format=data_format)
+    axis = -1 if data_format == "channels_last" else 1
+    lrn = local_response_normalization_layer(keras)
+
+    def conv(x, filters: int, kernel: int, name: str):
+        # Stride 1 with padding (kernel - 1) / 2: "same" pads exactly that.
+        return layers.Conv2D(filters, kernel, padding="same", activation="relu", name=name,
+                             **df)(x)
+
+    def pool(x, stride: int = 2):
+        # Ceil mode as "same": every map pooled with stride 2 here has an even size n
+        # (112, 56, 28, 14), where Caffe's ceil((n - 3) / 2) + 1 and "same"'s ceil(n / 2)
+        # agree, and "same" pads one column and row at the end, as ceil mode's last
+        # window runs past the edge; max pooling ignores that padding (TF-slim's
+        # inception_v1 pools so). Stride 1 keeps the size, as the branch pool's padding 1
+        # does.
+        return layers.MaxPooling2D(3, stride, padding="same", **df)(x)
+
+    inputs = _input(keras, data_format)
+    # 7×7/2 with padding 3: "same" would pad (2, 3), so pad symmetrically as Caffe does.
+    x = layers.ZeroPadding2D(3, **df)(inputs)
+    x = layers.Conv2D(64, 7, 2, activation="relu", name="conv1", **df)(x)
+    x = lrn(name="norm1", **df)(pool(x))
+    x = conv(conv(x, 64, 1, "conv2_reduce"), 192, 3, "conv2")
+    x = pool(lrn(name="norm2", **df)(x))
+    for label, (n1, r3, n3, r5, n5, proj) in INCEPTION.items():
+        if label in ("4a", "5a"):
+            x = pool(x)
+        p = f"inception_{label}"
+        x = layers.Concatenate(axis=axis, name=p)([
+            conv(x, n1, 1, f"{p}.1x1"),
+            conv(conv(x, r3, 1, f"{p}.3x3_reduce"), n3, 3, f"{p}.3x3"),
+            conv(conv(x, r5, 1, f"{p}.5x5_reduce"), n5, 5, f"{p}.5x5"),
+            conv(pool(x, stride=1), proj, 1, f"{p}.pool_proj")])
+    x = layers.GlobalAveragePooling2D(**df)(x)
+    return keras.Model(inputs, layers.Dense(classes, name="classifier")(x), name="googlenet")
+
+
+def keras_alexnet(keras, classes: int = 1000, data_format: str = "channels_last"):
+    """dlbench's ``alexnet``: the single-column "one weird trick" AlexNet
+    (Krizhevsky 2014) that convnet-benchmarks times and torchvision builds, 64-192-384-
+    256-256 filters, no LRN and no grouping (``alexnet_bvlc`` has those), floor-mode 3×3/2
+    max pools and dense 4096-4096-1000 after flattening a 256×6×6 map; dropout left out."""
+    layers = keras.layers
+    df = dict(data_format=data_format)
+    inputs = _input(keras, data_format)
+    # 11×11/4 with padding 2: "same" would pad (3, 4) and give 56×56, so pad explicitly
+    # (the last padded row and column fall outside every window, as in PyTorch).
+    x = layers.ZeroPadding2D(2, **df)(inputs)
+    x = layers.Conv2D(64, 11, 4, activation="relu", name="conv1", **df)(x)
+    x = layers.MaxPooling2D(3, 2, **df)(x)
+    x = layers.Conv2D(192, 5, padding="same", activation="relu", name="conv2", **df)(x)
+    x = layers.MaxPooling2D(3, 2, **df)(x)
+    for name, width in (("conv3", 384), ("conv4", 256), ("conv5", 256)):
+        x = layers.Conv2D(width, 3, padding="same", activation="relu", name=name, **df)(x)
+    x = layers.MaxPooling2D(3, 2, **df)(x)
+    x = layers.Flatten(**df)(x)   # rows in (H, W, C) order in both formats, as for VGG
+    x = layers.Dense(4096, activation="relu", name="fc1")(x)
+    x = layers.Dense(4096, activation="relu", name="fc2")(x)
+    return keras.Model(inputs, layers.Dense(classes, name="fc3")(x), name="alexnet")
+
+
 def load_canonical(keras, model, weights: dict) -> None:
-    """Canonical (NCHW-world) weights into the Keras model, by layer name."""
+    """Canonical (NCHW-world) weights into the Keras model, by layer name. Conv2D's
+    kernel is (kh, kw, in / groups, out), so OIHW -> HWIO serves grouped convolutions
+    too. A Dense right after a Flatten (the model's layers come in graph order) gets its
+    canonical (C, H, W)-ordered rows permuted to the (H, W, C) order Keras's Flatten
+    gives in either data format."""
+    flattened: tuple[int, int, int] | None = None   # (C, H, W) of the last Flatten's input
     for layer in model.layers:
         name = layer.name
+        if isinstance(layer, keras.layers.Flatten):
+            shape = tuple(int(d) for d in tuple(layer.input.shape)[1:])
+            flattened = shape if layer.data_format == "channels_first" else \
+                (shape[2], shape[0], shape[1])
+            continue
         if isinstance(layer, keras.layers.Conv2D):
             values = [weights[f"{name}.weight"].transpose(2, 3, 1, 0)]  # OIHW -> HWIO
             if layer.use_bias:
@@ -198,9 +345,10 @@ def load_canonical(keras, model, weights: dict) -> None:
                                                        "running_var")]
         elif isinstance(layer, keras.layers.Dense):
             kernel = weights[f"{name}.weight"]
-            fin = layer.input.shape[-1]
-            if name == "fc1":  # after Flatten: canonical rows (C, H, W) -> NHWC's (H, W, C)
-                kernel = kernel.reshape(512, 7, 7, -1).transpose(1, 2, 0, 3).reshape(fin, -1)
+            if flattened is not None:  # canonical rows (C, H, W) -> (H, W, C)
+                c, h, w = flattened
+                kernel = kernel.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1)
+                flattened = None
             values = [kernel, weights[f"{name}.bias"]]
         else:
             continue
@@ -224,6 +372,13 @@ REFERENCES = {
     "vgg16": {"keras": ("keras", keras_vgg16, "channels_last"),
               "tf_keras": ("tf_keras", keras_vgg16, "channels_last"),
               "tf_keras_nchw": ("tf_keras", _channels_first(keras_vgg16), "channels_first")},
+    "googlenet": {"keras": ("keras", keras_googlenet, "channels_last"),
+                  "tf_keras": ("tf_keras", keras_googlenet, "channels_last"),
+                  "tf_keras_nchw": ("tf_keras", _channels_first(keras_googlenet),
+                                    "channels_first")},
+    "alexnet": {"keras": ("keras", keras_alexnet, "channels_last"),
+                "tf_keras": ("tf_keras", keras_alexnet, "channels_last"),
+                "tf_keras_nchw": ("tf_keras", _channels_first(keras_alexnet), "channels_first")},
 }
 # TensorFlow's CPU convolutions and pooling are NHWC only.
 GPU_ONLY = {"tf_keras_nchw"}
@@ -235,7 +390,7 @@ GPU_ONLY = {"tf_keras_nchw"}
 # shows that the batch norm is the difference. The other references are reported
 # beside it.
 TARGET_REFERENCE = "tf_keras"
-GPU_CASES = "resnet50:16,vgg16:16,resnet50:64"
+GPU_CASES = "resnet50:16,vgg16:16,resnet50:64,googlenet:16,alexnet:16"
 
 
 class KerasSteps:
@@ -316,6 +471,99 @@ def identity_check(prepared, reference: KerasSteps, tf) -> dict[str, float]:
                                              gradient_norm(t.numpy() for t in theirs_grads))}
 
 
+# --- --trace: where each side's time goes on the GPU -------------------------------------
+TRACE_TOP = 5          # top kernels kept per side in the JSON
+TRACE_PRINTED_TOP = 3  # and printed
+
+
+def tracer_unavailable(device: str) -> str | None:
+    """Why ``--trace`` cannot run here, or None."""
+    if device != "gpu":
+        return "kernel trace skipped: --trace needs --device gpu (CUPTI traces CUDA kernels)"
+    from adapters.kernel_trace import unavailable_reason
+
+    return unavailable_reason()
+
+
+def trace_summary(kernels, measure: str, timed_ms: float | None = None) -> dict:
+    """One side's traced iterations (a ``KernelTrace``), per iteration: the traced wall
+    time, the kernel busy time (overlapping kernels once) and what lies outside it (host
+    work, launches and syncs the GPU waited for), the kernel sum by layer type
+    (``adapters.profiling``'s patterns on kernel names), the layout transposes' share,
+    the top kernels, the convolution kernel families and ``suites.kernel_check``'s check
+    of the kernel total against the traced wall time and the timed median. Raises
+    ``KernelTotalError`` for a kernel total no GPU can produce."""
+    from adapters.kernel_trace import kernel_profile
+    from suites.kernel_check import TimedReference, kernel_check
+
+    profile = kernel_profile(kernels, measure)
+    check = kernel_check(profile, kernels, TimedReference(median_ms=timed_ms))
+    timeline = profile.timeline or {}
+    busy = float(timeline.get("busy_ms", profile.total_ms))
+    wall = float(profile.wall_ms or 0.0)
+    return {"iterations": profile.iterations, "wall_ms": wall, "kernel_busy_ms": busy,
+            "outside_kernels_ms": wall - busy, "kernel_sum_ms": profile.total_ms,
+            "transpose_ms": float(timeline.get("transpose_ms", 0.0)),
+            "kernels": float(timeline.get("kernels", 0.0)),
+            "by_layer_type": dict(profile.by_layer_type),
+            "top_kernels": [{"name": k.name, "ms": k.ms, "calls": k.calls}
+                            for k in profile.top_kernels[:TRACE_TOP]],
+            "conv_families": dict(profile.conv_families), "kernel_check": check}
+
+
+def trace_side(run, sync, iterations: int, label: str, measure: str,
+               timed_ms: float | None = None) -> dict:
+    """Warm-up, then ``iterations`` traced runs of one side's step; a tracer that fails
+    (CUPTI refused, an impossible kernel total) is recorded, not raised, so the timings
+    stand."""
+    from adapters.kernel_trace import trace
+    from adapters.profiling import WARMUP_RUNS
+
+    try:
+        for _ in range(WARMUP_RUNS):
+            sync(run())
+        return trace_summary(trace(run, sync, iterations, label), measure, timed_ms)
+    except Exception as error:
+        return {"failed": f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"}
+
+
+def short_kernel_name(name: str, width: int = 44) -> str:
+    """A kernel name without ``void``, template arguments and parameters, cut to width."""
+    text = name.removeprefix("void ")
+    for mark in ("<", "("):
+        text = text.split(mark, 1)[0] or text
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def format_trace(measure: str, summaries: dict[str, dict]) -> list[str]:
+    """The compact table of one pair's traces: a row of ms per iteration per side, then
+    each side's top kernels."""
+    from adapters.kernel_trace import dominant_family
+    from adapters.profiling import LAYER_TYPES
+
+    iterations = next((s["iterations"] for s in summaries.values() if "iterations" in s), 0)
+    head = f"trace {measure}, ms/it. ({iterations} it.)"
+    lines = [f"  {head:<32} {'wall':>7} {'busy':>7} {'outside':>7} {'transp':>6} "
+             + " ".join(f"{kind:>6}" for kind in LAYER_TYPES) + "  conv family"]
+    tops = []
+    for side, summary in summaries.items():
+        if "failed" in summary:
+            lines.append(f"    {side:<30} trace failed: {summary['failed']}")
+            continue
+        families = summary["conv_families"]
+        family = dominant_family(families)
+        share = families.get(family, 0.0) / (sum(families.values()) or 1.0)
+        lines.append(f"    {side:<30} {summary['wall_ms']:7.3f} {summary['kernel_busy_ms']:7.3f} "
+                     f"{summary['outside_kernels_ms']:7.3f} {summary['transpose_ms']:6.3f} "
+                     + " ".join(f"{summary['by_layer_type'].get(kind, 0.0):6.3f}"
+                                for kind in LAYER_TYPES)
+                     + (f"  {family} {share:.0%}" if family else ""))
+        tops.append(f"    top {side}: " + " | ".join(
+            f"{k['ms']:.3f} {short_kernel_name(k['name'])}"
+            for k in summary["top_kernels"][:TRACE_PRINTED_TOP]))
+    return lines + tops
+
+
 def print_table(results: list[dict]) -> None:
     print("\nmodel     batch  measure   reference          dlbench ms  reference ms   ratio  "
           f"verdict (target ±{TOLERANCE:.0%})  outputs     (* the target reference)")
@@ -346,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-samples", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=1,
                         help="A-B-B-A repetitions per pair (more where the load shifts)")
+    parser.add_argument("--trace", type=int, default=0, metavar="N",
+                        help="on a GPU, after timing each pair, trace N iterations of each "
+                             "side with the CUPTI kernel tracer (default 0: off)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -372,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{tf_keras.__version__} on "
           f"{env['gpu_model'] or 'CPU'}, {args.threads} threads, dlbench "
           f"{adapter.describe(case)}, load average before {os.getloadavg()[0]:.2f}")
+    trace_reason = tracer_unavailable(args.device) if args.trace > 0 else None
+    if trace_reason:
+        print(trace_reason)
     results = []
     identical = True
     for name, batch in cases:
@@ -415,6 +669,13 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = ours_ms / theirs_ms
                 cpu_ratio = float(np.median(cpu_ms["dlbench"]) / np.median(cpu_ms[label]))
                 verdict = "ok" if abs(ratio - 1) <= TOLERANCE else f"OUTSIDE ±{TOLERANCE:.0%}"
+                traced = {}
+                if args.trace > 0:
+                    traced = {"trace": {"unavailable": trace_reason}} if trace_reason else {
+                        "trace": {side: trace_side(steps[side], prepared.sync, args.trace,
+                                                   f"keras-{name}-{measure_name}-{side}",
+                                                   measure_name, float(np.median(runs)))
+                                  for side, runs in medians.items()}}
                 results.append({"model": name, "reference": label, "measure": measure_name,
                                 "batch": batch, "threads": args.threads,
                                 "variant": args.variant, "layout": prepared.layout.name,
@@ -423,11 +684,14 @@ def main(argv: list[str] | None = None) -> int:
                                 "ratio": ratio, "verdict": verdict, "runs_ms": medians,
                                 "cores_busy": busy, "cpu_ms_per_call": cpu_ms,
                                 "cpu_ratio": cpu_ratio, "differences": differences,
-                                "identical": same, "device": env["gpu_model"] or "cpu"})
+                                "identical": same, "device": env["gpu_model"] or "cpu",
+                                **traced})
                 print(f"{name:<9} b{batch:<4} {measure_name:<8} dlbench {ours_ms:9.3f} ms  "
                       f"{label:<14} {theirs_ms:9.3f} ms  ratio {ratio:.3f}  {verdict}  "
                       f"CPU-time ratio {cpu_ratio:.3f}  (medians {_rounded(medians, 3)}, "
                       f"cores busy {_rounded(busy, 2)})", flush=True)
+                if traced and not trace_reason:
+                    print("\n".join(format_trace(measure_name, traced["trace"])), flush=True)
             del reference
         prepared.close()
     print(f"load average after {os.getloadavg()[0]:.2f}")
