@@ -188,8 +188,9 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     overview += list(loaded.warnings)
     sections = [Section("overview", "Overview", tuple(overview) + CONVENTIONS,
                         tables=(environment_table(frame),))]
-    sections.append(Section("summary", "Summary: models × frameworks",
-                            tables=tuple(tmod.summary_tables(steady, equiv))))
+    summary = tuple(tmod.summary_tables(steady, equiv))
+    if summary or not len(judged.practice):   # a practice-only run has no strict matrix
+        sections.append(Section("summary", "Summary: models × frameworks", tables=summary))
     if reference:
         text, tables = compare.section_parts(loaded, reference)
         sections.insert(1, Section("compare", "Compared with the reference", text,

@@ -311,3 +311,10 @@ def test_train_step_rows_of_a_strict_suite_reach_its_tables(tmp_path):
     torch = frame[(frame["measure"] == "train_step") & (frame["framework"] == "torch")].iloc[0]
     assert torch["achieved_tflops"] == pytest.approx(3 * 8.18e9 * 16 / 0.033 / 1e12)
     assert all(s.key != "practice" for s in report.sections)
+
+
+def test_a_practice_only_run_has_no_empty_strict_sections(tmp_path):
+    report = make_report(load([write(tmp_path, practice_rows())]))
+    keys = [s.key for s in report.sections]
+    assert keys[:2] == ["overview", "practice"] and "summary" not in keys
+    assert all(s.tables or s.plots or s.paragraphs for s in report.sections)
