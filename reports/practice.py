@@ -318,31 +318,36 @@ def readme_lines(frame: pd.DataFrame, folder: str) -> list[ReadmeLine]:
             return value if cells.is_num(value) else -1.0
         (variant, _), measures = max(variants.items(),
                                      key=lambda i: (speed(i, TRAIN_STEP), speed(i, "forward")))
+        # that variant's forward, else the framework's fastest (its variant named in the cell)
+        forward = measures.get("forward") or max(
+            (m["forward"] for m in variants.values() if "forward" in m),
+            key=lambda r: (per_second(r) if cells.is_num(per_second(r)) else -1.0), default=None)
         out.append(ReadmeLine(folder, hardware, framework, variant, measures.get(TRAIN_STEP),
-                              measures.get("forward")))
+                              forward))
     return out
 
 
-def _readme_rate(row: dict | None) -> Cell:
+def _readme_rate(row: dict | None, variant: str) -> Cell:
     if row is None:
         return _muted()
     if row["status"] != "ok":
         return cells.failure_cell(row)
-    return Cell(fmt_rate(per_second(row)))
+    other = f" ({row['variant']})" if row["variant"] != variant else ""
+    return Cell(fmt_rate(per_second(row)) + other)
 
 
 def readme_table(lines: list[ReadmeLine]) -> Table:
     body = tuple((Cell(f"{line.hardware} ([{line.folder}]({line.folder}/report/report.md))"),
-                  Cell(line.framework), Cell(line.variant), _readme_rate(line.train),
-                  _readme_rate(line.forward),
+                  Cell(line.framework), Cell(line.variant),
+                  _readme_rate(line.train, line.variant), _readme_rate(line.forward, line.variant),
                   utilisation_cell(line.train) if line.train else _muted(),
                   energy_cell(line.train) if line.train else _muted())
                  for line in lines)
     notes = ["Each framework's fastest variant by training-step throughput, its forward "
-             "pass beside it; img/s = batch ÷ wall median; utilisation = model FLOPs ÷ time "
-             "÷ the GPU's bf16 datasheet peak (a training step counts 3 × forward); J/image: "
-             "the GPU's energy of one step ÷ batch. The folder's report.md has every row "
-             "(section 'Today's practice')."]
+             "pass beside it (another variant's, named, where it has none); img/s = batch ÷ "
+             "wall median; utilisation = model FLOPs ÷ time ÷ the GPU's bf16 datasheet peak "
+             "(a training step counts 3 × forward); J/image: the GPU's energy of one step ÷ "
+             "batch. The folder's report.md has every row (section 'Today's practice')."]
     if any(c.text.endswith(NOT_COUNTER) for row in body for c in row):
         notes.append(f"{NOT_COUNTER}: energy from the power readings, the GPU having no energy "
                      "counter.")
