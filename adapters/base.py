@@ -168,6 +168,15 @@ class Prepared(abc.ABC):
         canonical name (any layout: only norms are compared). Raises ``Unsupported``
         where the framework has no gradients."""
 
+    def trained_weights(self) -> dict[str, np.ndarray]:
+        """The trainable body parameters as the ``train_step`` measure has left them, keyed
+        by canonical name in the IR's layouts (as the weights given to ``prepare``).
+        ``train_step`` trains a copy of the network with its own optimizer state, so the
+        canonical network that ``forward_output`` and ``loss_and_gradients`` fingerprint
+        never changes; before the first step this is the canonical weights. Raises
+        ``Unsupported`` where the framework has no training step."""
+        raise Unsupported("no train_step")
+
     def fingerprint(self) -> Fingerprint:
         output = self.forward_output()
         try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import cells, compare, equivalence, historical, peaks, plots, ratios, tidy, truth
+from reports import cells, compare, equivalence, historical, peaks, plots, practice, ratios, tidy, truth
 from reports import tables_bahrampour as tb
 from reports import tables_conditions as tc
 from reports import tables_kernels as tk
@@ -37,11 +37,14 @@ CONVENTIONS = (
     "under half the wall time: their wall figure depends on the host CPU.",
     "Forward = inference pass; Total = one gradient computation (forward + loss + backward "
     "for all parameters, no optimizer update; Bahrampour's 'gradient computation time'); "
-    "Backward = Total − Forward (convnet-benchmarks' and cnn-benchmarks' 'backward').",
+    "Backward = Total − Forward (convnet-benchmarks' and cnn-benchmarks' 'backward'); "
+    "Train step = one training iteration: forward, loss, backward and an SGD update with "
+    "momentum.",
     "First call = the first, untimed-loop call (compile, trace, autotune). Peak memory is "
     "the framework allocator's peak on GPU ('alloc') and process RSS on CPU ('RSS').",
     "Achieved TFLOP/s = forward FLOPs per example × batch × k / median time, k = 1 for "
-    "forward and 3 for a gradient computation (forward + two backward products); FLOPs = "
+    "forward and 3 for a gradient computation or a training step (forward + two backward "
+    "products; the update's few FLOPs per parameter are left out); FLOPs = "
     "2 × multiply-accumulates of convolutions, dense and LSTM matrix products. % of peak "
     "uses the datasheet peak for the row's precision (fp32, tf32 or bf16); CPUs: blank.",
     "Equivalence compares the fingerprints (outputs, loss, gradient norms) of every row of a "
@@ -120,34 +123,56 @@ class Judged:
     frame: pd.DataFrame
     equiv: equivalence.Equivalence
     superseded: int                 # older rows replaced by reruns of identical settings
+    practice_equiv: equivalence.Equivalence    # the practice suites' rows among themselves
+
+    @property
+    def core(self) -> pd.DataFrame:
+        """Every row but the practice suites' (bf16 / TF32, large batches): those have a
+        section of their own and never enter the strict-fp32 tables, rankings or ratios."""
+        return self.frame[~self.frame["practice"]].reset_index(drop=True)
 
     @property
     def steady(self) -> pd.DataFrame:
         """The rows the timing tables read. Compile-cache rows exist for their first calls
         (Table 8); their steady-state samples are a single one. Data-parallel rows have
         their own section (their batch is a global batch over N)."""
-        frame = self.frame
+        frame = self.core
         return frame[(frame["compile_cache"] == "")
                      & (frame["measure"] != ts.MEASURE)].reset_index(drop=True)
+
+    @property
+    def practice(self) -> pd.DataFrame:
+        """The practice suites' rows (section "Today's practice")."""
+        frame = self.frame
+        return frame[frame["practice"] & (frame["compile_cache"] == "")].reset_index(drop=True)
+
+
+def _equivalence(frame: pd.DataFrame) -> equivalence.Equivalence:
+    """Float64 errors judge equivalence where every row has them; pairwise elsewhere."""
+    return truth.prefer_truth(equivalence.check(frame), frame)
 
 
 def judge(loaded: Loaded) -> Judged:
     merged = tidy.tidy(loaded)
     frame = peaks.add_throughput(merged.frame, peaks.load_peaks())
-    # Float64 errors judge equivalence where every row has them; pairwise elsewhere.
-    equiv = truth.prefer_truth(equivalence.check(frame), frame)
+    frame = frame.assign(practice=frame["practice"].astype(bool))
+    # Strict-fp32 suites and practice suites are judged apart: a practice fingerprint never
+    # decides a strict table's verdict, nor the other way round.
+    equiv = _equivalence(frame[~frame["practice"]])
+    practice_equiv = _equivalence(frame[frame["practice"]])
+    rows = {**equiv.rows, **practice_equiv.rows}
     frame = frame.assign(
-        equiv=[equiv.rows[s].text() if s in equiv.rows else "—" for s in frame["source"]],
-        equiv_worst_rel=[equiv.rows[s].worst if s in equiv.rows else float("nan")
+        equiv=[rows[s].text() if s in rows else "—" for s in frame["source"]],
+        equiv_worst_rel=[rows[s].worst if s in rows else float("nan")
                          for s in frame["source"]])
-    return Judged(frame, equiv, merged.superseded)
+    return Judged(frame, equiv, merged.superseded, practice_equiv)
 
 
 def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     """The report; with ``reference`` (published folders among the inputs) a section puts
     the other rows beside the reference rows (reports/compare.py)."""
     judged = judge(loaded)
-    frame, equiv, steady = judged.frame, judged.equiv, judged.steady
+    frame, equiv, steady, core = judged.frame, judged.equiv, judged.steady, judged.core
     hist = historical.load_historical()
     found = ratios.framework_ratios(steady) + ratios.device_ratios(steady)
 
@@ -163,12 +188,18 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     overview += list(loaded.warnings)
     sections = [Section("overview", "Overview", tuple(overview) + CONVENTIONS,
                         tables=(environment_table(frame),))]
-    sections.append(Section("summary", "Summary: models × frameworks",
-                            tables=tuple(tmod.summary_tables(steady, equiv))))
+    summary = tuple(tmod.summary_tables(steady, equiv))
+    if summary or not len(judged.practice):   # a practice-only run has no strict matrix
+        sections.append(Section("summary", "Summary: models × frameworks", tables=summary))
     if reference:
         text, tables = compare.section_parts(loaded, reference)
         sections.insert(1, Section("compare", "Compared with the reference", text,
                                    tables=tables))
+    practice_tables = practice.practice_tables(judged.practice, judged.practice_equiv)
+    if practice_tables:
+        sections.append(Section("practice", "Today's practice", practice.PARAGRAPHS,
+                                tables=tuple(practice_tables),
+                                plots=tuple(plots.practice_plots(judged.practice))))
     sentences = tuple(r.sentence() + "." for r in found)
     ratio_tables = tuple(t for t in (tm.ratio_table(found, "framework"),
                                      tm.ratio_table(found, "device")) if t is not None)
@@ -194,7 +225,7 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
         sections.append(Section("layers", "Convolution layers (convnet-benchmarks format)",
                                 tables=tuple(layer)))
     bahr = (tb.bahrampour_tables(steady, hist) + tb.epoch_tables(steady, hist)
-            + tb.sae_tables(steady, hist) + tb.compile_tables(frame, hist))
+            + tb.sae_tables(steady, hist) + tb.compile_tables(core, hist))
     if bahr:
         sections.append(Section("bahrampour", "Bahrampour et al. format", tables=tuple(bahr)))
     misc = [t for t in (tm.sweep_table(steady), tm.transfer_table(steady)) if t is not None]
@@ -219,7 +250,7 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     figures = plots.all_plots(steady)
     if figures:
         sections.append(Section("figures", "Figures", plots=tuple(figures)))
-    truth_table = truth.truth_table(frame)
+    truth_table = truth.truth_table(core)
     if truth_table is not None:
         sections.append(Section("truth", "Equivalence against float64", tables=(truth_table,)))
     scaling = ts.scaling_rows(loaded)
@@ -229,7 +260,7 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
         sections.append(Section("scaling", "Data-parallel scaling",
                                 ts.interconnect_lines(scaling), tables=(scaling_table,),
                                 plots=(scaling_plot,) if scaling_plot else ()))
-    failures = tm.failure_tables(frame)
+    failures = tm.failure_tables(core)
     if failures:
         sections.append(Section("failures", "Failures", tables=tuple(failures)))
     peak = peaks_table(frame)
@@ -250,8 +281,10 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
 
 # The seeds' formats a visitor looks for first (README "Published results"): cnn-benchmarks'
 # per-model tables, convnet-benchmarks' L1-L5, Bahrampour's Tables 3-8, Li's Fig. 2 (hotspot
-# layers), Fig. 3 (the input-size sweep) and Fig. 7 (host-to-device copies).
-HEADLINE_SECTIONS = ("summary", "models", "layers", "bahrampour", "layers-misc", "profiles")
+# layers), Fig. 3 (the input-size sweep) and Fig. 7 (host-to-device copies); and today's
+# practice (bf16 / TF32 training steps at large batches), which the seeds predate.
+HEADLINE_SECTIONS = ("summary", "practice", "models", "layers", "bahrampour", "layers-misc",
+                     "profiles")
 HEADLINE_FIGURES = ("Li et al. Fig. 3", "Li et al. Fig. 7")
 
 

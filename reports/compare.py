@@ -107,6 +107,14 @@ def split(loaded: Loaded, reference_roots: tuple[Path, ...]) -> tuple[pd.DataFra
     return frames[0], frames[1]
 
 
+def _pair_key(row: dict) -> tuple:
+    """What a reference row must share with yours: model, measure, framework, device, and
+    whether both are practice-suite rows (bf16 / TF32 at large batches: reports/practice.py),
+    so a practice row is never set beside a strict-fp32 one, nor the other way round."""
+    return (row["model"], row["measure"], row["framework"], row["device"],
+            bool(row["practice"]))
+
+
 def pair_rows(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
               ) -> tuple[list[Pair], list[dict]]:
     """(pairs, your timed rows without a reference row of their model, measure, framework
@@ -115,11 +123,11 @@ def pair_rows(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
     reference: dict[tuple, list[dict]] = defaultdict(list)
     for r in records(reference_frame):
         if _timed(r):
-            reference[(r["model"], r["measure"], r["framework"], r["device"])].append(r)
+            reference[_pair_key(r)].append(r)
     yours = [r for r in records(yours_frame) if _timed(r)]
     pairs, unmatched = [], []
     for r in yours:
-        candidates = reference.get((r["model"], r["measure"], r["framework"], r["device"]))
+        candidates = reference.get(_pair_key(r))
         if not candidates:
             unmatched.append(r)
             continue

@@ -8,7 +8,9 @@
 * the share of profiled time per layer type, stacked to 100% (Li et al. Fig. 2), shown in
   the hotspot section rather than under "Figures";
 * Li et al. Fig. 6's panels (runtime and the top kernels' hardware metrics), in the
-  kernel-metrics section.
+  kernel-metrics section;
+* today's practice: the training step's throughput against batch size, one line per
+  framework and variant, the batch that did not fit marked (section "Today's practice").
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pandas as pd  # noqa: E402
 
 from reports.grouping import records, variant_name  # noqa: E402
 from reports.naming import is_detail_model, parse_conv, sort_key  # noqa: E402
+from reports.practice import per_second, unit  # noqa: E402
 from reports.tables_profiles import layer_shares, profile_rows  # noqa: E402
 from reports.tidy import LAYER_TYPES  # noqa: E402
 
@@ -94,10 +97,14 @@ def _ok(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["status"] == "ok" and r["median_ms"] > 0]
 
 
+# The measures that time one batch per call, in the order of their panels. Epoch rows (a
+# whole epoch per call), transfers and profiles are other quantities and stay off these axes.
+SINGLE_BATCH = ("gradient", "train_step", "forward")
+
+
 def _single_batch(rows: list[dict]) -> list[dict]:
-    """Ok forward and gradient rows: one batch per timed call. Epoch rows (a whole epoch per
-    call), transfers and profiles are other quantities and stay off these axes."""
-    return [r for r in _ok(rows) if r["measure"] in ("forward", "gradient")]
+    """Ok rows of the single-batch measures."""
+    return [r for r in _ok(rows) if r["measure"] in SINGLE_BATCH]
 
 
 def _no_threads(r: dict) -> str:
@@ -128,7 +135,7 @@ def batch_plots(rows: list[dict]) -> list[Plot]:
             batches[(_line_label(r), r["measure"])].add(r["batch"])
         if max((len(b) for b in batches.values()), default=0) < 2:
             continue
-        measures = [m for m in ("gradient", "forward") if any(r["measure"] == m for r in mine)]
+        measures = [m for m in SINGLE_BATCH if any(r["measure"] == m for r in mine)]
         fig, axes = plt.subplots(1, len(measures), figsize=(5.5 * len(measures), 3.6),
                                  squeeze=False)
         for ax, measure in zip(axes[0], measures):
@@ -194,7 +201,7 @@ def thread_plots(rows: list[dict]) -> list[Plot]:
         mine = [r for r in cpu if r["model"] == model and r["batch"] == batch]
         if len({r["threads"] for r in mine}) < 2:
             continue
-        measures = [m for m in ("gradient", "forward") if any(r["measure"] == m for r in mine)]
+        measures = [m for m in SINGLE_BATCH if any(r["measure"] == m for r in mine)]
         fig, axes = plt.subplots(1, len(measures), figsize=(5.5 * len(measures), 3.6),
                                  squeeze=False)
         for ax, measure in zip(axes[0], measures):
@@ -317,6 +324,67 @@ def profile_plots(frame: pd.DataFrame) -> list[Plot]:
         out.append(Plot(slug(f"hotspots_{device}_{hw}"), f"Hotspot layers, {device} {hw}",
                         _png(fig), "Share of the profiled time per layer type, stacked to "
                         "100% (Li et al. Fig. 2)."))
+    return out
+
+
+def _practice_line(r: dict) -> str:
+    return _safe(f"{r['framework']} {_variant(r)}")
+
+
+def _not_run(r: dict) -> str:
+    return "OOM" if r["status"] == "oom" else r["status"]
+
+
+def practice_plots(frame: pd.DataFrame) -> list[Plot]:
+    """Today's practice: per hardware, model and precision swept over batch sizes, the
+    training step's examples per second (batch ÷ wall median) against the batch, log2 axis,
+    one line per framework and variant; a batch that did not run (OOM) is a red × on its
+    line's level, at the height of the line's last point below it."""
+    rows = [r for r in records(frame) if r["measure"] == "train_step"]
+    out = []
+    for hw, model, precision in sorted({(r["hardware"], r["model"], r["precision"])
+                                        for r in rows}):
+        mine = [r for r in rows if (r["hardware"], r["model"], r["precision"])
+                == (hw, model, precision)]
+        series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        failed: dict[str, list[dict]] = defaultdict(list)
+        for r in mine:
+            rate = per_second(r)
+            if rate == rate:
+                series[_practice_line(r)].append((r["batch"], rate))
+            elif r["status"] not in ("ok", "unsupported"):
+                failed[_practice_line(r)].append(r)
+        if max((len({b for b, _ in p}) for p in series.values()), default=0) < 2:
+            continue
+        fig, ax = plt.subplots(figsize=(7.0, 3.8))
+        for name, points in sorted(series.items()):
+            points.sort()
+            line = ax.plot([b for b, _ in points], [v for _, v in points], marker="o",
+                           label=name)[0]
+            for r in failed.get(name, ()):
+                below = [v for b, v in points if b < r["batch"]] or [points[-1][1]]
+                ax.plot([r["batch"]], [below[-1]], marker="x", markersize=9, mew=2,
+                        linestyle="none", color="#a40e26")
+                ax.annotate(_safe(_not_run(r)), (r["batch"], below[-1]), xytext=(5, 5),
+                            textcoords="offset points", fontsize=7, color=line.get_color())
+        batches = sorted({r["batch"] for r in mine})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches)
+        ax.set_xticklabels([str(b) for b in batches])
+        ax.minorticks_off()
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(f"{unit(mine[0])} per second")
+        ax.set_ylim(bottom=0)      # from zero: a flat knee must look flat
+        ax.set_title(_safe(f"{model} {precision} training step: {hw}"), fontsize=9)
+        ax.grid(alpha=0.3)
+        _legend(fig, [ax])
+        out.append(Plot(slug(f"practice_{model}_{precision}_{hw}"),
+                        f"{model}, {precision}: training-step throughput vs batch size, {hw}",
+                        _png(fig), "Today's practice: examples per second (batch ÷ wall-time "
+                        "median) of one training step (forward, backward, SGD-momentum "
+                        "update) against the batch size, log2 axis, one line per framework "
+                        "and variant; a red × marks a batch that did not run (OOM: the "
+                        "device's memory ran out), at the level of its line's last point."))
     return out
 
 

@@ -8,8 +8,12 @@ as the report judges them (reports/build.py ``judge``) but without building the 
 other tables and plots, and keeps
 the models that two or more frameworks ran at the same batch: what convnet-benchmarks and
 cnn-benchmarks put on their front pages, a framework against another on one machine. The
-full tables stay in each folder's report/headlines.md. The block between the two markers
-is rewritten whole, so the README never holds a number the published rows do not.
+full tables stay in each folder's report/headlines.md. After them, today's practice
+(reports/practice.py): ResNet-50 at batch 256 in bf16 mixed precision, per published GPU and
+framework, training-step and forward throughput, utilisation and energy per image, with
+NVIDIA DeepLearningExamples' figures for scale; one line where no folder has such rows yet.
+The block between the two markers is rewritten whole, so the README never holds a number
+the published rows do not.
 """
 
 from __future__ import annotations
@@ -52,13 +56,24 @@ def compared_rows(table: Table, frameworks: int) -> Table | None:
     return replace(table, rows=rows, notes=tuple(n for n in table.notes if n not in unused))
 
 
-def folder_tables(folder: Path) -> list[Table]:
+def folder_parts(folder: Path, root: Path = ROOT) -> tuple[list[Table], list]:
+    """The folder's headline tables and its practice lines (reports/practice.py), from one
+    reading of its rows."""
     from reports.build import judge
-    from reports.cells import compact_repeated_failures
     from reports.load import load
-    from reports.tables_models import summary_tables
+    from reports.practice import readme_lines
 
     judged = judge(load([folder]))
+    link = folder.resolve().relative_to(root.resolve()).as_posix()
+    return summary_parts(judged), readme_lines(judged.practice, link)
+
+
+def summary_parts(judged) -> list[Table]:
+    """The summary matrices of a judged folder, each with only the rows two or more
+    frameworks measured; the practice suites' rows are not among them (build.Judged)."""
+    from reports.cells import compact_repeated_failures
+    from reports.tables_models import summary_tables
+
     out = []
     for table in map(compact_repeated_failures, summary_tables(judged.steady, judged.equiv)):
         frameworks = len(table.columns) - 3          # Model, Batch, ..., Equiv.
@@ -69,15 +84,20 @@ def folder_tables(folder: Path) -> list[Table]:
 
 
 def block(folders: list[Path], root: Path = ROOT) -> str:
+    from reports.practice import readme_part
+
     parts = [BEGIN, ""]
+    practice = []
     for folder in folders:
-        tables = folder_tables(folder)
+        tables, lines = folder_parts(folder, root)
+        practice += lines
         if not tables:
             continue
         link = folder.resolve().relative_to(root.resolve()).as_posix()
         parts += [f"#### [`{link}`]({link}/report/headlines.md)", ""]
         for table in tables:
             parts.append(to_markdown(table, level=5))
+    parts += readme_part(practice)
     parts.append(END)
     return "\n".join(parts)
 

@@ -14,6 +14,7 @@ import math
 
 import pandas as pd
 
+from adapters.measures import TRAIN_STEP
 from reports import cells, ranking
 from reports.equivalence import FINGERPRINT, Equivalence
 from reports.grouping import by_setting, extras, label, records, setting_of, variant_name, variant_text
@@ -26,6 +27,11 @@ COLUMNS = ("Hardware", "Framework", "Variant", "Precision", "Threads", "Forward 
 NUMERIC = (False,) * 4 + (True,) * 8 + (False,)
 # After "Total (ms)" in tables where some row has a device time (GPU).
 DEVICE_COLUMNS = ("Device fwd / total (ms)",)
+# After "Total (ms)" in tables where some row has a training step (forward, backward and the
+# optimizer's update, adapters/measures.py), before the device column.
+TRAIN_COLUMNS = ("Train step (ms)",)
+# The summary's matrices, in this order per device, hardware and precision.
+SUMMARY_MEASURES = {"gradient": "Total", TRAIN_STEP: "Train step", "forward": "Forward"}
 
 
 def model_batches(frame: pd.DataFrame, keep=is_detail_model) -> list[tuple[str, int]]:
@@ -73,14 +79,16 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
     built = []
     for setting, measures in groups.items():
         fwd, grad = measures.get("forward"), measures.get("gradient")
-        if fwd is None and grad is None:
+        train = measures.get(TRAIN_STEP)
+        if fwd is None and grad is None and train is None:
             continue
         total = cells.ok_median(grad)
         sort = (math.isnan(total), total if not math.isnan(total) else 0.0,
                 cells.ok_median(fwd) if fwd else math.inf, setting)
-        built.append((sort, setting, fwd, grad, measures.get(FINGERPRINT)))
+        built.append((sort, setting, fwd, grad, measures.get(FINGERPRINT), train))
     built.sort(key=lambda t: t[0])
-    column = {"forward": [b[2] for b in built], "gradient": [b[3] for b in built]}
+    column = {"forward": [b[2] for b in built], "gradient": [b[3] for b in built],
+              TRAIN_STEP: [b[5] for b in built]}
     winner = {m: ranking.clear_winner(rs) for m, rs in column.items()}
     fastest = {m: ranking.fastest(rs) for m, rs in column.items()}
 
@@ -95,17 +103,18 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
     # already as wide as the page; host overhead (wall − device) is on hover and in the
     # conditions table. Only tables with a device time get it: CPU tables are unchanged.
     with_device = any(cells.is_num(cells.device_ms(r)) for b in built for r in b[2:4])
+    with_train = any(b[5] is not None for b in built)
     body, notes = [], []
-    for _, s, fwd, grad, printed in built:
+    for _, s, fwd, grad, printed, train in built:
         timed = {}
-        for measure, r in (("forward", fwd), ("gradient", grad)):
+        for measure, r in (("forward", fwd), ("gradient", grad), (TRAIN_STEP, train)):
             c = cells.time_cell(r)
             if r is not None and r is winner[measure]:
                 c = _bold(c)
             elif r is not None and winner[measure] is None and r is fastest[measure]:
                 c = _unranked(c, column[measure], name)
             timed[measure] = c
-        for r in (fwd, grad):
+        for r in (fwd, grad, train):
             if r is not None and r["status"] == "ok" and r["unstable"]:
                 notes.append(f"⚠ {s.framework} {variant_text(s, extra[s])} {s.precision} "
                              f"{s.device} {r['measure']}: {r['unstable_reason']}")
@@ -113,13 +122,14 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
             Cell(s.hardware), Cell(s.framework), Cell(variant_text(s, extra[s])),
             Cell(s.precision), Cell(str(s.threads)), timed["forward"],
             cells.backward_cell(grad, fwd), timed["gradient"],
+            *((timed[TRAIN_STEP],) if with_train else ()),
             *((cells.device_pair_cell(fwd, grad),) if with_device else ()),
             Cell(_pair(cells.first_call_cell(fwd).text, cells.first_call_cell(grad).text)),
             cells.memory_cell([fwd, grad]),
             Cell(_pair(cells.tflops_cell(fwd).text, cells.tflops_cell(grad).text)),
             Cell(_pair(cells.share_cell(fwd).text, cells.share_cell(grad).text),
                  title=cells.share_cell(grad or fwd).title),
-            _equiv_cell([fwd, grad, printed], equiv),
+            _equiv_cell([fwd, grad, printed, train], equiv),
         ))
     first = rows[0]
     info = []
@@ -135,15 +145,17 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
             "(Bahrampour's definition); total = one gradient computation, no optimizer "
             "update. Rows by total wall time, fastest first; "
             + ranking.rule("the fastest of its column") + "."]
+    if with_train:
+        head.append("Train step = one training iteration: forward, loss, backward and an SGD "
+                    "update with momentum (adapters/measures.py).")
     if with_device:
         head.append(cells.DEVICE_COLUMNS_NOTE)
     if any(c.text.endswith(cells.LAUNCH_BOUND) for row in body for c in row):
         head.append(cells.LAUNCH_BOUND_NOTE)
-    columns, numeric = COLUMNS, NUMERIC
-    if with_device:
-        at = COLUMNS.index("Total (ms)") + 1
-        columns = COLUMNS[:at] + DEVICE_COLUMNS + COLUMNS[at:]
-        numeric = NUMERIC[:at] + (True,) * len(DEVICE_COLUMNS) + NUMERIC[at:]
+    at = COLUMNS.index("Total (ms)") + 1
+    added = (TRAIN_COLUMNS if with_train else ()) + (DEVICE_COLUMNS if with_device else ())
+    columns = COLUMNS[:at] + added + COLUMNS[at:]
+    numeric = NUMERIC[:at] + (True,) * len(added) + NUMERIC[at:]
     return Table(f"model-{model}-b{batch}", f"{model} ({input_text(rows, batch)})", columns,
                  tuple(body), numeric, tuple(head + notes), caption=", ".join(info))
 
@@ -189,9 +201,10 @@ def _best_cell(rows: list[dict]) -> tuple[Cell, dict | None]:
 def summary_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[Table]:
     """One matrix per (device, hardware, precision, measure): models × frameworks, each
     framework's fastest variant (threads on CPU) with its name; failures when none ran."""
-    rows = [r for r in records(frame) if r["measure"] in ("forward", "gradient")]
+    rows = [r for r in records(frame) if r["measure"] in SUMMARY_MEASURES]
+    order = list(SUMMARY_MEASURES)
     keys = sorted({(r["device"], r["hardware"], r["precision"], r["measure"]) for r in rows},
-                  key=lambda k: (k[0] != "gpu", k[1], k[2], k[3] != "gradient"))
+                  key=lambda k: (k[0] != "gpu", k[1], k[2], order.index(k[3])))
     out = []
     for n, (device, hw, precision, measure) in enumerate(keys):
         part = [r for r in rows if (r["device"], r["hardware"], r["precision"],
@@ -218,7 +231,7 @@ def summary_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[Table]:
                     for cell, r in found]
             body.append((Cell(f"{model}"), Cell(str(batch)), *line,
                          Cell(equiv.model_text(model, batch, precision))))
-        name = "Total" if measure == "gradient" else "Forward"
+        name = SUMMARY_MEASURES[measure]
         notes = ["Each framework's fastest ok variant (and thread count on CPU), wall-time "
                  "median in ms; " + ranking.rule("the fastest framework") + "."]
         if any(cells.is_num(cells.device_ms(r)) for r in shown):

@@ -1,9 +1,10 @@
 """The plain-text summary printed to stdout (the runner's "first report"): one line per
-model, batch and setting with forward and total times, status and equivalence."""
+model, batch and setting with forward and total times, status and equivalence; the practice
+suites' rows after them, apart (reports/practice.py), with their throughput."""
 
 from __future__ import annotations
 
-from reports import cells
+from reports import cells, practice
 from reports.equivalence import FINGERPRINT
 from reports.grouping import by_setting, records, variant_text
 from reports.naming import sort_key
@@ -30,8 +31,31 @@ def _time(row) -> str:
     return text + (f" {cells.UNSTABLE}" if row["unstable"] else "")
 
 
+PRACTICE_HEADER = ("model", "batch", "hardware", "framework", "variant", "prec", "measure",
+                   "ms", "per s", "util", "equiv")
+PRACTICE_WIDTHS = (18, 5, 24, 10, 20, 5, 10, 10, 9, 6, 10)
+
+
+def _practice_lines(rows: list[dict]) -> list[tuple]:
+    rows = [r for r in rows if r["measure"] in practice.MEASURES]
+    rows.sort(key=lambda r: (sort_key(r["model"]), r["hardware"], practice.row_order(r)))
+    return [(r["model"], r["batch"], r["hardware"], r["framework"], r["variant"],
+             r["precision"], practice.MEASURE_NAMES.get(r["measure"], r["measure"]), _time(r),
+             practice.fmt_rate(practice.per_second(r)),
+             f"{r['peak_share']:.0%}" if cells.is_num(r["peak_share"]) else "—",
+             r["equiv"]) for r in rows]
+
+
+def _table(header, widths, lines) -> list[str]:
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    return out + [fmt.format(*(_clip(v, w) for v, w in zip(line, widths))).rstrip()
+                  for line in lines]
+
+
 def render(report) -> str:
-    rows = records(report.frame)
+    everything = records(report.frame)
+    rows = [r for r in everything if not r["practice"]]
     lines = []
     for model, batch in sorted({(r["model"], r["batch"]) for r in rows},
                                key=lambda mb: (sort_key(mb[0]), mb[1])):
@@ -48,9 +72,12 @@ def render(report) -> str:
                      else f"✗ {max(c.worst for c in checks):.0e}")
             lines.append((model, batch, s.hardware, s.framework, variant_text(s, ""), s.precision,
                           s.threads, _time(fwd), _time(grad), equiv))
-    fmt = "  ".join(f"{{:<{w}}}" for w in WIDTHS)
-    out = [fmt.format(*HEADER), fmt.format(*("-" * w for w in WIDTHS))]
-    out += [fmt.format(*(_clip(v, w) for v, w in zip(line, WIDTHS))).rstrip() for line in lines]
+    today = _practice_lines([r for r in everything if r["practice"]])
+    out = _table(HEADER, WIDTHS, lines) if lines or not today else []
+    if today:
+        out += [""] if out else []
+        out += ["Today's practice (practice suites; per s = batch / median):"]
+        out += _table(PRACTICE_HEADER, PRACTICE_WIDTHS, today)
     n = len(report.frame)
     tail = [f"{n} rows; {report.superseded} superseded by reruns" if report.superseded
             else f"{n} rows"]

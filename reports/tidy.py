@@ -38,6 +38,16 @@ CONDITION_FIELDS = ("repetitions", "device_median_ms", "device_span_median_ms",
                     "gpu_mem_clock_mhz_median", "gpu_power_w_median", "gpu_temperature_c_max")
 CONDITION_TEXT = ("interval", "host_buffer", "gpu_state_reason", "device_time_reason",
                   "device_time_kind")
+# The GPU's energy while the case ran (suites/device_state.py energy_fields): average power,
+# the energy of one iteration and where it came from (NVML's energy counter, or the median
+# power reading where the GPU has none). NaN / "" on CPU rows and rows written before them.
+ENERGY_FIELDS = ("gpu_energy_power_w", "energy_per_iteration_j", "energy_window_s")
+ENERGY_TEXT = ("energy_source",)
+# The practice suites (bf16 / TF32 / fp32 at large batches, the training step:
+# reports/practice.py) are measurements of their own, never reruns of a strict-fp32 suite's
+# rows: the flag is part of a row's identity, so neither replaces the other, and their rows
+# stay out of every other table.
+PRACTICE_SUITES = ("practice-gpu", "practice-cpu")
 # Device time under this share of the wall time: the wall time is mostly the host's
 # (launches, framework overhead), so it depends on the host CPU more than on the GPU.
 LAUNCH_BOUND_SHARE = 0.5
@@ -47,7 +57,7 @@ LAYER_TYPES = ("conv", "pool", "relu", "fc", "concat", "norm", "other")
 # What makes two rows "the same measurement": a table row (a "setting") is this minus measure,
 # model and batch.
 SETTING_KEY = (*SETTING_FIELDS, "host", "cpu_model", "gpu_model", "framework_version")
-IDENTITY = ("model", "batch", "measure", *SETTING_KEY)
+IDENTITY = ("model", "batch", "measure", *SETTING_KEY, "practice")
 STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", "device",
                   "precision", "variant", "layout", "execution", "unstable_reason",
                   "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
@@ -56,7 +66,7 @@ STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", 
                   "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline",
                   "profile_conv_family", "profile_conv_families", "framework_profile_tool",
                   "counters_tool", "counters_measure", "counters_top_kernels", "device_times",
-                  *CONDITION_TEXT)
+                  *CONDITION_TEXT, *ENERGY_TEXT)
 # The counters measure's values (suites/ncu_metrics.py keys: Li et al.'s nvprof names).
 COUNTER_KEYS = ("achieved_occupancy", "ipc", "warp_execution_efficiency", "gld_efficiency",
                 "gst_efficiency", "shared_efficiency", "registers_per_thread",
@@ -152,6 +162,7 @@ def flatten(raw) -> dict:
     env = data.get("env") or {}
     row = {
         "case_id": _text(data.get("case_id")), "suite": _text(data.get("suite")),
+        "practice": _text(data.get("suite")) in PRACTICE_SUITES,
         "model": _text(data.get("model")), "batch": int(data.get("batch") or 0),
         "measure": _text(data.get("measure")),
         **{k: _text(settings.get(k)) for k in ("framework", "device", "precision", "variant",
@@ -161,6 +172,8 @@ def flatten(raw) -> dict:
         "status": _text(data.get("status")), "reason": _text(data.get("reason")),
         **{k: _number(timing.get(k)) for k in TIMING_FIELDS + EPOCH_FIELDS + CONDITION_FIELDS},
         **{k: _text(timing.get(k)) for k in CONDITION_TEXT},
+        **{k: _number(timing.get(k)) for k in ENERGY_FIELDS},
+        **{k: _text(timing.get(k)) for k in ENERGY_TEXT},
         **host_columns(timing),
         **compile_event_columns(timing.get("compile_events")),
         "unstable": bool(timing.get("unstable", False)),
@@ -215,7 +228,7 @@ def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
     framework's device time is one clock's, measured alike."""
     if "device_times" not in frame or not (frame["measure"] == "device_time").any():
         return frame
-    case = ["model", "batch", *SETTING_KEY]
+    case = ["model", "batch", *SETTING_KEY, "practice"]
     index = {tuple(row[k] for k in case) + (row["measure"],): i
              for i, row in frame.iterrows() if row["measure"] != "device_time"}
     consumed = []

@@ -2,8 +2,10 @@
 path), op-by-op dispatch ("eager") as a variant.
 
 Compilation happens in the first call, which the harness times apart: ``prepare`` only
-builds the functions and places the arrays. No argument is donated: every step reads the
-same parameters and batch again, and a donated buffer is invalid after one call.
+builds the functions and places the arrays. Forward and gradient donate no argument: every
+step reads the same parameters and batch again, and a donated buffer is invalid after one
+call. ``train_step`` donates its training copy's parameters and optimizer state, which each
+call replaces (optax's SGD, as JAX training loops run it).
 
 ``epoch_step`` runs the same step functions over a list of batches placed on the device
 beforehand; ``profile`` runs the step under jax.profiler (profile.py), which reduces the
@@ -37,12 +39,18 @@ from adapters.base import (
 )
 from adapters.jax.network import Context, Lengths, Numerics, build, loss_value
 from adapters.jax.profile import profile_steps
+from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS
 from models.analysis import analyse
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
+
+try:
+    import optax
+except ImportError:   # forward and gradient need no optimizer; train_step says why
+    optax = None
 
 # Activations are NHWC on both devices. On the CPU, XLA's convolutions compute
 # channels-last and an NCHW graph gains layout changes around them: on this project's
@@ -178,6 +186,13 @@ class CompileLog:
 COMPILE_LOG = CompileLog()
 
 
+# The optimizer of train_step (adapters/measures.py): optax's SGD is heavy-ball momentum
+# b <- m*b + g, w <- w - lr*b (optax.trace, no Nesterov), its momentum buffer in the
+# parameters' dtype (float32, also under bf16 compute).
+OPTIMIZER = None if optax is None else optax.sgd(SGD_LEARNING_RATE, momentum=SGD_MOMENTUM,
+                                                 nesterov=False)
+
+
 class Inputs(NamedTuple):
     """One batch on the device (a pytree: ``jax.device_put`` places it whole)."""
 
@@ -211,6 +226,10 @@ class JaxPrepared(Prepared):
         # Gradients with respect to the body's trainable parameters only (argument 0).
         self.gradient_fn = compile_(jax.value_and_grad(self._loss))
         self.backward_fn = compile_(lambda backward, grad_out: backward(grad_out))
+        # train_step: the whole iteration in one program whose parameters and optimizer
+        # state (arguments 0 and 1) are donated, so XLA updates them in place.
+        self.train_fn = jax.jit(self._train, donate_argnums=(0, 1)) if self.jit else self._train
+        self.train_state: tuple[Any, Any] | None = None   # (params, opt_state), made by step
         self.measured: tuple[Callable, tuple] | None = None   # for the memory plan
         self.peak_before = self.in_use_before = 0
         self.extra = {"layout": self.num.layout,
@@ -252,6 +271,15 @@ class JaxPrepared(Prepared):
         out = self.net.body(params, features, ctx)
         return loss_value(self.model.loss.kind, out, features, labels)
 
+    def _train(self, params, opt_state, fixed, x, labels, lengths):
+        """One training iteration: the gradient pass of ``gradient_fn``, then optax's SGD.
+        As there, batch norm normalises with the batch's statistics and leaves the running
+        statistics canonical in ``fixed`` (momentum 0 in effect), and bf16 computes on
+        float32 parameters, so the gradients, the momentum and the update are float32."""
+        loss, grads = jax.value_and_grad(self._loss)(params, fixed, x, labels, lengths)
+        updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
     def _single_layer_backward(self, measure: str) -> Callable[[], Any]:
         """Forward once here, untimed, keeping JAX's residuals; the step then runs only
         the backward kernel for the input or for the weights (+ bias), given an all-ones
@@ -285,6 +313,8 @@ class JaxPrepared(Prepared):
             args = self._arguments(measure, Inputs(self.x, self.labels, self.lengths))
             self.measured = (fn, args)
             return lambda: fn(*args)
+        if measure == TRAIN_STEP:
+            return self._train_step()
         if measure in ("grad_input", "grad_weight"):
             return self._single_layer_backward(measure)
         if measure == "transfer":
@@ -298,6 +328,42 @@ class JaxPrepared(Prepared):
                 raise Unsupported("host and device are the same on cpu")
             return self._pinned_transfer()
         raise Unsupported(f"unknown measure '{measure}'")
+
+    def _train_step(self) -> Callable[[], Any]:
+        """The training copy (made at the first call, then trained on by every later
+        ``step``) and a step that replaces it with what ``train_fn`` returns. With jit the
+        handle is the loss: all outputs of one executable become ready together, and the
+        donated state of a call is deleted by the next one. Op by op the update is
+        dispatched after the loss, so the handle is the whole new state."""
+        if OPTIMIZER is None:
+            raise Unsupported("train_step needs optax (adapters/registry.toml pins it)")
+        if self.train_state is None:
+            # Copies made on the device: a donated buffer must be the copy's own, never the
+            # canonical network's (jax.device_put of a numpy array may alias host memory
+            # on the CPU).
+            params = jax.tree.map(lambda a: jnp.array(a, copy=True), self.trainable)
+            self.train_state = (params, OPTIMIZER.init(params))
+            jax.block_until_ready(self.train_state)
+        fn, jit, batch = self.train_fn, self.jit, (self.fixed, self.x, self.labels, self.lengths)
+        # The memory plan and the profile's HLO lower the step after the timed calls, when
+        # the state they would pass has been donated: its shapes, dtypes and placements
+        # describe the same program (and hit jit's cache).
+        state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype,
+                                                            sharding=a.sharding),
+                             self.train_state)
+        self.measured = (fn, (*state, *batch))
+
+        def run() -> Any:
+            params, opt_state, loss = fn(*self.train_state, *batch)
+            self.train_state = (params, opt_state)
+            return loss if jit else (params, opt_state, loss)
+        return run
+
+    def trained_weights(self) -> dict[str, np.ndarray]:
+        params = self.trainable if self.train_state is None else self.train_state[0]
+        # np.array copies: the next step donates (and so deletes) these buffers.
+        return {name: self.net.canonical(name, np.array(a, dtype=np.float32))
+                for name, a in params.items()}
 
     def _pinned_transfer(self) -> Callable[[], Any]:
         """The batch placed once (untimed) in page-locked host memory, JAX's "pinned_host"
@@ -429,7 +495,7 @@ class JaxPrepared(Prepared):
 
     def close(self) -> None:
         del self.trainable, self.fixed, self.x, self.labels, self.lengths, self.measured
-        del self.forward_fn, self.gradient_fn, self.backward_fn
+        del self.forward_fn, self.gradient_fn, self.backward_fn, self.train_fn, self.train_state
         # Drops this case's compiled executables, which would otherwise stay in host
         # memory (and in the next case's RSS) for the life of the worker.
         jax.clear_caches()
@@ -438,7 +504,8 @@ class JaxPrepared(Prepared):
 class JaxAdapter(Adapter):
     name = "jax"
     variants = {
-        "jit": "jax.jit of the whole step (XLA-compiled); NHWC activations, no donation",
+        "jit": "jax.jit of the whole step (XLA-compiled); NHWC activations; only "
+               "train_step donates (its parameters and optimizer state)",
         "eager": "op-by-op dispatch, no jax.jit (each primitive compiled once and cached)",
     }
 
@@ -465,6 +532,7 @@ class JaxAdapter(Adapter):
         return {
             "framework_version": jax.__version__,
             "jaxlib_version": jaxlib,
+            "optax_version": None if optax is None else optax.__version__,   # train_step's
             "gpu_model": self.device.device_kind if on_gpu else None,
             "cuda": cuda,
             "cudnn": cudnn,

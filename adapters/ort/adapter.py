@@ -236,7 +236,7 @@ class OrtPrepared(Prepared):
     def step(self, measure: str) -> Callable[[], Any]:
         if measure == "forward":
             return self._forward
-        if measure in ("gradient", "grad_input", "grad_weight"):
+        if measure in ("gradient", "train_step", "grad_input", "grad_weight"):
             raise Unsupported(NO_GRADIENTS)
         if measure == "transfer":
             if not self.on_gpu:

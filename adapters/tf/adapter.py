@@ -1,13 +1,15 @@
 """TensorFlow adapter: ``tf.function`` graphs by default (TensorFlow's standard fast path:
 Grappler with oneDNN kernels on CPU, cuDNN on GPU), eager execution and XLA
 (``jit_compile=True``) as variants. Epochs pass their batches to one traced function;
-profiles come from TensorFlow's own profiler (tf.profiler.experimental), read from the
-XPlane trace it writes (profile.py)."""
+train_step runs tape and Keras optimizer in one function of the variant, on a copy of the
+body; profiles come from TensorFlow's own profiler (tf.profiler.experimental), read from
+the XPlane trace it writes (profile.py)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import keras
@@ -24,9 +26,21 @@ from adapters.base import (
     RunConfig,
     Unsupported,
 )
+from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS
-from adapters.tf.network import NCHW, NHWC, Context, Conv2d, Dense, Layout, Lengths, build, grouped_conv_runs
+from adapters.tf.network import (
+    NCHW,
+    NHWC,
+    Context,
+    Conv2d,
+    Dense,
+    Layout,
+    Lengths,
+    Network,
+    build_network,
+    grouped_conv_runs,
+)
 from adapters.tf.profile import profile_steps
 from adapters.tf.settings import describe_settings, settings_in_force
 from models.inputs import Batch
@@ -237,6 +251,27 @@ class DenseBackward:
             return (dw, tf.reduce_sum(self.g, axis=0)) if self.has_bias else (dw,)
 
 
+@dataclass(frozen=True)
+class Training:
+    """train_step's copy of the network: a body on tf.Variables of its own, started from
+    the canonical ones, and the Keras optimizer that updates them (its slot variables
+    already built), so the canonical network never changes."""
+
+    network: Network
+    optimizer: keras.optimizers.Optimizer
+    variables: list[tf.Variable]
+
+
+def sgd_momentum() -> keras.optimizers.Optimizer:
+    """Keras's SGD keeps v <- m*v - lr*g, w <- w + v: heavy-ball momentum with the buffer
+    scaled by -lr, the same update for a constant rate (adapters/measures.py). No
+    LossScaleOptimizer under bf16: Keras wraps the optimizer in one only for the
+    "mixed_float16" policy (keras/src/trainers/trainer.py, Trainer.compile); bfloat16
+    has float32's exponent range, and the variables and gradients here are float32."""
+    return keras.optimizers.SGD(learning_rate=SGD_LEARNING_RATE, momentum=SGD_MOMENTUM,
+                                nesterov=False)
+
+
 class TFPrepared(Prepared):
     def __init__(self, adapter: TFAdapter, model: Model, weights: Weights, batch: Batch,
                  case: CaseConfig, variant: str):
@@ -255,9 +290,13 @@ class TFPrepared(Prepared):
             # kernels, which may lack groups (network.grouped_conv_runs).
             grouped = any(isinstance(n, IRConv2d) and n.groups > 1 for n in all_nodes(model))
             split_groups = grouped and variant != "xla" and not grouped_conv_runs(self.device)
-            self.frozen, self.body, self.params = build(
-                model, weights, cudnn_lstm(self.on_gpu, variant, case.precision),
-                "mixed_bfloat16" if bf16 else "float32", self.layout, split_groups)
+            self.build_options = dict(
+                cudnn_lstm=cudnn_lstm(self.on_gpu, variant, case.precision),
+                policy="mixed_bfloat16" if bf16 else "float32", layout=self.layout,
+                split_groups=split_groups)
+            self.network = build_network(model, weights, **self.build_options)
+            self.frozen, self.body, self.params = (self.network.frozen, self.network.body,
+                                                   self.network.params)
         self.inputs = place_batch(model, batch, self.device, self.layout)
         self.x = self.inputs["x"]
         self.host_x = _placed("/CPU:0", self.x.numpy())
@@ -273,6 +312,10 @@ class TFPrepared(Prepared):
         self.run_forward = compile_fn(self._forward)
         self.run_gradient = compile_fn(self._gradient)
         self.epoch_runs: dict[str, Callable] = {}   # epoch_step's compiled computations
+        # train_step's copy and its compiled step, made on first use: no other measure
+        # holds a second copy of the weights.
+        self.training: Training | None = None
+        self.run_train: Callable | None = None
 
     # --- the computations, on a batch placed by place_batch ---------------------------
     def _context(self, training: bool, inputs: dict[str, Any]) -> Context:
@@ -299,13 +342,19 @@ class TFPrepared(Prepared):
         with tf.device(self.device):
             return self.body(self._features(inputs), self._context(False, inputs))
 
-    def _gradient_on(self, inputs: dict[str, Any]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    def _gradient_on(self, inputs: dict[str, Any], body: Callable | None = None,
+                     variables: list[tf.Variable] | None = None
+                     ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """The loss and its gradients for the canonical body, or for ``body`` over
+        ``variables`` (train_step's copy)."""
+        body = self.body if body is None else body
+        variables = self.variables if variables is None else variables
         with tf.device(self.device):
             features = self._features(inputs)
             with tf.GradientTape() as tape:
-                out = self.body(features, self._context(True, inputs))
+                out = body(features, self._context(True, inputs))
                 loss = self._loss(out, features, inputs)
-            return loss, tape.gradient(loss, self.variables)
+            return loss, tape.gradient(loss, variables)
 
     # The single-batch steps capture the seeded batch (no arguments to trace).
     def _forward(self) -> tf.Tensor:
@@ -313,6 +362,54 @@ class TFPrepared(Prepared):
 
     def _gradient(self) -> tuple[tf.Tensor, list[tf.Tensor]]:
         return self._gradient_on(self.inputs)
+
+    def _training(self) -> Training:
+        """train_step's copy, made once: the body rebuilt on new variables that start as
+        device-side copies of the canonical ones, and the optimizer's momentum buffers
+        built here, so no timed call creates a variable (tf.function may create variables
+        on its first trace only). Batch norm is the gradient path's: fused batch norm with
+        batch statistics, a functional op, so the copy's running statistics stay the
+        canonical ones, as in every gradient pass (network.BatchNorm)."""
+        if self.training is None:
+            with tf.device(self.device):
+                network = build_network(self.model, {}, **self.build_options,
+                                        source=self.network)
+                variables = list(network.params.values())
+                optimizer = sgd_momentum()
+                optimizer.build(variables)
+            self.training = Training(network, optimizer, variables)
+        return self.training
+
+    def _train(self) -> tf.Tensor:
+        """One training iteration in one graph, as a custom TensorFlow training loop
+        writes it (tf.function around the tape and ``apply_gradients``): forward in
+        training mode, loss, backward, and the SGD update of the copy's variables. Under
+        bf16 the gradients are float32 (the tape differentiates through the casts of the
+        float32 variables), so the update runs in float32 on the master weights."""
+        training = self.training
+        loss, grads = self._gradient_on(self.inputs, training.network.body,
+                                        training.variables)
+        with tf.device(self.device):
+            training.optimizer.apply_gradients(zip(grads, training.variables, strict=True))
+        return loss
+
+    def _train_step(self) -> Callable[[], Any]:
+        self._training()
+        if self.run_train is None:
+            # One function for the case, traced (and XLA-compiled) on its first call
+            # and reused by every later call: the loss is its handle for sync().
+            self.run_train = COMPILE[self.variant](self._train)
+        return self.run_train
+
+    def trained_weights(self) -> dict[str, np.ndarray]:
+        network = self._training().network
+        return {name: network.canonical(name, var.numpy())
+                for name, var in network.params.items()}
+
+    def canonical_gradient(self, name: str, grad: np.ndarray) -> np.ndarray:
+        """A gradient of ``loss_and_gradients`` in the IR's layout: the inverse of the
+        layout its variable was loaded in (network.ParamLayout)."""
+        return self.network.canonical(name, grad)
 
     def _single_layer_step(self, measure: str) -> Callable[[], Any]:
         if len(self.model.body) != 1 or self.model.frozen:
@@ -330,6 +427,8 @@ class TFPrepared(Prepared):
             return self.run_forward
         if measure == "gradient":
             return self.run_gradient
+        if measure == TRAIN_STEP:
+            return self._train_step()
         if measure in ("grad_input", "grad_weight"):
             return self._single_layer_step(measure)
         if measure == "transfer":
@@ -409,6 +508,7 @@ class TFPrepared(Prepared):
     def close(self) -> None:
         del self.frozen, self.body, self.params, self.variables, self.x, self.host_x
         del self.inputs, self.run_forward, self.run_gradient, self.epoch_runs
+        del self.network, self.training, self.run_train
 
 
 class TFAdapter(Adapter):

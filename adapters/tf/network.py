@@ -12,7 +12,8 @@ filter is HWIO in both layouts (tf.nn.conv2d takes no other).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import keras
@@ -82,6 +83,37 @@ class Layout:
 
 
 NHWC, NCHW = Layout("NHWC"), Layout("NCHW")
+
+
+@dataclass(frozen=True)
+class ParamLayout:
+    """How a canonical parameter lies in its tf.Variable, both ways (the same maps serve
+    its gradient): a convolution's OIHW weight as HWIO, tf.nn.conv2d's only filter
+    layout; the rows of a dense weight after an NHWC flatten in (H, W, C) order instead
+    of the canonical (C, H, W); everything else as the IR has it (Keras's LSTM layouts
+    (in, 4H), (H, 4H), (4H,) with gates i, f, c, o are the canonical ones)."""
+
+    conv: bool = False
+    flattened: tuple[int, int, int] | None = None   # (C, H, W) of the flattened activation
+
+    def to_variable(self, array: np.ndarray) -> np.ndarray:
+        if self.conv:
+            array = array.transpose(2, 3, 1, 0)   # OIHW -> HWIO
+        if self.flattened is not None:
+            c, h, w = self.flattened
+            array = array.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1)
+        return np.ascontiguousarray(array, np.float32)
+
+    def to_canonical(self, array: np.ndarray) -> np.ndarray:
+        if self.conv:
+            array = array.transpose(3, 2, 0, 1)   # HWIO -> OIHW
+        if self.flattened is not None:
+            c, h, w = self.flattened
+            array = array.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(c * h * w, -1)
+        return np.ascontiguousarray(array)
+
+
+AS_IS = ParamLayout()
 
 
 @dataclass(frozen=True)
@@ -424,14 +456,15 @@ class LSTMLayer:
     fails at run time, hence the explicit choice.
     """
 
-    def __init__(self, node: ir.LSTM, weights: Weights, cudnn: bool, policy: str):
+    def __init__(self, node: ir.LSTM, values: Mapping, cudnn: bool, policy: str):
         self.layer = keras.layers.LSTM(node.hidden_size, return_sequences=True,
                                        use_cudnn="auto" if cudnn else False, dtype=policy)
         self.layer.build((None, None, node.input_size))
         cell = self.layer.cell
-        cell.kernel.assign(weights[f"{node.name}.w_ih"])
-        cell.recurrent_kernel.assign(weights[f"{node.name}.w_hh"])
-        cell.bias.assign(weights[f"{node.name}.bias"])
+        # ``values``: canonical arrays, or another LSTM's variables (the same layouts).
+        cell.kernel.assign(values[f"{node.name}.w_ih"])
+        cell.recurrent_kernel.assign(values[f"{node.name}.w_hh"])
+        cell.bias.assign(values[f"{node.name}.bias"])
         # The tf.Variables behind Keras's variables, for GradientTape.
         self.variables = {"w_ih": cell.kernel.value, "w_hh": cell.recurrent_kernel.value,
                           "bias": cell.bias.value}
@@ -448,11 +481,15 @@ class MaskedMean:
 
 class Builder:
     """Turns IR nodes into layers over tf.Variables and remembers which variable holds
-    each canonical parameter (for gradients and fingerprints)."""
+    each canonical parameter (for gradients and fingerprints) and in which layout.
+    ``source``, where given, holds another network's variables by canonical name: each
+    new variable then starts as a device-side copy of its namesake (already in this
+    layout) instead of from ``weights``."""
 
     def __init__(self, model: ir.Model, weights: Weights, cudnn_lstm: bool, policy: str,
-                 layout: Layout = NHWC):
+                 layout: Layout = NHWC, source: Mapping[str, tf.Variable] | None = None):
         self.weights = weights
+        self.source = source
         self.layout = layout
         self.cudnn_lstm = cudnn_lstm
         self.policy = policy
@@ -462,15 +499,20 @@ class Builder:
                        for layer in analyse(model).layers}
         self.dense: dict[str, Dense] = {}
         self.params: dict[str, tf.Variable] = {}
+        self.variables: dict[str, tf.Variable] = {}   # every variable, running statistics too
+        self.layouts: dict[str, ParamLayout] = {}
         self.trainable = True
 
-    def variable(self, name: str, array: np.ndarray | None = None,
+    def variable(self, name: str, layout: ParamLayout = AS_IS,
                  trainable: bool = True) -> tf.Variable:
-        value = self.weights[name] if array is None else array
-        var = tf.Variable(np.ascontiguousarray(value, np.float32), name=name.replace(".", "/"),
+        value = layout.to_variable(self.weights[name]) if self.source is None \
+            else self.source[name]
+        var = tf.Variable(value, name=name.replace(".", "/"),
                           trainable=trainable and self.trainable)
+        self.variables[name] = var
         if trainable:
             self.params[name] = var
+            self.layouts[name] = layout
         return var
 
     def sequence(self, nodes: tuple[ir.Node, ...]) -> Sequence:
@@ -489,24 +531,21 @@ class Builder:
         return Sequence(layers)
 
     def dense_layer(self, node: ir.Dense, flattened: tuple[int, ...] = ()) -> Dense:
-        weight = self.weights[f"{node.name}.weight"]
-        if len(flattened) == 3 and self.layout.channels_last:
-            # Rows in canonical (C, H, W) order -> the (H, W, C) order of NHWC flattening.
-            c, h, w = flattened
-            weight = weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1)
+        # Rows in canonical (C, H, W) order -> the (H, W, C) order of NHWC flattening.
+        layout = ParamLayout(flattened=tuple(flattened)) \
+            if len(flattened) == 3 and self.layout.channels_last else AS_IS
         bias = self.variable(f"{node.name}.bias") if node.bias else None
-        dense = Dense(self.variable(f"{node.name}.weight", weight), bias)
+        dense = Dense(self.variable(f"{node.name}.weight", layout), bias)
         self.dense[node.name] = dense
         return dense
 
     def node(self, node: ir.Node):
         if isinstance(node, ir.Conv2d):
             (_, *in_hw), (_, *out_hw) = self.shapes[node.name]
-            # OIHW -> HWIO (TensorFlow's filter layout; I is the per-group input depth).
-            weight = self.weights[f"{node.name}.weight"].transpose(2, 3, 1, 0)
             padding, explicit = window_padding(tuple(in_hw), tuple(out_hw), node.kernel,
                                                node.stride, node.padding)
-            return Conv2d(self.variable(f"{node.name}.weight", weight),
+            # OIHW -> HWIO (TensorFlow's filter layout; I is the per-group input depth).
+            return Conv2d(self.variable(f"{node.name}.weight", ParamLayout(conv=True)),
                           self.variable(f"{node.name}.bias") if node.bias else None,
                           node.stride, padding, explicit, self.layout, node.groups,
                           self.split_groups)
@@ -540,31 +579,63 @@ class Builder:
         if isinstance(node, ir.Embedding):
             return Embedding(self.variable(f"{node.name}.table"))
         if isinstance(node, ir.LSTM):
-            layer = LSTMLayer(node, self.weights, self.cudnn_lstm, self.policy)
+            values = self.weights if self.source is None else self.source
+            layer = LSTMLayer(node, values, self.cudnn_lstm, self.policy)
             if not self.trainable:
                 layer.layer.trainable = False
             for key, var in layer.variables.items():
-                self.params[f"{node.name}.{key}"] = var
+                self.params[f"{node.name}.{key}"] = self.variables[f"{node.name}.{key}"] = var
+                self.layouts[f"{node.name}.{key}"] = AS_IS
             return layer
         if isinstance(node, ir.MeanOverTime):
             return MaskedMean()
         raise TypeError(f"no TensorFlow realisation for {type(node).__name__}")
 
 
-def build(model: ir.Model, weights: Weights, cudnn_lstm: bool = True,
-          policy: str = "float32", layout: Layout = NHWC, split_groups: bool = False,
-          ) -> tuple[Sequence, Sequence, dict[str, tf.Variable]]:
-    """(frozen prefix, trainable body, canonical name -> body variable). ``policy`` is
-    the Keras dtype policy of Keras-built layers ("mixed_bfloat16" under bf16); ``layout``
-    the activations' layout; ``split_groups`` runs grouped convolutions one group at a
-    time (see Conv2d)."""
-    builder = Builder(model, weights, cudnn_lstm, policy, layout)
+@dataclass(frozen=True)
+class Network:
+    """A built network: the frozen prefix (empty in a training copy), the trainable body,
+    canonical name -> body variable (``params``) and its layout, and every variable by
+    canonical name (running statistics too), which a copy starts from."""
+
+    frozen: Sequence
+    body: Sequence
+    params: dict[str, tf.Variable]
+    layouts: dict[str, ParamLayout]
+    variables: dict[str, tf.Variable] = field(repr=False)
+
+    def canonical(self, name: str, array: np.ndarray) -> np.ndarray:
+        """A parameter's value or gradient, as a host array, in the IR's layout."""
+        return self.layouts[name].to_canonical(array)
+
+
+def build_network(model: ir.Model, weights: Weights, cudnn_lstm: bool = True,
+                  policy: str = "float32", layout: Layout = NHWC, split_groups: bool = False,
+                  source: Network | None = None) -> Network:
+    """The network on tf.Variables of its own. ``policy`` is the Keras dtype policy of
+    Keras-built layers ("mixed_bfloat16" under bf16); ``layout`` the activations' layout;
+    ``split_groups`` runs grouped convolutions one group at a time (see Conv2d).
+    ``source``: a network built with the same arguments; the result is then a copy of
+    its body whose variables start as device-side copies of the source's, and has no
+    frozen prefix (nothing trains it: the copy runs on the source's prefix's output)."""
+    builder = Builder(model, weights, cudnn_lstm, policy, layout,
+                      None if source is None else source.variables)
     builder.split_groups = split_groups
     builder.trainable = False
-    frozen = builder.sequence(model.frozen)
+    frozen = builder.sequence(model.frozen if source is None else ())
     frozen_names = set(builder.params)
     builder.trainable = True
     body = builder.sequence(model.body)
     trainable = {name: var for name, var in builder.params.items()
                  if name not in frozen_names}
-    return frozen, body, trainable
+    return Network(frozen, body, trainable, {name: builder.layouts[name] for name in trainable},
+                   builder.variables)
+
+
+def build(model: ir.Model, weights: Weights, cudnn_lstm: bool = True,
+          policy: str = "float32", layout: Layout = NHWC, split_groups: bool = False,
+          ) -> tuple[Sequence, Sequence, dict[str, tf.Variable]]:
+    """(frozen prefix, trainable body, canonical name -> body variable): build_network's
+    parts."""
+    network = build_network(model, weights, cudnn_lstm, policy, layout, split_groups)
+    return network.frozen, network.body, network.params

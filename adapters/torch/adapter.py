@@ -1,9 +1,12 @@
 """PyTorch adapter: eager execution with cuDNN autotune by default (the framework's
-standard fast path), ``torch.compile``, cuDNN disabled and channels-last as variants."""
+standard fast path), ``torch.compile``, cuDNN disabled, channels-last and channels-last
+compiled as variants. ``train_step`` trains a deep copy of the body with
+``torch.optim.SGD``."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from adapters.base import (
     Adapter,
@@ -22,6 +26,7 @@ from adapters.base import (
     RunConfig,
     Unsupported,
 )
+from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS
 from adapters.torch.network import Lengths, build
@@ -29,6 +34,9 @@ from adapters.torch.profile import profile_steps
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
+
+COMPILED = ("compile", "compile_channels_last")
+CHANNELS_LAST = ("channels_last", "compile_channels_last")
 
 
 def apply_precision(precision: str, on_gpu: bool) -> None:
@@ -96,6 +104,17 @@ class Inputs:
     lengths: Lengths | None
 
 
+@dataclass(frozen=True)
+class Training:
+    """What ``train_step`` trains: a deep copy of the body, its runner (compiled in the
+    compiled variants), the copy's parameters by canonical name, and its own optimizer."""
+
+    body: nn.Module
+    run: Callable
+    params: dict[str, nn.Parameter]
+    optimizer: torch.optim.Optimizer
+
+
 class TorchPrepared(Prepared):
     def __init__(self, adapter: TorchAdapter, model: Model, weights: Weights, batch: Batch,
                  case: CaseConfig, variant: str):
@@ -107,7 +126,7 @@ class TorchPrepared(Prepared):
         self.variant = variant
         frozen, body, self.params = build(model, weights)
         memory_format = torch.preserve_format
-        if variant == "channels_last":
+        if variant in CHANNELS_LAST:
             if model.input.kind != "image":
                 raise Unsupported("channels-last applies to 4-D image tensors only")
             memory_format = torch.channels_last
@@ -116,7 +135,7 @@ class TorchPrepared(Prepared):
         # Module.to() keeps parameter identity, so the canonical map stays valid.
         self.run_frozen: Callable = self.frozen
         self.run_body: Callable = self.body
-        if variant == "compile":
+        if variant in COMPILED:
             self.run_frozen = torch.compile(self.frozen)
             self.run_body = torch.compile(self.body)
         self.memory_format = memory_format
@@ -126,6 +145,7 @@ class TorchPrepared(Prepared):
         self.x = self.inputs.x
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) \
             if case.precision == "bf16" else contextlib.nullcontext
+        self.train_copy: Training | None = None   # made by the first train_step
 
     def _place(self, batch: Batch) -> Inputs:
         host_x = torch.from_numpy(batch.x)
@@ -168,12 +188,61 @@ class TorchPrepared(Prepared):
         own backward kernels (convnet-benchmarks' updateGradInput / accGradParameters)."""
         if len(self.model.body) != 1 or self.model.frozen:
             raise Unsupported("grad_input and grad_weight are single-layer measures")
-        if self.variant == "compile":
+        if self.variant in COMPILED:
             raise Unsupported("a compiled graph computes all gradients together")
         x = self.x.detach().requires_grad_(True)
         with self.autocast():
             out = self.body(x)
         return x, out
+
+    def _training(self) -> Training:
+        """The training copy, made once. deepcopy clones every parameter with
+        ``preserve_format``, so a channels-last body stays channels-last, and its memo
+        maps each canonical parameter to its clone (a tied decoder keeps sharing its
+        encoder's clone). ``Module.to`` on the device it is already on moves nothing but
+        re-flattens cuDNN's LSTM weights into one buffer (RNNBase._apply), which a copy
+        made parameter by parameter is not. Batch norm keeps momentum 0 in the copy
+        (network.py), as in gradient passes: training mode normalises by the batch's
+        statistics, and the running ones stay canonical."""
+        if self.train_copy is None:
+            memo: dict[int, Any] = {}
+            body = copy.deepcopy(self.body, memo).to(self.device, memory_format=self.memory_format)
+            body.train()
+            params = {name: memo[id(param)] for name, param in self.params.items()}
+            # The compiled variants compile the module, torch.compile's documented use
+            # (``torch.compile(model)``), as they compile the body; the optimizer step
+            # stays eager: compiling it is a separate beta recipe of the PyTorch
+            # tutorials ("Compiling the optimizer with torch.compile"), not the standard
+            # loop. The optimizer is torch.optim.SGD's default implementation: foreach
+            # (multi-tensor kernels) on CUDA, a for-loop on the CPU. The torch.optim docs
+            # make foreach the default on CUDA and leave fused=True opt-in ("Since the
+            # fused implementation is relatively new, we want to give it sufficient
+            # bake-in time"); torchvision's reference training script
+            # (references/classification/train.py) sets neither.
+            optimizer = torch.optim.SGD(list(params.values()), lr=SGD_LEARNING_RATE,
+                                        momentum=SGD_MOMENTUM)
+            self.train_copy = Training(body, torch.compile(body) if self.variant in COMPILED
+                                     else body, params, optimizer)
+        return self.train_copy
+
+    def _train_step(self) -> Callable[[], torch.Tensor]:
+        """One training iteration: forward and loss under the case's autocast (bf16 compute
+        over fp32 parameters, so the update is fp32), backward outside it as the AMP docs
+        advise (bf16 needs no GradScaler: it has fp32's exponent range), then the SGD
+        update. The frozen prefix runs without gradients, as in ``_gradient``."""
+        training = self._training()
+        inputs = self.inputs
+
+        def train_step() -> torch.Tensor:
+            training.optimizer.zero_grad(set_to_none=True)
+            with self.autocast():
+                features = self._features(inputs)
+                loss = self._loss(training.run(features, inputs.lengths), features,
+                                  inputs.labels)
+            loss.backward()
+            training.optimizer.step()
+            return loss.detach()
+        return train_step
 
     def step(self, measure: str) -> Callable[[], Any]:
         if measure == "forward":
@@ -182,6 +251,8 @@ class TorchPrepared(Prepared):
         if measure == "gradient":
             self.body.train()
             return lambda: self._gradient()[1]
+        if measure == TRAIN_STEP:
+            return self._train_step()
         if measure in ("grad_input", "grad_weight"):
             self.body.train()
             x, out = self._single_layer_graph()
@@ -258,7 +329,15 @@ class TorchPrepared(Prepared):
         hold their matrices as (out, in), the IR as (in, out); embedding tables agree."""
         return grad.T if grad.ndim == 2 and not name.endswith(".table") else grad
 
+    def trained_weights(self) -> dict[str, np.ndarray]:
+        # Before the first step there is no copy: the canonical parameters are its weights.
+        params = self.params if self.train_copy is None else self.train_copy.params
+        return {name: np.ascontiguousarray(
+                    self.canonical_gradient(name, p.detach().float().cpu().numpy()))
+                for name, p in params.items()}
+
     def close(self) -> None:
+        self.train_copy = None
         del self.frozen, self.body, self.run_frozen, self.run_body, self.params, self.x, self.inputs
         self.pinned_x = None
         if self.on_gpu:
@@ -272,6 +351,8 @@ class TorchAdapter(Adapter):
         "compile": "torch.compile (inductor, default mode)",
         "no_cudnn": "eager with cuDNN disabled (cnn-benchmarks' 'None' rows)",
         "channels_last": "eager, NHWC memory format (channels_last)",
+        "compile_channels_last": "torch.compile (inductor, default mode), NHWC memory "
+                                 "format (channels_last)",
         # cudnn.benchmark tries at most benchmark_limit (default 10) of the algorithms
         # cuDNN's heuristics rank; 0 tries every one (torch.backends.cudnn docs). The
         # benchmark cache is per process and keyed by the convolution, not the limit, so
@@ -314,6 +395,14 @@ class TorchAdapter(Adapter):
         if variant == "cudnn_exhaustive" and not on_gpu:
             raise Unsupported("cuDNN exists on GPU only")
         torch.backends.cudnn.benchmark_limit = 0 if variant == "cudnn_exhaustive" else 10
+        if variant in COMPILED:
+            # A fresh start for each case, as a process training one network has: torch
+            # compiles a function's code once per input shape and layout, up to
+            # recompile_limit (8) times, then runs it uncompiled, and after a first
+            # recompilation it compiles for dynamic shapes ("automatic dynamic"); every
+            # case's network shares Sequence.forward, so earlier cases in the worker's
+            # process would otherwise decide how, and whether, this one is compiled.
+            torch.compiler.reset()
         return TorchPrepared(self, model, weights, batch, case, variant)
 
     def is_out_of_memory(self, error: BaseException) -> bool:

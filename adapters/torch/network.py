@@ -26,15 +26,19 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 class Lengths:
     """Sequence lengths in the forms the LSTM and the masked mean need, made once."""
 
-    host: torch.Tensor    # int64 on the CPU, for pack_padded_sequence
-    mask: torch.Tensor    # float (N, T) on the device, 1 where a step is valid
-    count: torch.Tensor   # float (N,) on the device
+    sorted_host: torch.Tensor  # int64 on the CPU, longest first, for pack_padded_sequence
+    order: torch.Tensor        # int64 on the device: the batch's rows, longest first
+    restore: torch.Tensor      # int64 on the device: the inverse of ``order``
+    mask: torch.Tensor         # float (N, T) on the device, 1 where a step is valid
+    count: torch.Tensor        # float (N,) on the device
 
     @staticmethod
     def of(lengths: np.ndarray, steps: int, device: torch.device) -> Lengths:
         host = torch.from_numpy(lengths.astype(np.int64))
+        sorted_host, order = torch.sort(host, descending=True, stable=True)
         mask = (torch.arange(steps)[None, :] < host[:, None]).float()
-        return Lengths(host, mask.to(device), host.float().to(device))
+        return Lengths(sorted_host, order.to(device), torch.argsort(order).to(device),
+                       mask.to(device), host.float().to(device))
 
 
 class Sequence(nn.Module):
@@ -97,14 +101,17 @@ class LSTMLayer(nn.Module):
         self.lstm.bias_hh_l0.requires_grad_(False)
 
     def forward(self, x: torch.Tensor, lengths: Lengths | None) -> torch.Tensor:
-        # Packing needs the lengths on the host; a host copy is kept so that no
-        # device-to-host copy happens inside the timed step.
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths.host, batch_first=True,
-                                                   enforce_sorted=False)
+        # Packing needs the lengths on the host, longest first. Left to sort them
+        # (enforce_sorted=False), pack_padded_sequence copies its order to the device and
+        # pad_packed_sequence copies it back, two copies that wait for the GPU every step
+        # (torch/nn/utils/rnn.py); the order is found once instead (Lengths.of) and the
+        # rows are permuted on the device, as those functions do themselves.
+        packed = nn.utils.rnn.pack_padded_sequence(x.index_select(0, lengths.order),
+                                                   lengths.sorted_host, batch_first=True)
         out, _ = self.lstm(packed)
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
                                                   total_length=x.shape[1])
-        return out
+        return out.index_select(0, lengths.restore)
 
 
 class MaskedMean(nn.Module):

@@ -1,9 +1,10 @@
 """JAX-specific checks: precision and layout really reach the traced program, variants
-compute the same function, single-layer measures time only their backward kernel, an epoch
-compiles each padded length once, profiles split XLA's operations by layer and the trace
-reduction handles XLA:CPU's asynchronous thunks and CUDA kernels, the memory and
-environment settings hold, unsupported cases say why, OOM errors are recognised, a Ctrl-C
-is not lost, and more CPUs really run on more cores.
+compute the same function, train_step updates a donated copy in place, single-layer
+measures time only their backward kernel, an epoch compiles each padded length once,
+profiles split XLA's operations by layer and the trace reduction handles XLA:CPU's
+asynchronous thunks and CUDA kernels, the memory and environment settings hold,
+unsupported cases say why, OOM errors are recognised, a Ctrl-C is not lost, and more CPUs
+really run on more cores.
 
 Runs inside the ``tests(jax)`` nox session (``--framework=jax``)."""
 
@@ -265,6 +266,70 @@ def test_the_last_handle_ready_means_every_step_is_done(adapter):
         handles = [step() for _ in range(20)]
         prepared.sync(handles[-1])
         assert all(leaf.is_ready() for leaf in jax.tree_util.tree_leaves(handles))
+    finally:
+        prepared.close()
+
+
+# --- train_step -------------------------------------------------------------------------------
+
+def test_train_step_donates_its_copy_and_leaves_the_canonical_network(adapter):
+    """The jitted step aliases every parameter and momentum buffer to its update, so XLA
+    writes them in place and a call deletes the state it was given; the canonical arrays
+    stay alive and unchanged; the handle (the loss) is ready only when the state is."""
+    prepared = prepare(adapter, "resnet_tiny", batch=8)
+    try:
+        before = prepared.forward_output()
+        step = prepared.step("train_step")
+        fn, args = prepared.measured
+        leaves = len(jax.tree_util.tree_leaves(prepared.train_state))
+        assert leaves == 2 * len(prepared.trainable)      # a momentum buffer per parameter
+        assert fn.lower(*args).as_text().count("tf.aliasing_output") == leaves
+        prepared.sync(step())
+        given = prepared.train_state
+        handles = [step() for _ in range(10)]
+        prepared.sync(handles[-1])
+        assert all(leaf.is_deleted() for leaf in jax.tree_util.tree_leaves(given))
+        assert all(leaf.is_ready() for leaf in jax.tree_util.tree_leaves(prepared.train_state))
+        assert not any(a.is_deleted() for a in prepared.trainable.values())
+        np.testing.assert_array_equal(prepared.forward_output(), before)
+    finally:
+        prepared.close()
+
+
+@pytest.mark.parametrize("name", ["resnet_tiny", "lstm_tiny"])
+def test_eager_train_step_computes_what_jit_computes(adapter, name):
+    weights = canonical_weights(get_model(name))
+    updates = {}
+    for variant in ("jit", "eager"):
+        prepared = prepare(adapter, name, variant=variant)
+        try:
+            step = prepared.step("train_step")
+            for _ in range(2):
+                prepared.sync(step())
+            updates[variant] = {n: w.astype(np.float64) - weights[n]
+                                for n, w in prepared.trained_weights().items()}
+        finally:
+            prepared.close()
+    # Two updates are sums of gradients (fp32 bound: tests/tolerance.py); each step also
+    # rounds the stored weight to fp32 (u·|w|).
+    rtol = gradient_rtol(name, batch=4)
+    for n, expected in updates["jit"].items():
+        np.testing.assert_allclose(updates["eager"][n], expected, rtol=0,
+                                   atol=rtol * np.abs(expected).max()
+                                   + 4 * 2.0 ** -24 * np.abs(weights[n]).max(), err_msg=n)
+
+
+def test_bf16_train_step_computes_in_bfloat16_and_updates_float32(adapter):
+    """Mixed precision as the gradient path has it: bf16 convolutions and products, float32
+    parameters, gradients, momentum buffers and loss."""
+    prepared = prepare(adapter, "resnet_tiny", "bf16")
+    try:
+        lines = matmul_lines(prepared.hlo_text("train_step"))
+        assert lines and all("bf16" in line and "DEFAULT" in line for line in lines)
+        loss = prepared.step("train_step")()
+        assert loss.dtype == jnp.float32
+        assert all(leaf.dtype == jnp.float32
+                   for leaf in jax.tree_util.tree_leaves(prepared.train_state))
     finally:
         prepared.close()
 
@@ -597,7 +662,7 @@ def test_preallocation_is_off_before_jax_is_imported():
 def test_environment_records_versions_and_settings(adapter):
     env = adapter.environment()
     assert env["framework_version"] == jax.__version__
-    assert env["jaxlib_version"]
+    assert env["jaxlib_version"] and env["optax_version"]
     assert env["gpu_model"] is None and env["cuda"] is None
     assert env["xla_cpu_pool_threads"] == len(os.sched_getaffinity(0))
 
@@ -707,13 +772,14 @@ def test_worker_rows_record_the_cpus_xla_used(tmp_path):
 
 def test_rows_record_one_compile_per_step_and_none_when_compiled_already(adapter):
     """A jit row's compile_events count the backend compilations of its step's timed calls
-    (the first call's): one for forward, one for gradient, none for a forward timed again
-    (jit's cache), and the memory plan's re-lowering after the timed calls is not counted."""
+    (the first call's): one each for forward, gradient and train_step, none for a forward
+    timed again (jit's cache), and the memory plan's re-lowering after the timed calls
+    (train_step's from its state's shapes: the state itself was donated) is not counted."""
     prepared = prepare(adapter, "conv_tiny", variant="jit")
     events = {}
     try:
         for label, measure in (("forward", "forward"), ("gradient", "gradient"),
-                               ("again", "forward")):
+                               ("train_step", "train_step"), ("again", "forward")):
             run = prepared.step(measure)
             prepared.sync(run())
             prepared.sync(run())
@@ -725,6 +791,7 @@ def test_rows_record_one_compile_per_step_and_none_when_compiled_already(adapter
         prepared.close()
     assert events["forward"]["compiles"] == 1, events
     assert events["gradient"]["compiles"] == 1, events
+    assert events["train_step"]["compiles"] == 1, events
     assert events["again"]["compiles"] == 0, events
     assert events["forward"]["compile_s"] > 0 and events["again"]["trace_s"] == 0
     assert events["forward"]["persistent_cache_hits"] == 0

@@ -32,7 +32,16 @@ from adapters.tf.adapter import (  # noqa: E402
     layout_for,
     place_batch,
 )
-from adapters.tf.network import NCHW, NHWC, BatchNorm, Context, Layout, build  # noqa: E402
+from adapters.tf.network import (  # noqa: E402
+    AS_IS,
+    NCHW,
+    NHWC,
+    BatchNorm,
+    Context,
+    Layout,
+    ParamLayout,
+    build,
+)
 from adapters.tf.profile import kernel_intervals, profiled_times, self_times  # noqa: E402
 from adapters.tf.settings import (  # noqa: E402
     describe_settings,
@@ -209,6 +218,79 @@ def test_tracing_happens_in_the_first_call_not_in_prepare(adapter, variant):
             assert step.experimental_get_tracing_count() == 1
     finally:
         prepared.close()
+
+
+# --- train_step: a copy of the network, one traced step with Keras's SGD -------------------
+
+def test_param_layouts_invert_exactly():
+    """Weights, trained weights and gradients pass through the same pair of maps."""
+    rng = np.random.default_rng(0)
+    oihw = rng.standard_normal((4, 3, 2, 5), dtype=np.float32)
+    conv = ParamLayout(conv=True)
+    assert conv.to_variable(oihw).shape == (2, 5, 3, 4)          # HWIO
+    np.testing.assert_array_equal(conv.to_canonical(conv.to_variable(oihw)), oihw)
+    rows = rng.standard_normal((3 * 2 * 4, 7), dtype=np.float32)   # (C, H, W) rows
+    flat = ParamLayout(flattened=(3, 2, 4))
+    hwc = flat.to_variable(rows)
+    # Row (h, w, c) of the NHWC flatten is canonical row (c, h, w).
+    np.testing.assert_array_equal(hwc[(1 * 4 + 3) * 3 + 2], rows[(2 * 2 + 1) * 4 + 3])
+    np.testing.assert_array_equal(flat.to_canonical(hwc), rows)
+    np.testing.assert_array_equal(AS_IS.to_canonical(AS_IS.to_variable(rows)), rows)
+
+
+@pytest.mark.parametrize("name, variant, precision", [
+    ("lenet_tiny", "graph", "fp32"), ("lenet_tiny", "eager", "fp32"),
+    ("lenet_tiny", "xla", "fp32"), ("resnet_tiny", "graph", "bf16"),
+    ("sae_tiny_ae2", "xla", "bf16"), ("lstm_tiny", "eager", "bf16"),
+    # Grouped convolutions: split per group where this CPU's kernels lack groups.
+    ("alexnet_bvlc_tiny", "graph", "fp32")])
+def test_train_step_updates_a_copy_in_one_traced_step(adapter, name, variant, precision):
+    """The first step is w - lr*g with g the canonical network's own gradient, in the
+    case's precision, float32 master weights and momentum buffers; the optimizer's
+    variables exist before the first call, which traces the step once (XLA-compiled under
+    the xla variant); the canonical network and the running statistics stay as they were."""
+    from adapters.measures import SGD_LEARNING_RATE, TRAIN_STEP
+
+    model = get_model(name)
+    weights = canonical_weights(model)
+    prepared = prepare(adapter, name, precision, variant)
+    try:
+        before = prepared.forward_output()
+        _, grads = prepared.loss_and_gradients()
+        grads = {n: prepared.canonical_gradient(n, g) for n, g in grads.items()}
+        initial = prepared.trained_weights()
+        step = prepared.step(TRAIN_STEP)
+        assert prepared.step(TRAIN_STEP) is step
+        optimizer = prepared.training.optimizer
+        slots = [v.path for v in optimizer.variables]
+        prepared.sync(step())
+        trained = prepared.trained_weights()
+        prepared.sync(step())
+        prepared.sync(step())
+        assert [v.path for v in optimizer.variables] == slots and int(optimizer.iterations) == 3
+        assert all(v.dtype == tf.float32 for v in prepared.training.variables)
+        assert all(m.dtype == "float32" for m in optimizer.momentums)
+        if variant == "eager":
+            assert not isinstance(step, tf.types.experimental.PolymorphicFunction)
+        else:
+            assert step.experimental_get_tracing_count() == 1
+            if variant == "xla":
+                assert "HloModule" in step.experimental_get_compiler_ir()(stage="hlo")
+        statistics = {n: v.numpy() for n, v in prepared.network.variables.items()
+                      if n.endswith(("running_mean", "running_var"))}
+        copied = prepared.training.network.variables
+        for n, value in statistics.items():
+            np.testing.assert_array_equal(copied[n].numpy(), value)
+        np.testing.assert_array_equal(prepared.forward_output(), before)
+    finally:
+        prepared.close()
+    assert set(trained) == set(initial) == set(grads)
+    u = 2.0 ** -24
+    for n in trained:
+        np.testing.assert_array_equal(initial[n], weights[n])
+        update = SGD_LEARNING_RATE * grads[n]
+        error = np.linalg.norm(trained[n] - (weights[n] - update))
+        assert error <= 1e-5 * np.linalg.norm(update) + 2 * u * np.linalg.norm(weights[n]), n
 
 
 # --- TensorFlow's fast path ----------------------------------------------------------------
@@ -648,6 +730,35 @@ def test_gpu_bf16_lstm_runs_and_stays_close(gpu_adapter):
     finally:
         fp32.close()
         bf16.close()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_gpu_train_step_runs_the_lstm_as_the_gradient_does(gpu_adapter, precision):
+    """train_step on the GPU: cuDNN's LSTM in the training graph wherever the gradient
+    pass runs it (in bf16 only where the build has the kernel), the copy and its momentum
+    buffers on the GPU, and a first step of w - lr*g (cuDNN's weight gradients may sum in
+    another order from one call to the next)."""
+    from adapters.measures import SGD_LEARNING_RATE, TRAIN_STEP
+
+    weights = canonical_weights(get_model("lstm_tiny"))
+    prepared = prepare(gpu_adapter, "lstm_tiny", precision=precision)
+    try:
+        _, grads = prepared.loss_and_gradients()
+        step = prepared.step(TRAIN_STEP)
+        uses_cudnn = "CudnnRNNV3" in graph_ops(step)
+        assert uses_cudnn == ("CudnnRNNV3" in graph_ops(prepared.run_gradient))
+        assert uses_cudnn == cudnn_lstm(True, "graph", precision)
+        prepared.sync(step())
+        trained = prepared.trained_weights()
+        assert all("GPU" in v.device for v in prepared.training.variables)
+        assert all("GPU" in m.value.device for m in prepared.training.optimizer.momentums)
+        print(f"{precision} train_step LSTM on cuDNN: {uses_cudnn}")
+    finally:
+        prepared.close()
+    for name, grad in grads.items():
+        update = SGD_LEARNING_RATE * grad
+        error = np.linalg.norm(trained[name] - (weights[name] - update))
+        assert error <= {"fp32": 1e-4, "bf16": 1e-2}[precision] * np.linalg.norm(update), name
 
 
 def test_gpu_transfer_memory_and_environment(gpu_adapter):

@@ -220,3 +220,70 @@ def test_profile_splits_time_by_layer_type(adapter, entry):
     assert profile.top_kernels and all(k.ms >= 0 and k.calls > 0 for k in profile.top_kernels)
     assert [k.ms for k in profile.top_kernels] == sorted((k.ms for k in profile.top_kernels),
                                                          reverse=True)
+
+
+# Networks with each kind of trainable parameter: convolution + dense (LeNet), batch norm
+# (ResNet), LSTM and embedding (the LSTM), tied weights with a frozen prefix (stacked AE).
+TRAIN_STEP_MODELS = ["lenet_tiny", "resnet_tiny", "lstm_tiny", "sae_tiny_ae2"]
+
+
+@pytest.mark.parametrize("name", TRAIN_STEP_MODELS)
+def test_train_step_is_two_sgd_momentum_updates(adapter, entry, name):
+    """Two ``train_step`` iterations from the canonical weights leave the weights that SGD
+    with momentum gives from the float64 reference's gradients: w1 = w0 - lr*g0,
+    w2 = w1 - lr*(m*g0 + g1), with g1 taken at w1 (so a missing or Nesterov momentum, a
+    wrong rate, or an update of the canonical network itself all fail), and the canonical
+    network the fingerprint reads is left as it was."""
+    from adapters.measures import SGD_LEARNING_RATE as lr
+    from adapters.measures import SGD_MOMENTUM as m
+    from adapters.measures import TRAIN_STEP
+    from models import reference_grad
+
+    if TRAIN_STEP not in entry.measures:
+        pytest.skip(f"{entry.name} has no training step")
+    model, weights, batch, prepared = prepare(adapter, name)
+    try:
+        before = prepared.forward_output()
+        initial = prepared.trained_weights()
+        step = prepared.step(TRAIN_STEP)
+        prepared.sync(step())
+        prepared.sync(step())
+        trained = prepared.trained_weights()
+        after = prepared.forward_output()
+    finally:
+        prepared.close()
+    np.testing.assert_array_equal(before, after, err_msg="train_step changed the canonical network")
+    trainable = analyse(model).trainable_names
+    assert set(trained) == set(initial) == trainable
+    w0 = {n: np.asarray(weights[n], np.float64) for n in trainable}
+    _, g0 = reference_grad.loss_and_gradients(model, weights, batch)
+    w1 = {**weights, **{n: w0[n] - lr * g0[n] for n in trainable}}
+    _, g1 = reference_grad.loss_and_gradients(model, w1, batch)
+    u = 2.0 ** -24
+    for n in sorted(trainable):
+        np.testing.assert_allclose(initial[n], weights[n], rtol=0, atol=0,
+                                   err_msg=f"{name}: {n} does not start canonical")
+        expected = -lr * ((1 + m) * g0[n] + g1[n])            # w2 - w0
+        got = np.asarray(trained[n], np.float64) - w0[n]
+        # fp32 gradients of these tiny networks are within about 1e-5 of float64 (short
+        # reductions; 1e-3 leaves room for the LSTM's recurrences); each stored weight
+        # is rounded to fp32 twice (u·|w| each), which the update cannot be more precise
+        # than.
+        allowed = 1e-3 * np.linalg.norm(expected) + 4 * u * np.linalg.norm(w0[n])
+        assert np.linalg.norm(got - expected) <= allowed, (
+            f"{name}: {n} after two steps differs from SGD with momentum by "
+            f"{np.linalg.norm(got - expected):.3e} (allowed {allowed:.3e}; "
+            f"update norm {np.linalg.norm(expected):.3e})")
+
+
+def test_train_step_refused_with_a_reason_where_unlisted(adapter, entry):
+    from adapters.measures import TRAIN_STEP
+
+    if TRAIN_STEP in entry.measures:
+        pytest.skip(f"{entry.name} lists {TRAIN_STEP}")
+    _, _, _, prepared = prepare(adapter, "lenet_tiny")
+    try:
+        with pytest.raises(Unsupported, match="."):
+            prepared.step(TRAIN_STEP)
+    finally:
+        prepared.close()
