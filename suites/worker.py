@@ -207,13 +207,13 @@ class Worker:
                 try:
                     if name == PROFILE:
                         from suites.kernel_profile import profile_fields
-                        measure_name = self.profiled_measure()
+                        measure_name = self.profiled_measure(job)
                         fields = profile_fields(prepared, self.plan.device, measure_name,
                                                 job["profile_iterations"],
                                                 self.timed.get(measure_name))
                     else:   # COUNTERS
                         from suites.counters import counters_fields
-                        fields = counters_fields(self.plan, job, self.profiled_measure())
+                        fields = counters_fields(self.plan, job, self.profiled_measure(job))
                     self.write(key(name), "ok", "", started, model_info=info, **fields)
                 except (KeyboardInterrupt, OutputError):
                     raise
@@ -364,10 +364,15 @@ class Worker:
         self.write(case_key, status, reason, started, model_info=info,
                    device_times={"method": method(settings), "measures": found})
 
-    def profiled_measure(self) -> str:
-        # Li et al. profile training iterations (forward and backward); an inference
-        # engine profiles its forward pass.
-        return "gradient" if "gradient" in self.entry.measures else "forward"
+    def profiled_measure(self, job: dict[str, Any]) -> str:
+        """What a job's profile and counters measure: the training iteration (forward and
+        backward), as Li et al. profile, unless the job times the forward pass without
+        the gradient (gpu-forward-profile: its profiles explain the forward medians beside
+        them) or the framework is an inference engine."""
+        measures = job["measures"]
+        forward_only = "forward" in measures and "gradient" not in measures
+        return "gradient" if "gradient" in self.entry.measures and not forward_only \
+            else "forward"
 
     def fingerprint_row(self, prepared, case_key: CaseKey, info, started, unsupported,
                         model, batch: int) -> None:

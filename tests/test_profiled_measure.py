@@ -1,0 +1,22 @@
+"""Which measure a job's profile and counters rows trace (suites/worker.py)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from suites.worker import Worker
+
+TRAINABLE = SimpleNamespace(entry=SimpleNamespace(measures=["forward", "gradient", "profile"]))
+INFERENCE = SimpleNamespace(entry=SimpleNamespace(measures=["forward", "profile"]))
+
+
+@pytest.mark.parametrize(("worker", "measures", "expected"), [
+    (TRAINABLE, ["forward", "gradient", "profile"], "gradient"),   # kernels-gpu, Li et al.
+    (TRAINABLE, ["profile"], "gradient"),
+    (TRAINABLE, ["counters"], "gradient"),
+    (TRAINABLE, ["forward", "profile"], "forward"),                 # gpu-forward-profile
+    (INFERENCE, ["forward", "gradient", "profile"], "forward"),
+    (INFERENCE, ["counters"], "forward"),
+])
+def test_profile_follows_what_the_job_times(worker, measures, expected):
+    assert Worker.profiled_measure(worker, {"measures": measures}) == expected
