@@ -1092,7 +1092,7 @@ def test_keras_comparison_cases_and_references():
     from comparisons import keras_vs_dlbench as comparison
 
     assert comparison.parse_cases(comparison.GPU_CASES) == [
-        ("resnet50", 16), ("vgg16", 16), ("resnet50", 64)]
+        ("resnet50", 16), ("vgg16", 16), ("resnet50", 64), ("googlenet", 16), ("alexnet", 16)]
     for bad in ("resnet50", "resnet51:16", "vgg16:0", "vgg16:x"):
         with pytest.raises(argparse.ArgumentTypeError, match="MODEL:BATCH"):
             comparison.parse_cases(bad)
