@@ -369,7 +369,9 @@ class Worker:
         backward), as Li et al. profile, unless the job times the forward pass without
         the gradient (gpu-forward-profile: its profiles explain the forward medians beside
         them) or the framework is an inference engine."""
-        measures = job["measures"]
+        # A job carries its group's measures (suites.spec.Job); a job made by hand may
+        # name only the measures pending in this process.
+        measures = job.get("measures") or job.get("pending") or ()
         forward_only = "forward" in measures and "gradient" not in measures
         return "gradient" if "gradient" in self.entry.measures and not forward_only \
             else "forward"
