@@ -261,8 +261,9 @@ def share_cell(row) -> Cell:
     if row is None or not is_num(row["peak_share"]):
         return Cell(MISSING, kind="muted")
     return Cell(f"{row['peak_share']:.1%}",
-                title=f"of {row['peak_tflops']:g} TFLOP/s {row['precision']} peak "
-                      f"({row['peak_device']}): {row['peak_source']}")
+                title=f"{row['achieved_tflops']:.3g} TFLOP/s of {row['peak_tflops']:g} "
+                      f"TFLOP/s {row['precision']} peak ({row['peak_device']}): "
+                      f"{row['peak_source']}")
 
 
 def note_launch_bound(table: Table) -> Table:

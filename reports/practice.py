@@ -123,9 +123,7 @@ def utilisation_cell(row: dict) -> Cell:
         why = ("no datasheet peak for a CPU" if row["device"] == "cpu"
                else f"no {row['precision']} peak for {row['hardware']} in device_peaks.csv")
         return _muted(why)
-    return Cell(f"{row['peak_share']:.1%}",
-                title=f"{row['achieved_tflops']:.3g} TFLOP/s of the {row['peak_tflops']:g} "
-                      f"TFLOP/s {row['precision']} peak ({row['peak_device']})")
+    return cells.share_cell(row)
 
 
 def memory_cell(row: dict) -> Cell:
