@@ -1,9 +1,17 @@
 """The worker: runs one framework's jobs for one (device, threads) setting in its own
 process, so thread settings that must precede the framework's first operation, CPU
-affinity and crashes stay contained. ``python -m suites.worker PLAN.json``.
+affinity and crashes stay contained.
 
-Each finished measurement is appended to the results file at once, then announced on
-stdout as an event line for the runner's progress display.
+* ``python -m suites.worker PLAN.json`` runs one plan and exits.
+* ``python -m suites.worker --serve`` reads plan-file paths on stdin, one a line, and runs
+  each in turn on the framework it built for the first (suites/worker_pool.py keeps such a
+  worker between the suites of a matrix); after each plan it announces ``plan_done`` and
+  waits for the next, and it exits at the end of its input. Every plan of one process has
+  the same framework, device, thread settings, phase and compilation cache.
+
+Each finished measurement is appended to its plan's results file at once, then announced
+on stdout as an event line for the runner's progress display. Each plan's stderr goes to
+its own log (``Plan.log``), the framework's C++ logging included.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,6 +79,8 @@ class Plan:
     # "all" (a CPU run), or on a GPU "wall" (timed measures and fingerprints; CUPTI is never
     # loaded) then "device" (device time, profile, counters): suites/runner.py phases().
     phase: str = "all"
+    # The log this plan's stderr goes to ("": the stderr the process was started with).
+    log: str = ""
 
     def to_file(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -92,6 +103,25 @@ def hang_if_injected(case_id: str) -> None:
 def one_line(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return f"{type(error).__name__}: {text}"[:500]
+
+
+# What a worker fixes when it starts: every plan a serving worker runs shares them.
+PROCESS_FIELDS = ("framework", "device", "threads", "interop_threads", "compile_cache_dir",
+                  "phase")
+
+
+def log_to(path: str) -> None:
+    """Point this process's stderr (file descriptor 2, so C++ logging follows too) at the
+    plan's log."""
+    if not path:
+        return
+    sys.stderr.flush()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise OutputError(f"cannot write the log {path}: {error.strerror or error}") from None
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 class Worker:
@@ -399,10 +429,48 @@ class Worker:
         traceback.print_exc(file=sys.stderr)
         return "failed", one_line(error)
 
+    def switch_to(self, plan: Plan) -> None:
+        """The next plan of a serving process: another suite's jobs and results file, run
+        on the framework this process already started."""
+        changed = [name for name in PROCESS_FIELDS
+                   if getattr(plan, name) != getattr(self.plan, name)]
+        if changed:
+            raise ValueError(f"a plan with another {', '.join(changed)} was sent to a worker "
+                             f"started for {self.plan.framework} on {self.plan.device}")
+        self.plan = plan
+        self.results = ResultsFile(Path(plan.results))
+
     def run(self) -> None:
         for job in self.plan.jobs:
             check_interrupt()
             self.run_job(job)
+
+
+def plan_paths() -> Iterator[str]:
+    """The lines of stdin, each as it arrives; stdin itself becomes /dev/null, so that no
+    process this one starts (a compiler, Nsight Compute's child) reads a plan meant for it."""
+    plans = os.fdopen(os.dup(0), "r")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return iter(plans.readline, "")
+
+
+def serve(lines: Iterable[str]) -> None:
+    """Run the plan of each path in ``lines`` in this process, the framework started once."""
+    worker = None
+    for line in lines:
+        path = line.strip()
+        if not path:
+            continue
+        plan = Plan.from_file(Path(path))
+        log_to(plan.log)
+        if worker is None:
+            worker = Worker(plan)
+        else:
+            worker.switch_to(plan)
+        worker.run()
+        emit({"plan_done": True})
 
 
 def die_with_runner() -> None:
@@ -421,10 +489,14 @@ def die_with_runner() -> None:
 
 def main(argv: list[str]) -> int:
     die_with_runner()
-    plan = Plan.from_file(Path(argv[0]))
     install_interrupt_handler()
     try:
-        Worker(plan).run()
+        if argv[:1] == ["--serve"]:
+            serve(plan_paths())
+        else:
+            plan = Plan.from_file(Path(argv[0]))
+            log_to(plan.log)
+            Worker(plan).run()
     except KeyboardInterrupt:
         return 130
     except OutputError as error:   # the results location became unusable (a full disk)

@@ -1,10 +1,15 @@
-"""The worker's interrupt handling, without any framework."""
+"""The worker without any framework: its interrupt handling, and ``--serve`` (several
+plans in one process) on the stand-in framework (tests/fake_framework.py)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.fake_framework import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,3 +43,54 @@ def run(mode: str) -> str:
 def test_an_interrupt_swallowed_by_a_callback_still_stops_the_worker():
     assert run("handler") == "stopped"
     assert run("default") == "went on"  # the failure the handler exists for
+
+
+def serve(tmp_path: Path, plans: list[tuple[str, str, int]]) -> subprocess.CompletedProcess:
+    """``python -m suites.worker --serve`` fed one plan per (suite, model, threads), each
+    writing ``<suite>.jsonl`` and its log ``<suite>.log`` in ``tmp_path``."""
+    from suites.worker import Plan
+
+    timer = {"warmup": 0, "min_samples": 1, "max_samples": 2, "budget_s": 0.01,
+             "repetitions": 1, "max_repetitions": 1}
+    paths = []
+    for suite, model, threads in plans:
+        job = {"model": model, "batch": 2, "device": "cpu", "threads": threads,
+               "interop_threads": 1, "precision": "fp32", "variant": "eager",
+               "measures": ["forward"], "pending": ["forward"], "compile_cache": "",
+               "timer": timer}
+        plan = Plan(suite, "fake", "cpu", threads, 1, str(tmp_path / f"{suite}.jsonl"), 0,
+                    [job], log=str(tmp_path / f"{suite}.log"))
+        plan.to_file(tmp_path / f"{suite}.json")
+        paths.append(tmp_path / f"{suite}.json")
+    return subprocess.run([sys.executable, "-m", "suites.worker", "--serve"], cwd=ROOT,
+                          input="".join(f"{path}\n" for path in paths), capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "DLBENCH_REGISTRY": str(REGISTRY),
+                               "DLBENCH_TRUTH": "off"})
+
+
+def test_serve_runs_each_plan_in_one_process_with_its_stderr_in_the_plans_log(tmp_path):
+    from suites.worker import EVENT_PREFIX
+
+    done = serve(tmp_path, [("one", "lenet_tiny", 1), ("two", "conv_tiny", 1)])
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line[len(EVENT_PREFIX):]) for line in done.stdout.splitlines()
+              if line.startswith(EVENT_PREFIX)]
+    assert sum("plan_done" in event for event in events) == 2
+    assert "plan_done" in events[-1]
+    one, two = ([json.loads(line) for line in (tmp_path / f"{suite}.jsonl").read_text()
+                 .splitlines()] for suite in ("one", "two"))
+    assert [r["suite"] for r in one + two] == ["one", "two"]
+    # The framework was started once.
+    assert len({row["env"]["worker_pid"] for row in one + two}) == 1
+    # The framework's own writes to file descriptor 2 follow the plan they belong to.
+    assert "preparing lenet_tiny" in (tmp_path / "one.log").read_text()
+    assert "conv_tiny" not in (tmp_path / "one.log").read_text()
+    assert "preparing conv_tiny" in (tmp_path / "two.log").read_text()
+
+
+def test_a_serving_worker_refuses_a_plan_for_other_thread_settings(tmp_path):
+    done = serve(tmp_path, [("one", "lenet_tiny", 1), ("two", "conv_tiny", 2)])
+    assert done.returncode != 0
+    assert (tmp_path / "one.jsonl").exists() and not (tmp_path / "two.jsonl").exists()
+    assert "a plan with another threads" in (tmp_path / "two.log").read_text()
