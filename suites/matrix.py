@@ -24,6 +24,10 @@ plan up front, resumable, within a time budget.
 * **Rounds** (``--rounds N``): every case measured in N rounds of fresh worker processes
   and merged into one row whose interval covers a re-run in other processes
   (``suites/rounds.py``); each round file resumes like the results file.
+* **Workers** (``suites/worker_pool.py``): one worker per framework interpreter, device,
+  thread setting, phase, worker environment and round, started once and handed every
+  suite that needs it (a TensorFlow worker takes 13-15 s to start on an H100); jobs with
+  a compile-cache setting still get processes of their own.
 * **Caches**: each framework's persistent compilation cache (JAX's, TensorFlow's XLA
   cache, inductor's) lives in ``$DLBENCH_COMPILE_CACHE`` (default
   ``~/.cache/dlbench/compile``) unless ``--compile-cache off``, so a re-run on the same
@@ -73,6 +77,7 @@ from suites.rounds import RoundsRunner
 from suites.runner import BUDGET_EXIT, Budget, Runner, RunRequest, case_key
 from suites.spec import Job, SuiteError
 from suites.truth_check import fill_cache
+from suites.worker_pool import WorkerPool
 
 console = Console(stderr=True)
 
@@ -213,25 +218,28 @@ class Matrix:
         outcome, code = "done", 0
         skip: set[str] = set()      # frameworks whose worker could not start at all
         truth_done: set[str] = set()
-        for item in plan.items:
-            if item.unavailable or item.framework in skip:
-                continue
-            if deadline is not None and time.monotonic() >= deadline:
-                outcome, code = "budget", BUDGET_EXIT
-                break
-            if item.suite not in truth_done:
-                self.fill_truth(plan, item.suite)
-                truth_done.add(item.suite)
-            result = self.run_item(item, deadline)
-            if result == BUDGET_EXIT:
-                outcome, code = "budget", BUDGET_EXIT
-                break
-            if result == 130:
-                outcome, code = "interrupted", 130
-                break
-            if result:
-                skip.add(item.framework)
-                outcome, code = "errors", 2
+        # One worker per key for the whole run, handed from suite to suite; closed however
+        # the run ends (done, budget, error, Ctrl-C).
+        with WorkerPool() as pool:
+            for item in plan.items:
+                if item.unavailable or item.framework in skip:
+                    continue
+                if deadline is not None and time.monotonic() >= deadline:
+                    outcome, code = "budget", BUDGET_EXIT
+                    break
+                if item.suite not in truth_done:
+                    self.fill_truth(plan, item.suite)
+                    truth_done.add(item.suite)
+                result = self.run_item(item, deadline, pool)
+                if result == BUDGET_EXIT:
+                    outcome, code = "budget", BUDGET_EXIT
+                    break
+                if result == 130:
+                    outcome, code = "interrupted", 130
+                    break
+                if result:
+                    skip.add(item.framework)
+                    outcome, code = "errors", 2
         matrix_log.append(self.log, {
             "kind": "run", "started_at": started_at, "commit": dlbench_commit(),
             "device": self.request.device, "device_name": self.machine.name,
@@ -301,7 +309,7 @@ class Matrix:
             return sum(known) if known else None
         return estimate
 
-    def run_item(self, item: Item, deadline: float | None) -> int:
+    def run_item(self, item: Item, deadline: float | None, pool: WorkerPool) -> int:
         started = time.monotonic()
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         before = set(read_rows(item.results)) if item.results.exists() else set()
@@ -316,8 +324,8 @@ class Matrix:
         code = 0
         runner = None
         try:
-            runner = RoundsRunner(request, self.request.rounds, budget) \
-                if self.request.rounds > 1 else Runner(request, budget)
+            runner = RoundsRunner(request, self.request.rounds, budget, pool) \
+                if self.request.rounds > 1 else Runner(request, budget, pool=pool)
             if runner.total:
                 code = runner.run()
         except KeyboardInterrupt:

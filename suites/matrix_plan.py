@@ -69,7 +69,10 @@ class Item:
     reusable: tuple[tuple[Case, tuple[Source, ...]], ...] = ()   # with where they may come from
     to_run: tuple[Case, ...] = ()
     estimate: Estimate = Estimate()
-    groups: int = 0          # worker processes the pending cases need (at least)
+    # The worker processes the pending cases need (at least): one per thread setting,
+    # which the matrix's pool shares with the framework's other suites, and one of its
+    # own per compile-cache job.
+    workers: tuple[tuple, ...] = ()
     unavailable: str = ""    # why this framework cannot run here
 
     @property
@@ -98,8 +101,9 @@ class Plan:
 
     def seconds(self) -> float:
         """The estimated seconds of everything left: cases, worker starts and truth."""
-        starts = sum((self.worker_start_s.get(i.framework) or 0.0) * i.groups
-                     for i in self.items if not i.unavailable)
+        workers = {(i.framework, *worker) for i in self.items if not i.unavailable
+                   for worker in i.workers}
+        starts = sum(self.worker_start_s.get(framework) or 0.0 for framework, *_ in workers)
         return self.estimate.seconds + starts + (self.truth_seconds or 0.0)
 
 
@@ -213,11 +217,11 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
                                                                                  c.measure))
                                         for c in to_run), device, cache)
     # One worker per thread setting, one more per compile-cache job (suites/runner.py).
-    groups = len({(c.job.threads, c.job.model, c.job.batch, c.job.precision, c.job.variant,
-                   c.job.compile_cache) if c.job.compile_cache else (c.job.threads,)
-                  for c in to_run})
+    workers = tuple(dict.fromkeys(
+        (suite, c.job.threads, c.job.model, c.job.batch, c.job.precision, c.job.variant,
+         c.job.compile_cache) if c.job.compile_cache else (c.job.threads,) for c in to_run))
     return Item(suite, source, framework, device, python, path, tuple(jobs), len(cases) - len(pending),
-                tuple(reusable), tuple(to_run), estimate, groups, unavailable)
+                tuple(reusable), tuple(to_run), estimate, workers, unavailable)
 
 
 def case_computation(framework: str, device: str, job: Job, measure: str) -> tuple:

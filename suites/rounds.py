@@ -47,6 +47,7 @@ from suites.reuse import timer_of
 from suites.runner import Budget, Runner, RunRequest, console
 from suites.spread import NO_PRIOR, Prior, fit_prior, moderated, t_975
 from suites.timer import TimerSettings
+from suites.worker_pool import WorkerPool
 
 
 def round_timer(timer: TimerSettings, rounds: int) -> TimerSettings:
@@ -180,11 +181,15 @@ class RoundsRunner:
     and merged (the module's docstring). Offers what the matrix uses of a Runner:
     ``total``, ``run()``, ``worker_start_s``, ``stopped_by_budget``."""
 
-    def __init__(self, request: RunRequest, rounds: int, budget: Budget | None = None):
+    def __init__(self, request: RunRequest, rounds: int, budget: Budget | None = None,
+                 pool: WorkerPool | None = None):
         self.final = Runner(request, budget)
         self.request = request
         self.rounds = rounds
         self.budget = budget
+        # Workers are pooled by round (WorkerKey.round): a matrix's suites share round k's
+        # worker as one suite's cases do, and a case's rounds stay in separate processes.
+        self.pool = pool
         self.worker_start_s: list[float] = []
         self.stopped_by_budget = False
         self.paths = [round_path(self.final.path, index) for index in range(1, rounds + 1)]
@@ -197,7 +202,8 @@ class RoundsRunner:
         return self.final.total
 
     def round_runner(self, index: int) -> Runner:
-        runner = Runner(replace(self.request, resume=True), self.budget, self.paths[index - 1])
+        runner = Runner(replace(self.request, resume=True), self.budget, self.paths[index - 1],
+                        self.pool, pool_round=index)
         done = runner.results.finished_case_ids()
         pending = []
         for job, names in self.final.pending:

@@ -1,4 +1,4 @@
-"""The runner: expands a suite for one framework and device, starts one worker process
+"""The runner: expands a suite for one framework and device, runs it in one worker process
 per thread setting, shows progress, and survives what a case can do to its process.
 
 * ``--resume`` skips every case already in the results file.
@@ -14,6 +14,11 @@ per thread setting, shows progress, and survives what a case can do to its proce
   when the next job's estimated time would pass the deadline, and kills a job still
   running at the deadline; its cases stay pending for the next run (exit code
   ``BUDGET_EXIT``).
+* Given a ``WorkerPool`` (suites/worker_pool.py: the matrix passes one to every runner),
+  a plan goes to the live worker of its key where one waits, and the worker goes back
+  once the plan is done; a worker that died, timed out, was stopped by the budget or
+  interrupted is killed and never reused. Jobs with a compilation-cache setting always
+  get a process of their own.
 """
 
 from __future__ import annotations
@@ -24,10 +29,8 @@ import os
 import queue
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -35,7 +38,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -55,6 +57,8 @@ from suites.results import (
 from suites.spec import Job, SuiteError, check_case_timeout, expand, load_suite, resolve_suite_path, suggest
 from suites.truth_check import fill_cache
 from suites.worker import EVENT_PREFIX, PARENT_PID, Plan
+from suites.worker_pool import WorkerKey, WorkerPool
+from suites.worker_process import WorkerProcess
 
 console = Console(stderr=True)
 # The exit code of a run that a Budget stopped (EX_TEMPFAIL: run it again to go on).
@@ -211,10 +215,16 @@ def phases(device: str, names: list[str]) -> list[tuple[str, list[str]]]:
 
 class Runner:
     def __init__(self, request: RunRequest, budget: Budget | None = None,
-                 path: Path | None = None):
-        """``path`` replaces the results file (one round's file: suites/rounds.py)."""
+                 path: Path | None = None, pool: WorkerPool | None = None,
+                 pool_round: int = 0):
+        """``path`` replaces the results file (one round's file: suites/rounds.py).
+        ``pool`` keeps serving workers for other runners (suites/worker_pool.py): this
+        runner takes live ones from it and gives them back once their plan is done;
+        ``pool_round`` is the round its workers belong to (rounds never share one)."""
         self.request = request
         self.budget = budget
+        self.pool = pool
+        self.pool_round = pool_round
         self.stopped_by_budget = False
         self.worker_start_s: list[float] = []   # spawn to first event, per worker
         self.suite, default_path, jobs = plan_jobs(request)
@@ -287,7 +297,8 @@ class Runner:
 
     def run_group(self, threads: int, items, progress, task) -> int:
         remaining = list(items)
-        if self.budget is not None and not self.budget.allows(*remaining[0], starting_worker=True):
+        if self.budget is not None and not self.budget.allows(
+                *remaining[0], starting_worker=self.starts_worker(*remaining[0])):
             self.stopped_by_budget = True
             return BUDGET_EXIT
         cache_dir = ""
@@ -332,7 +343,7 @@ class Runner:
                               recorded, self.device_measures.get(_case_of(job), ()),
                               lambda measure, job=job: self.key(job, measure).id())}
                          for job, names in remaining],
-                        cache_dir, phase)
+                        cache_dir, phase, str(self.log_path))
             finished, code, fatal = self.run_worker(plan, progress, task)
             if fatal:
                 self.fatal = fatal
@@ -368,32 +379,67 @@ class Runner:
             self.statuses[status] += 1
             progress.advance(task)
 
+    def worker_key(self, plan: Plan) -> WorkerKey | None:
+        """The pool's key for the worker that runs ``plan``; None where the plan needs a
+        process of its own (no pool, or a job measuring a first call with a compilation
+        cache: nothing compiled earlier in the process may be reused)."""
+        if self.pool is None or plan.compile_cache_dir or \
+                any(job.get("compile_cache") for job in plan.jobs):
+            return None
+        return self.pool_key(plan.threads, plan.interop_threads, plan.phase)
+
+    def pool_key(self, threads: int, interop_threads: int, phase: str) -> WorkerKey:
+        return WorkerKey(self.request.python or sys.executable, self.request.framework,
+                         self.request.device, threads, interop_threads, phase,
+                         tuple(sorted(self.request.worker_env.items())), self.pool_round)
+
+    def starts_worker(self, job: Job, names: list[str]) -> bool:
+        """Whether running this job's pending measures starts a worker process first."""
+        if self.pool is None or job.compile_cache:
+            return True
+        phase = phases(self.request.device, names)[0][0]
+        return not self.pool.has(self.pool_key(job.threads, job.interop_threads, phase))
+
+    def start_worker(self, plan_file: Path, log, serve: bool) -> WorkerProcess:
+        env = {**os.environ, **self.request.worker_env, "PYTHONUNBUFFERED": "1",
+               PARENT_PID: str(os.getpid())}
+        command = [self.request.python or sys.executable, "-m", "suites.worker",
+                   "--serve" if serve else str(plan_file)]
+        return WorkerProcess(command, env, log, serve)
+
     def run_worker(self, plan: Plan, progress, task) -> tuple[set[str], int, str | None]:
-        """Run one worker until it exits or a case passes the time limit. Returns the case
-        ids it finished (timeouts included), its exit code (0 after a timeout: a fresh
-        worker goes on) and a fatal error, if any."""
+        """Run ``plan`` on a worker until it is done, the worker exits or a case passes the
+        time limit. The worker is the pool's live one for its key where there is one, else
+        a fresh process; it goes back to the pool only once the plan is done. Returns the
+        case ids it finished (timeouts included), the worker's exit code (0 once the plan
+        is done, and after a timeout: a fresh worker goes on) and a fatal error, if any."""
         finished: set[str] = set()
         fatal = None
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
             plan_file = Path(handle.name)
         plan.to_file(plan_file)
-        env = {**os.environ, **self.request.worker_env, "PYTHONUNBUFFERED": "1",
-               PARENT_PID: str(os.getpid())}
+        key = self.worker_key(plan)
         # In flight: the cases a timeout would cover (all of a job's pending measures while
         # it builds, then the one measure) and when they started.
         in_flight: list[str] = []
         cases = {self.key(job, name).id(): (job, name)
                  for job, names in self.pending for name in names}
         job_starting = False
-        spawned = started = time.monotonic()
+        started = time.monotonic()
+        spawned = None      # when this plan started a process, until its first event
+        worker = None       # killed on the way out unless it exited or went back to the pool
         try:
             with self.log_path.open("ab", buffering=0) as log:
-                proc = subprocess.Popen([self.request.python or sys.executable, "-m",
-                                         "suites.worker", str(plan_file)],
-                                        stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                                        cwd=Path(__file__).resolve().parent.parent)
-                lines: queue.Queue[str | None] = queue.Queue()
-                threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+                if key is not None:
+                    worker = self.pool.take(key)
+                    if worker is not None and not worker.send(plan_file):
+                        worker.kill()
+                        worker = None
+                if worker is None:
+                    spawned = time.monotonic()
+                    worker = self.start_worker(plan_file, log, serve=key is not None)
+                    if key is not None:
+                        worker.send(plan_file)   # if it died already, its EOF follows
                 try:
                     while True:
                         waits = [started + self.case_timeout_s - time.monotonic()] \
@@ -402,9 +448,10 @@ class Runner:
                             waits.append(self.budget.deadline - time.monotonic())
                         wait = min(waits) if waits else None
                         try:
-                            line = lines.get(timeout=max(wait, 0.0) if wait is not None else None)
+                            line = worker.next_line(max(wait, 0.0) if wait is not None else None)
                         except queue.Empty:
-                            kill_tree(proc)
+                            worker.kill()
+                            worker = None
                             if self.budget is not None and \
                                     time.monotonic() >= self.budget.deadline:
                                 # Nothing recorded: the cases in flight stay pending.
@@ -424,6 +471,10 @@ class Runner:
                             spawned = None
                         if "fatal" in event:
                             fatal = event["fatal"]
+                        elif "plan_done" in event:
+                            self.pool.give_back(key, worker)
+                            worker = None
+                            return finished, 0, fatal
                         elif "job" in event:
                             progress.update(task, description=event["job"])
                             job_starting = True
@@ -431,7 +482,6 @@ class Runner:
                             if job_starting and not self.budget_allows(event["start"],
                                                                        cases):
                                 # Between jobs: nothing is in flight, so stopping loses nothing.
-                                kill_tree(proc)
                                 return finished, BUDGET_EXIT, None
                             job_starting = False
                             in_flight, started = list(event["start"]), time.monotonic()
@@ -440,15 +490,12 @@ class Runner:
                             in_flight = []
                             self.report(event, progress)
                             progress.advance(task)
-                    code = proc.wait()
+                    code = worker.wait()
+                    worker = None
                 except KeyboardInterrupt:
-                    # Ctrl-C reached the worker too; SIGTERM (a job slot's end) did not.
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(signal.SIGINT)
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        kill_tree(proc)
+                    if worker is not None:
+                        worker.interrupt()
+                        worker = None
                     raise
         except OSError as error:
             if isinstance(error, OutputError):
@@ -457,6 +504,8 @@ class Runner:
                               f"{error.strerror or error}; finished rows are kept, run again "
                               f"with --resume once the location is usable") from None
         finally:
+            if worker is not None:
+                worker.kill()
             plan_file.unlink(missing_ok=True)
         return finished, code, fatal
 
@@ -499,30 +548,7 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def _pump(stream, lines: queue.Queue) -> None:
-    """The worker's stdout, line by line, onto a queue the runner reads with a deadline."""
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
-
-
 def _log_write(log, line: str) -> None:
     # The log is diagnostic; a full disk shows up where rows are written.
     with contextlib.suppress(OSError):
         log.write(line.encode("utf-8", "replace"))
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker and every process it started (compiler jobs, a framework's
-    helpers), children first so none is re-parented and left running."""
-    try:
-        parent = psutil.Process(proc.pid)
-        children = parent.children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    for child in children:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
-    proc.kill()
-    proc.wait()
-    psutil.wait_procs(children, timeout=10)

@@ -108,6 +108,8 @@ def test_second_suite_reuses_the_first_suites_rows_and_a_rerun_does_nothing(tmp_
     assert [(r["suite"], r["reused"], r["stopped"]) for r in items] == [
         ("matrix-a", 0, "done"), ("matrix-b", 3, "done")]
     assert items[0]["measured"] == 12 and items[1]["measured"] == 3
+    # One PyTorch worker for both suites (suites/worker_pool.py).
+    assert [r["worker_starts"] for r in items] == [1, 0]
     # Everything is done: the same command writes no row and says so in the plan.
     again = run(suites, out)
     assert again.returncode == 0 and rows(out) == found

@@ -1,0 +1,68 @@
+"""Serving workers kept alive between suites, so that ``python -m suites matrix`` starts
+one per key and not one per suite (a TensorFlow worker takes 13-15 s to start on an H100,
+PyTorch's about 7 s).
+
+A key is everything a worker fixes when it starts: the interpreter, the framework, the
+device, the thread settings, the phase (suites/runner.py phases()), the environment it
+was started with and the round (suites/rounds.py). The pool holds idle workers only: the
+runner takes one, sends it a plan, and gives it back once the plan is done. A worker
+that died, ran past a case's time limit, was stopped by the budget or interrupted is
+killed and never given back, so the next plan of its key starts a fresh one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from suites.worker_process import WorkerProcess
+
+
+@dataclass(frozen=True)
+class WorkerKey:
+    python: str
+    framework: str
+    device: str
+    threads: int
+    interop_threads: int
+    phase: str
+    env: tuple[tuple[str, str], ...] = ()     # the worker_env it was started with, sorted
+    # Rounds measure a case in separate processes: round k of every suite shares round
+    # k's worker, never another round's.
+    round: int = 0
+
+
+class WorkerPool:
+    def __init__(self) -> None:
+        self.idle: dict[WorkerKey, WorkerProcess] = {}
+
+    def has(self, key: WorkerKey) -> bool:
+        """Whether a live worker waits for this key (the next plan starts no process)."""
+        worker = self.idle.get(key)
+        return worker is not None and worker.alive()
+
+    def take(self, key: WorkerKey) -> WorkerProcess | None:
+        """The key's idle worker, now the caller's; None where there is none alive."""
+        worker = self.idle.pop(key, None)
+        if worker is not None and not worker.alive():
+            worker.kill()       # reaps it, and any process it left behind
+            return None
+        return worker
+
+    def give_back(self, key: WorkerKey, worker: WorkerProcess) -> None:
+        """A worker that finished its plan, kept for the key's next one."""
+        older = self.idle.pop(key, None)
+        if older is not None:
+            older.close()
+        self.idle[key] = worker
+
+    def close(self) -> None:
+        """End every idle worker (stdin at EOF, killed if it lingers)."""
+        while self.idle:
+            _, worker = self.idle.popitem()
+            worker.close()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,273 @@
+"""The worker pool (suites/worker_pool.py): a matrix starts one serving worker per key and
+hands it every suite that needs that key, with nothing else changed — the same rows as
+separate runs, a dead or hung worker replaced by a fresh one, the budget's stops,
+compile-cache jobs in processes of their own, rounds in separate processes. Run on the
+stand-in framework (tests/fake_framework.py), so no framework needs to be installed; each
+row names the process that measured it. Nothing here asserts a duration."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.fake_framework import CRASH, REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMER = """
+[timer]
+warmup = 0
+min_samples = 1
+max_samples = 2
+budget_s = 0.01
+repetitions = 2
+max_repetitions = 2
+"""
+SUITE_A = f"""
+name = "pool-a"
+case_timeout_s = 60
+{TIMER}
+[[cases]]
+models = ["lenet_tiny", "sae_tiny_se"]
+batches = [2, 3]
+measures = ["forward", "gradient"]
+devices = ["cpu"]
+threads = [1]
+"""
+SUITE_B = f"""
+name = "pool-b"
+case_timeout_s = 60
+{TIMER}
+[[cases]]
+models = ["conv_tiny", "lenet_tiny"]
+batches = [2]
+measures = ["forward", "gradient"]
+devices = ["cpu"]
+threads = [1]
+"""
+# First calls with a cold and a warm compilation cache, beside an ordinary job.
+SUITE_CACHE = f"""
+name = "pool-cache"
+case_timeout_s = 60
+{TIMER}
+[[cases]]
+models = ["lenet_tiny"]
+batches = [2]
+measures = ["forward"]
+devices = ["cpu"]
+threads = [1]
+variants = ["cached"]
+compile_cache = ["cold", "warm"]
+
+[[cases]]
+models = ["conv_tiny"]
+batches = [2]
+measures = ["forward"]
+devices = ["cpu"]
+threads = [1]
+"""
+
+
+@pytest.fixture
+def fake_env(monkeypatch) -> dict[str, str]:
+    """The stand-in framework for this process and the workers it starts."""
+    env = {"DLBENCH_REGISTRY": str(REGISTRY), "DLBENCH_TRUTH": "off"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def write_suites(folder: Path, **texts: str) -> dict[str, Path]:
+    paths = {}
+    for name, text in texts.items():
+        paths[name] = folder / f"{name}.toml"
+        paths[name].write_text(text)
+    return paths
+
+
+def matrix(suites: list[Path], out: Path, *extra: str, env: dict | None = None):
+    command = [sys.executable, "-m", "suites", "matrix", "--device", "cpu", "--frameworks",
+               "fake", "--python", f"fake={sys.executable}", "--suites", *map(str, suites),
+               "--out", str(out), "--history", str(out), "--compile-cache", "off",
+               "--no-reuse", *extra]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def suite_rows(out: Path, suite: str, pattern: str = "fake_cpu.jsonl") -> list[dict]:
+    return [json.loads(line) for path in sorted(out.glob(f"{suite}/*/{pattern}"))
+            for line in path.read_text().splitlines()]
+
+
+def items(out: Path) -> list[dict]:
+    log = next(out.glob("matrix/*/costs-cpu.ndjson"))
+    return [r for r in map(json.loads, log.read_text().splitlines()) if r["kind"] == "item"]
+
+
+def starts(out: Path) -> list[tuple[str, int]]:
+    return [(r["suite"], r["worker_starts"]) for r in items(out)]
+
+
+def pids(rows: list[dict]) -> set[int]:
+    """The worker processes that wrote these rows (the runner's own rows, for a timeout or
+    a worker's death, name none)."""
+    return {row["env"]["worker_pid"] for row in rows if "worker_pid" in row["env"]}
+
+
+def outcome(rows: list[dict]) -> dict[str, str]:
+    return {row["case_id"]: row["status"] for row in rows}
+
+
+def test_a_matrix_starts_one_worker_per_key_and_writes_the_rows_of_separate_runs(tmp_path,
+                                                                               fake_env):
+    suites = write_suites(tmp_path, a=SUITE_A, b=SUITE_B)
+    out = tmp_path / "pooled"
+    done = matrix([suites["a"], suites["b"]], out)
+    assert done.returncode == 0, done.stderr
+    assert starts(out) == [("pool-a", 1), ("pool-b", 0)]
+    a_rows, b_rows = suite_rows(out, "pool-a"), suite_rows(out, "pool-b")
+    assert len(pids(a_rows + b_rows)) == 1
+    # The unpooled path: one `suites run` per suite, each with workers of its own.
+    separate = tmp_path / "separate"
+    for path in (suites["a"], suites["b"]):
+        run = subprocess.run([sys.executable, "-m", "suites", "run", str(path), "--framework",
+                              "fake", "--out", str(separate)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+    assert outcome(a_rows) == outcome(suite_rows(separate, "pool-a"))
+    assert outcome(b_rows) == outcome(suite_rows(separate, "pool-b"))
+    assert set(outcome(a_rows + b_rows).values()) == {"ok"} and len(a_rows + b_rows) == 18
+    assert pids(suite_rows(separate, "pool-a")) != pids(suite_rows(separate, "pool-b"))
+
+
+def test_a_worker_death_in_the_second_suite_leaves_failed_rows_and_a_fresh_worker_goes_on(
+        tmp_path, fake_env):
+    suites = write_suites(tmp_path, a=SUITE_A, b=SUITE_B)
+    out = tmp_path / "out"
+    done = matrix([suites["a"], suites["b"]], out, env={CRASH: "conv_tiny"})
+    assert done.returncode == 0, done.stderr
+    a_rows, b_rows = suite_rows(out, "pool-a"), suite_rows(out, "pool-b")
+    failed = [r for r in b_rows if r["status"] == "failed"]
+    # The pooled worker died preparing conv_tiny: its three pending measures failed.
+    assert sorted(r["measure"] for r in failed) == ["fingerprint", "forward", "gradient"]
+    assert all(r["model"] == "conv_tiny" and "worker process died" in r["reason"]
+               for r in failed)
+    rest = [r for r in b_rows if r["status"] != "failed"]
+    assert len(rest) == 3 and all(r["status"] == "ok" for r in rest)
+    assert starts(out) == [("pool-a", 1), ("pool-b", 1)]
+    assert pids(rest).isdisjoint(pids(a_rows))
+    # The run again has nothing left: the failed rows are results, not pending work.
+    assert matrix([suites["a"], suites["b"]], out).returncode == 0
+    assert len(suite_rows(out, "pool-b")) == 6
+
+
+def test_a_timeout_kills_the_pooled_worker_and_the_next_suite_starts_a_fresh_one(tmp_path,
+                                                                                fake_env):
+    suites = write_suites(tmp_path, a=SUITE_A, b=SUITE_B)
+    out = tmp_path / "out"
+    # pool-a's last case hangs in a child of its worker.
+    marker = "pool-a/fake/cpu/sae_tiny_se/b3/fingerprint"
+    done = matrix([suites["a"], suites["b"]], out, "--case-timeout", "3",
+                  env={"DLBENCH_INJECT_HANG": marker})
+    assert done.returncode == 0, done.stderr
+    a_rows, b_rows = suite_rows(out, "pool-a"), suite_rows(out, "pool-b")
+    assert [r["case_id"] for r in a_rows if r["status"] == "timeout"] == \
+        [f"{marker}/fp32/eager/t1"]
+    assert starts(out) == [("pool-a", 1), ("pool-b", 1)]
+    assert pids(b_rows).isdisjoint(pids(a_rows))
+    assert all(r["status"] == "ok" for r in b_rows) and len(a_rows) == 12
+    hung = [p for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] and marker in p.info["cmdline"]]
+    assert not hung, hung
+
+
+def write_history(folder: Path, suite: str, model: str, seconds: float) -> None:
+    """An earlier run's rows saying each of ``model``'s cases took ``seconds``."""
+    from suites.environment import cpu_model
+    path = folder / suite / "earlier" / "fake_cpu.jsonl"
+    path.parent.mkdir(parents=True)
+    lines = [json.dumps({
+        "case_id": f"{suite}/fake/cpu/{model}/b2/{measure}/fp32/eager/t1", "model": model,
+        "batch": 2, "measure": measure, "elapsed_s": seconds,
+        "started_at": "2026-11-23T09:00:00+00:00",
+        "settings": {"framework": "fake", "device": "cpu", "precision": "fp32",
+                     "variant": "eager", "threads": 1, "compile_cache": ""},
+        "env": {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count()}})
+        for measure in ("forward", "gradient", "fingerprint")]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_budget_stop_between_suites_then_a_rerun_lose_and_duplicate_no_row(tmp_path,
+                                                                             fake_env):
+    suites = write_suites(tmp_path, a=SUITE_A, b=SUITE_B)
+    out = tmp_path / "out"
+    history = tmp_path / "history"
+    write_history(history, "pool-b", "conv_tiny", 600.0)   # pool-b's first job: 30 minutes
+    done = matrix([suites["a"], suites["b"]], out, "--budget", "1", "--history", str(history))
+    assert done.returncode == 75, done.stderr
+    assert len(suite_rows(out, "pool-a")) == 12 and not suite_rows(out, "pool-b")
+    assert "pool-b fake: 6 to run" in done.stderr
+    assert matrix([suites["a"], suites["b"]], out).returncode == 0
+    rows = suite_rows(out, "pool-a") + suite_rows(out, "pool-b")
+    assert len(rows) == len(outcome(rows)) == 18
+
+
+def test_a_job_running_at_the_deadline_is_killed_and_its_key_has_no_worker(tmp_path, fake_env,
+                                                                           monkeypatch):
+    from suites.runner import BUDGET_EXIT, Budget, Runner, RunRequest
+    from suites.worker_pool import WorkerPool
+
+    suites = write_suites(tmp_path, a=SUITE_A, b=SUITE_B)
+    out = tmp_path / "out"
+    # Set before the worker starts: pool-b's first case hangs in the worker pool-a left.
+    monkeypatch.setenv("DLBENCH_INJECT_HANG", "pool-b/fake/cpu/conv_tiny/b2/forward")
+    with WorkerPool() as pool:
+        first = Runner(RunRequest(str(suites["a"]), "fake", "cpu", out), pool=pool)
+        assert first.run() == 0
+        key = first.pool_key(1, 1, "all")
+        assert pool.has(key) and len(first.worker_start_s) == 1
+        budget = Budget(time.monotonic() + 3.0, lambda job, names: None)
+        second = Runner(RunRequest(str(suites["b"]), "fake", "cpu", out), budget, pool=pool)
+        assert second.run() == BUDGET_EXIT
+        assert second.worker_start_s == [] and not pool.has(key)
+        monkeypatch.delenv("DLBENCH_INJECT_HANG")
+        again = Runner(RunRequest(str(suites["b"]), "fake", "cpu", out, resume=True), pool=pool)
+        assert again.run() == 0 and len(again.worker_start_s) == 1
+    rows = suite_rows(out, "pool-b")
+    assert len(rows) == len(outcome(rows)) == 6
+    assert "timeout" not in outcome(rows).values()
+
+
+def test_compile_cache_jobs_never_run_in_a_pooled_worker(tmp_path, fake_env):
+    suites = write_suites(tmp_path, a=SUITE_A, cache=SUITE_CACHE)
+    out = tmp_path / "out"
+    done = matrix([suites["a"], suites["cache"]], out)
+    assert done.returncode == 0, done.stderr
+    pooled = pids(suite_rows(out, "pool-a"))
+    rows = suite_rows(out, "pool-cache")
+    assert all(r["status"] == "ok" for r in rows), rows
+    by_cache = {cache: pids([r for r in rows if r["settings"]["compile_cache"] == cache])
+                for cache in ("", "cold", "warm")}
+    assert by_cache[""] == pooled      # the ordinary job ran in the pooled worker
+    cold, warm = by_cache["cold"], by_cache["warm"]
+    assert len(cold) == len(warm) == 1 and cold != warm
+    assert (cold | warm).isdisjoint(pooled)
+    assert starts(out) == [("pool-a", 1), ("pool-cache", 2)]
+
+
+def test_rounds_share_a_worker_per_round_and_never_one_between_rounds(tmp_path, fake_env):
+    suites = write_suites(tmp_path, a=SUITE_A, b=SUITE_B)
+    out = tmp_path / "out"
+    done = matrix([suites["a"], suites["b"]], out, "--rounds", "2")
+    assert done.returncode == 0, done.stderr
+    assert starts(out) == [("pool-a", 2), ("pool-b", 0)]
+    rounds = [pids(suite_rows(out, "pool-a", f"fake_cpu.round{k}.ndjson")
+                   + suite_rows(out, "pool-b", f"fake_cpu.round{k}.ndjson")) for k in (1, 2)]
+    assert all(len(found) == 1 for found in rounds) and rounds[0] != rounds[1]
+    assert len(suite_rows(out, "pool-a")) == 12 and len(suite_rows(out, "pool-b")) == 6
