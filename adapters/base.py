@@ -214,6 +214,10 @@ class Adapter(abc.ABC):
     name: ClassVar[str]
     # Execution modes this framework offers; "default" maps to the first.
     variants: ClassVar[dict[str, str]]
+    # Whether the worker reads the GPU's clocks, power and temperature (NVML) while this
+    # adapter's cases run on one; a stand-in that puts nothing on the GPU (the harness's
+    # tests) has no GPU state to report.
+    monitors_gpu: ClassVar[bool] = True
 
     def __init__(self, config: RunConfig):
         self.config = config

@@ -144,7 +144,8 @@ class Worker:
         self.last_row = time.perf_counter()
         from suites.device_state import open_monitor
         from suites.host_state import HostMonitor
-        self.gpu_monitor, self.gpu_state_reason = open_monitor(plan.device)
+        self.gpu_monitor, self.gpu_state_reason = open_monitor(plan.device) \
+            if self.adapter.monitors_gpu else (None, f"{plan.framework} puts nothing on a GPU")
         # The host CPU's state beside the GPU's (suites/host_state.py): sampled in the
         # background on a GPU run, read only before and after sampling on a CPU run.
         self.host_monitor = HostMonitor(periodic=plan.device == "gpu")

@@ -9,26 +9,56 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
 * The ``cached`` variant keeps a "compilation cache": it writes a file into
   ``FAKE_CACHE_DIR`` (set from the registry's compile_cache env), as a framework's
   persistent cache does.
+* Device ``"gpu"`` runs the same numpy, so that the runner's two GPU phases (wall, then
+  device) run without a GPU: the worker reads no GPU state (``monitors_gpu``), and the
+  device clock is the host's around each block. ``FAKE_GPU_LOCK=<file>``: a stand-in GPU
+  that admits one process at a time, as a GPU in exclusive-process compute mode does: a
+  worker takes an exclusive lock on the file when it starts and holds it until it exits,
+  and a worker that finds it held stops with ``DeviceUnavailable`` (the worker's fatal
+  event), naming the process that holds it.
+* ``FAKE_EVENTS=<file>``: each prepared case appends ``<pid> <device> <model> b<batch>``
+  to the file, so a test can read the order in which processes ran their cases.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
 
-from adapters.base import Adapter, Memory, Prepared, Unsupported
+from adapters.base import Adapter, DeviceUnavailable, Memory, Prepared, RunConfig, Unsupported
+from suites.timer import DeviceClock
 
 REGISTRY = Path(__file__).with_name("data") / "fake_registry.toml"
 CRASH = "FAKE_CRASH"
+GPU_LOCK = "FAKE_GPU_LOCK"
+EVENTS = "FAKE_EVENTS"
+
+
+class HostClock(DeviceClock):
+    """The stand-in's device clock on a "gpu": the host's time around the block."""
+
+    kind = "the stand-in's host clock"
+
+    def start(self) -> None:
+        self.began = time.perf_counter()
+
+    def end(self) -> None:
+        self.ended = time.perf_counter()
+
+    def elapsed(self) -> float | None:
+        return self.ended - self.began
 
 
 class FakePrepared(Prepared):
-    def __init__(self, batch: int):
+    def __init__(self, batch: int, device: str):
         super().__init__()
         self.batch = batch
+        self.device = device
         self.a = np.ones((8, 8), dtype=np.float32)
 
     def step(self, measure: str):
@@ -49,23 +79,53 @@ class FakePrepared(Prepared):
     def loss_and_gradients(self):
         raise Unsupported("the stand-in has no gradients")
 
+    def device_clock(self):
+        return HostClock() if self.device == "gpu" else None
+
+
+def hold_the_gpu(path: str) -> int:
+    """Take the stand-in GPU for this process (the module's docstring): the descriptor
+    holding the lock, kept open until the process exits."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode().strip() or "unknown"
+        os.close(fd)
+        raise DeviceUnavailable(f"the stand-in GPU is held by process {holder}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
 
 class FakeAdapter(Adapter):
     name = "fake"
     variants = {"eager": "a little numpy", "cached": "a little numpy, with a cache on disk"}
+    monitors_gpu = False
+
+    def __init__(self, config: RunConfig):
+        super().__init__(config)
+        lock = os.environ.get(GPU_LOCK)
+        self.gpu = hold_the_gpu(lock) if config.device == "gpu" and lock else None
 
     def environment(self) -> dict:
         return {"framework_version": "0", "worker_pid": os.getpid()}
 
     def prepare(self, model, weights, batch, case) -> FakePrepared:
         os.write(2, f"fake: preparing {model.name} b{batch.size}\n".encode())
+        events = os.environ.get(EVENTS)
+        if events:
+            fd = os.open(events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(fd, f"{os.getpid()} {self.config.device} {model.name} "
+                         f"b{batch.size}\n".encode())
+            os.close(fd)
         if os.environ.get(CRASH) == model.name:
             os.kill(os.getpid(), signal.SIGKILL)
         if self.resolve_variant(case.variant) == "cached":
             folder = Path(os.environ["FAKE_CACHE_DIR"])
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{model.name}.bin").write_bytes(b"compiled")
-        return FakePrepared(batch.size)
+        return FakePrepared(batch.size, self.config.device)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return False
