@@ -18,7 +18,8 @@ per thread setting, shows progress, and survives what a case can do to its proce
   a plan goes to the live worker of its key where one waits, and the worker goes back
   once the plan is done; a worker that died, timed out, was stopped by the budget or
   interrupted is killed and never reused. Jobs with a compilation-cache setting always
-  get a process of their own.
+  get a process of their own. On a GPU no idle worker of another key stays beside the
+  one that runs (the pool closes them first: suites/worker_pool.py says why).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from suites.results import (
 from suites.spec import Job, SuiteError, check_case_timeout, expand, load_suite, resolve_suite_path, suggest
 from suites.truth_check import fill_cache
 from suites.worker import EVENT_PREFIX, PARENT_PID, Plan
-from suites.worker_pool import WorkerKey, WorkerPool
+from suites.worker_pool import GPU, WorkerKey, WorkerPool
 from suites.worker_process import WorkerProcess
 
 console = Console(stderr=True)
@@ -435,6 +436,10 @@ class Runner:
                     if worker is not None and not worker.send(plan_file):
                         worker.kill()
                         worker = None
+                elif self.pool is not None and self.request.device == GPU:
+                    # A process of its own on the GPU: no idle worker may hold GPU memory
+                    # beside it either (suites/worker_pool.py).
+                    self.pool.close_gpu_workers()
                 if worker is None:
                     spawned = time.monotonic()
                     worker = self.start_worker(plan_file, log, serve=key is not None)

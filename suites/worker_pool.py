@@ -8,6 +8,17 @@ was started with and the round (suites/rounds.py). The pool holds idle workers o
 runner takes one, sends it a plan, and gives it back once the plan is done. A worker
 that died, ran past a case's time limit, was stopped by the budget or interrupted is
 killed and never given back, so the next plan of its key starts a fresh one.
+
+One live GPU worker at a time: before a worker of one GPU key is handed out or started,
+and before a process of its own (a compile-cache job) starts on the GPU, every idle GPU
+worker of another key is closed. An idle process keeps GPU memory: TensorFlow's BFC
+pool never returns what it took to the device (memory growth only delays taking it),
+JAX's pool keeps what it grew (no preallocation changes only the start), and a PyTorch
+process keeps its CUDA context, its libraries' workspaces and whatever its caching
+allocator holds (the adapter empties the cache after each job). A case that needs most
+of the GPU (li2016's batch-512 layers, practice-gpu's batch sweep up to out-of-memory)
+would then fail, or find its knee elsewhere, according to what ran before it. Idle CPU
+workers stay: they hold no device.
 """
 
 from __future__ import annotations
@@ -15,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from suites.worker_process import WorkerProcess
+
+GPU = "gpu"
 
 
 @dataclass(frozen=True)
@@ -41,12 +54,21 @@ class WorkerPool:
         return worker is not None and worker.alive()
 
     def take(self, key: WorkerKey) -> WorkerProcess | None:
-        """The key's idle worker, now the caller's; None where there is none alive."""
+        """The key's idle worker, now the caller's; None where there is none alive (the
+        caller starts one). For a GPU key, every other idle GPU worker is closed first."""
+        if key.device == GPU:
+            self.close_gpu_workers(keep=key)
         worker = self.idle.pop(key, None)
         if worker is not None and not worker.alive():
             worker.kill()       # reaps it, and any process it left behind
             return None
         return worker
+
+    def close_gpu_workers(self, keep: WorkerKey | None = None) -> None:
+        """Close every idle GPU worker but ``keep``'s: a process of another key, or one of
+        its own, is about to use the GPU (the module's docstring says why)."""
+        for key in [k for k in self.idle if k.device == GPU and k != keep]:
+            self.idle.pop(key).close()
 
     def give_back(self, key: WorkerKey, worker: WorkerProcess) -> None:
         """A worker that finished its plan, kept for the key's next one."""

@@ -271,3 +271,45 @@ def test_rounds_share_a_worker_per_round_and_never_one_between_rounds(tmp_path, 
                    + suite_rows(out, "pool-b", f"fake_cpu.round{k}.ndjson")) for k in (1, 2)]
     assert all(len(found) == 1 for found in rounds) and rounds[0] != rounds[1]
     assert len(suite_rows(out, "pool-a")) == 12 and len(suite_rows(out, "pool-b")) == 6
+
+
+class IdleWorker:
+    """A WorkerProcess as the pool sees it: alive until closed or killed."""
+
+    def __init__(self) -> None:
+        self.ended = False
+
+    def alive(self) -> bool:
+        return not self.ended
+
+    def close(self) -> None:
+        self.ended = True
+
+    kill = close
+
+
+def test_the_pool_closes_idle_gpu_workers_of_other_keys_and_leaves_cpu_workers_alone():
+    from suites.worker_pool import WorkerKey, WorkerPool
+
+    def key(framework: str, device: str, phase: str) -> WorkerKey:
+        return WorkerKey("python", framework, device, 16, 1, phase)
+    wall, device, cpu = key("torch", "gpu", "wall"), key("torch", "gpu", "device"), \
+        key("torch", "cpu", "all")
+    pool = WorkerPool()
+    workers = {k: IdleWorker() for k in (wall, cpu)}
+    for k, worker in workers.items():
+        pool.give_back(k, worker)
+    # The device phase's key has no worker: the caller starts one, once the wall worker
+    # is gone.
+    assert pool.take(device) is None
+    assert workers[wall].ended and not pool.has(wall)
+    assert pool.has(cpu) and not workers[cpu].ended
+    kept = IdleWorker()
+    pool.give_back(device, kept)
+    assert pool.take(device) is kept and not kept.ended    # its own key's worker
+    pool.give_back(device, kept)
+    pool.take(key("jax", "gpu", "wall"))                  # another framework on the GPU
+    assert kept.ended and pool.has(cpu)
+    pool.give_back(device, fresh := IdleWorker())
+    pool.close_gpu_workers()        # a compile-cache job's process of its own comes next
+    assert fresh.ended and pool.has(cpu)
