@@ -774,9 +774,9 @@ def test_tracer_check_and_kernel_family_beside_layer_times(tmp_path):
     report = report_of(tmp_path, fx.kernel_rows())
     check = find_table(report, "Kernel tracer: per-iteration kernel time")
     tf = row_where(check, Model="conv_l2", Setting="tf graph fp32 · gpu")
-    assert tf["Kernels ÷ median"] == "0.98"                    # 4.1 / 4.2
+    assert tf["Busy ÷ median"] == "0.98"                       # 4.1 / 4.2, no timeline
     torch = row_where(check, Model="conv_l2", Setting="torch eager fp32 · gpu")
-    assert torch["Kernels ÷ median"] == "0.72"                 # 12.1 / 16.8: launch gaps
+    assert torch["Busy ÷ median"] == "0.72"                    # 12.1 / 16.8: launch gaps
     forward = find_table(report, "forward, gpu")
     assert forward.columns[-1] == "Kernel family"
     index = {c: i for i, c in enumerate(forward.columns)}
@@ -822,8 +822,9 @@ def test_device_timeline_table_sets_profiled_span_beside_the_timed_median(tmp_pa
 
 def test_gap_splits_a_framework_gap_into_kernels_and_time_outside_them(tmp_path, capsys):
     """reports.gap on a TF and a torch forward profile of ResNet-50 b16 with their timed
-    medians: 9.0 vs 6.5 ms = +2.5 ms, of which +2.0 kernels (8.0 vs 6.0) and +0.5 outside
-    (1.0 vs 0.5); conv is the largest kernel difference; the TF timeline's transposes."""
+    medians: 9.0 vs 6.5 ms = +2.5 ms, of which +1.5 kernels (TF's busy time 7.5, its 8.0
+    ms of summed kernels having overlapped, vs 6.0) and +1.0 outside (1.5 vs 0.5); conv
+    is the largest kernel difference; the TF timeline's transposes."""
     from reports import gap
 
     timeline = {"span_ms": 10.0, "busy_ms": 7.5, "idle_ms": 2.5, "kernel_ms": 8.0,
@@ -841,8 +842,10 @@ def test_gap_splits_a_framework_gap_into_kernels_and_time_outside_them(tmp_path,
     assert gap.main([str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "gap +2.500 ms (+38%)" in text
-    assert "8.000 vs 6.000 ms: +2.000 ms of the gap" in text
-    assert "1.000 vs 0.500 ms: +0.500 ms of the gap" in text
+    assert "overlaps merged): 7.500 vs 6.000 ms: +1.500 ms of the gap" in text
+    assert "1.500 vs 0.500 ms: +1.000 ms of the gap" in text
+    assert "tf graph: kernels summed 8.000 ms, 1.07x its busy time" in text
+    assert "torch eager: kernels summed" not in text      # no timeline: sum = busy
     assert "conv 5.000 vs 4.000 (+1.000)" in text.split("by layer type")[1].split(";")[0]
     assert "layout transposes 0.400 ms (5.0% of its kernel time); GPU idle 25.0%" in text
     assert "implicit_convolve_sgemm" in text
@@ -1006,3 +1009,21 @@ def test_a_measure_unsupported_everywhere_is_said_once(tmp_path):
     assert not any(reason in text for text in cells_text)       # never the reason in a cell
     notes = [n for t in tables for n in t.notes if reason in n]
     assert notes and all(n.startswith("[") for n in notes)
+
+
+def test_tracer_check_sets_busy_time_not_the_kernel_sum_against_the_median(tmp_path):
+    """Kernels that ran at once on concurrent streams: 20.6 ms summed per iteration, 10.3
+    ms busy with overlaps merged (TensorFlow's ResNet-34 forward on an H100 traced so by
+    CUPTI and tf.profiler alike); the check sets the busy time against the 12.6 ms median."""
+    profile = {**fx.tracer_profile(20.0, 0.6, 12.7, {"implicit_gemm": 20.0}, {}, "forward"),
+               "timeline": {"span_ms": 12.5, "busy_ms": 10.3, "idle_ms": 2.2,
+                            "kernel_ms": 20.6, "transpose_ms": 0.26, "kernels": 144.0}}
+    rows = [fx.make_row("resnet34", 16, "profile", "tf", "gpu", None, threads=4,
+                        profile=profile),
+            fx.make_row("resnet34", 16, "forward", "tf", "gpu", 12.6, threads=4)]
+    report = report_of(tmp_path, rows)
+    check = find_table(report, "Kernel tracer: per-iteration kernel time")
+    line = row_where(check, Model="resnet34", Setting="tf graph fp32 · gpu")
+    assert (line["Kernels summed (ms/iter)"], line["Busy (ms/iter)"]) == ("20.60", "10.30")
+    assert line["Busy ÷ median"] == "0.82"                     # 10.3 / 12.6: launch gaps
+    assert any("concurrent streams" in note for note in check.notes)
