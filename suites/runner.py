@@ -20,6 +20,8 @@ per thread setting, shows progress, and survives what a case can do to its proce
   interrupted is killed and never reused. Jobs with a compilation-cache setting always
   get a process of their own. On a GPU no idle worker of another key stays beside the
   one that runs (the pool closes them first: suites/worker_pool.py says why).
+* ``RunRequest.phases`` runs some of the phases only: the matrix runs a framework's wall
+  phase over all its suites, then its device phase (suites/matrix.py).
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ class RunRequest:
     python: str = ""
     # Added to the workers' environment (a persistent compilation cache's location).
     worker_env: dict[str, str] = field(default_factory=dict)
+    # The phases to run (device_phases(): "all" on a CPU, "wall" and "device" on a GPU),
+    # none meaning every one: the matrix runs a framework's wall phase over all its
+    # suites before its device phase (suites/matrix.py). Counts, progress and resuming
+    # cover the chosen phases' measures only.
+    phases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -202,6 +209,26 @@ def recorded_references(rows: dict[str, dict[str, Any]], measures: tuple[str, ..
     return found
 
 
+def device_phases(device: str) -> tuple[str, ...]:
+    """The phases of a run on ``device``, in the order they run (phases() below)."""
+    return ("wall", "device") if device == "gpu" else ("all",)
+
+
+def in_phases(pending: list[tuple[Job, list[str]]], device: str,
+              chosen: tuple[str, ...]) -> list[tuple[Job, list[str]]]:
+    """Each job with its pending measures of the ``chosen`` phases (every phase where
+    none is chosen); jobs left with none are dropped."""
+    if not chosen:
+        return pending
+    kept = []
+    for job, names in pending:
+        selected = [name for phase, of_phase in phases(device, names) if phase in chosen
+                    for name in of_phase]
+        if selected:
+            kept.append((job, selected))
+    return kept
+
+
 def phases(device: str, names: list[str]) -> list[tuple[str, list[str]]]:
     """The worker processes a job's pending measures need, in order: on a GPU the wall
     phase (timed measures, fingerprint: CUPTI never loaded) and then the device phase
@@ -233,14 +260,19 @@ class Runner:
         self.case_timeout_s = request.case_timeout_s or load_suite(
             resolve_suite_path(request.suite), load_registry()).case_timeout_s
         self.entry = load_registry()[request.framework]
+        unknown = [p for p in request.phases if p not in device_phases(request.device)]
+        if unknown:
+            raise SuiteError(f"no phase {', '.join(map(repr, unknown))} on {request.device} "
+                             f"(phases: {', '.join(device_phases(request.device))})")
         self.results = ResultsFile(self.path)
         self.results.check_writable()   # an unusable --out fails here, before anything runs
         self.fatal: str | None = None
         done = self.results.finished_case_ids() if request.resume else set()
-        self.pending = pending_measures(jobs, self.key, done)
+        self.pending = in_phases(pending_measures(jobs, self.key, done), request.device,
+                                 request.phases)
         self.device_measures = device_measures(jobs)
-        self.skipped = sum(len(names) for _, names in
-                           pending_measures(jobs, self.key, set())) - self.total
+        self.skipped = sum(len(names) for _, names in in_phases(
+            pending_measures(jobs, self.key, set()), request.device, request.phases)) - self.total
         self.statuses: dict[str, int] = defaultdict(int)
         self.log_path = self.path.with_suffix(".log")
 
@@ -252,8 +284,10 @@ class Runner:
         return case_key(self.suite, self.request.framework, self.request.device, job, measure)
 
     def run(self) -> int:
+        chosen = f" · {' and '.join(self.request.phases)} phase" \
+            if self.request.phases and self.request.phases != device_phases(self.request.device) else ""
         console.print(f"[bold]{self.suite}[/] · {self.request.framework} on "
-                      f"{self.request.device} · {self.total} measurements"
+                      f"{self.request.device}{chosen} · {self.total} measurements"
                       + (f" ({self.skipped} already done)" if self.skipped else "")
                       + f" → {self.path}")
         # The float64 truth of every fingerprinted (model, batch), before any worker.

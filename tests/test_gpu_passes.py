@@ -1,9 +1,9 @@
-"""The GPU's worker processes without a GPU: the stand-in framework's device "gpu"
-(tests/fake_framework.py) runs the runner's two phases, and its stand-in GPU admits one
-process at a time, as a GPU in exclusive-process compute mode does, so a worker left
+"""The GPU's worker processes without a GPU: the stand-in frameworks' device "gpu"
+(tests/fake_framework.py) runs the runner's two phases, and their stand-in GPU admits
+one process at a time, as a GPU in exclusive-process compute mode does, so a worker left
 alive beside another shows up as the second one's fatal error. Checked: the pool keeps
-one live GPU worker at a time (suites/worker_pool.py). Nothing here asserts a
-duration."""
+one live GPU worker at a time (suites/worker_pool.py); a runner runs the phases it is
+asked for. Nothing here asserts a duration."""
 
 from __future__ import annotations
 
@@ -90,4 +90,28 @@ def test_the_device_phase_starts_once_the_wall_phases_idle_worker_is_closed(
                         pool=pool)
         assert runner.run() == 2
         assert "the stand-in GPU is held by process" in runner.fatal
+
+
+def test_a_runner_runs_the_phases_it_is_asked_for_and_counts_only_theirs(tmp_path,
+                                                                         stand_in_gpu):
+    from suites.runner import Runner, RunRequest
+    from suites.spec import SuiteError
+
+    suite = str(write_suites(tmp_path)[0])
+    out = tmp_path / "out"
+
+    def runner(*phases: str) -> Runner:
+        return Runner(RunRequest(suite, "fake", "gpu", out, resume=True, phases=phases))
+    # Four jobs: forward, gradient and the fingerprint in the wall phase, device_time in
+    # the device phase.
+    assert (runner().total, runner("wall").total, runner("device").total) == (16, 12, 4)
+    assert runner("device").run() == 0
+    wall = runner("wall")
+    assert (wall.total, wall.skipped) == (12, 0)
+    rows = rows_of(out, "gpu-a")
+    assert [r["measure"] for r in rows] == ["device_time"] * 4
+    assert runner("wall").run() == 0
+    assert (runner().total, runner().skipped) == (0, 16)
+    with pytest.raises(SuiteError, match="no phase 'all' on gpu"):
+        runner("all")
 
