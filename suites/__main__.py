@@ -49,14 +49,20 @@ def main(argv: list[str] | None = None) -> int:
     interleave.add_argument("--resume", action="store_true")
     interleave.add_argument("--seed", type=int, default=0)
     interleave.add_argument("--blocks", type=int, default=2)
+    order = ("frameworks in the order given, each framework's suites in the order given; on a "
+             "GPU its wall pass over all suites, then its device pass")
     matrix = commands.add_parser("matrix", help="every framework x suite on one device: a plan "
-                                 "up front, resumable, within a budget (suites/matrix.py)")
+                                 "up front, resumable, within a budget (suites/matrix.py)",
+                                 description="Every framework x suite on one device: a plan up "
+                                 f"front, resumable, within a budget. Order: {order}.")
     matrix.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     matrix.add_argument("--frameworks", nargs="+", default=[],
-                        help="default: every framework the registry lists for the device")
+                        help="in the order they run, each framework's suites before the next "
+                             "framework's; default: every framework the registry lists for the "
+                             "device")
     matrix.add_argument("--suites", nargs="+", default=[],
-                        help="in priority order; default: the device's default suite and the "
-                             "seeds' suites (suites/matrix_plan.py)")
+                        help="in the order each framework runs them; default: the device's "
+                             "default suite and the seeds' suites (suites/matrix_plan.py)")
     matrix.add_argument("--out", type=Path, default=Path("results"))
     matrix.add_argument("--seed", type=int, default=0)
     matrix.add_argument("--budget", type=float, default=None, metavar="MINUTES",

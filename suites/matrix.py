@@ -15,19 +15,37 @@ plan up front, resumable, within a time budget.
   ``--resume``, so the same command run again continues where a kill, a lost host or the
   budget stopped it, with no row lost or written twice. Workers die with their runner, and
   a lock keeps two matrix runs off one output folder.
-* **Budget** (``--budget MINUTES``): work runs in priority order (the suites as given,
-  every framework within a suite); a job whose estimate would pass the deadline is not
-  started, one still running at the deadline is stopped with its cases left pending.
-  The exit code is then 75 and the command says what is left.
+* **Order**: frameworks in the order given, each framework's suites in the order given;
+  on a GPU its wall pass over all suites (the runner's "wall" phase: timed measures and
+  fingerprints), then its device pass (the "device" phase: device time, profiles,
+  counters, set against the wall rows already on disk). The pool keeps one live GPU
+  worker at a time, since an idle one keeps GPU memory (suites/worker_pool.py), so this
+  order starts one wall and one device worker per framework where suite by suite the
+  framework and phase would change at every item. The CPU runs in the same order, one
+  pass ("all"): a framework's workers are closed before the next framework's start, so
+  no idle process of another framework holds host memory beside the one being measured
+  (suite by suite, each framework's worker would idle through the others' items), and
+  plans, budget stops and resuming read alike on both devices.
+* **Budget** (``--budget MINUTES``): work runs in that order; a job whose estimate
+  would pass the deadline is not started, one still running at the deadline is stopped
+  with its cases left pending. The exit code is then 75 and the command says what is
+  left; run again, it goes on where it stopped (between a wall pass and its device pass:
+  with the device pass). A stopped run has measured the first frameworks on every suite
+  rather than every framework on the first suites.
 * **Costs** (``suites/matrix_log.py``): what each suite × framework took (wall, worker
-  starts, first calls, profiles, counters, fingerprints) and what the float64 truth took.
+  starts, first calls, profiles, counters, fingerprints; on a GPU one record per pass)
+  and what the float64 truth took.
 * **Rounds** (``--rounds N``): every case measured in N rounds of fresh worker processes
   and merged into one row whose interval covers a re-run in other processes
   (``suites/rounds.py``); each round file resumes like the results file.
 * **Workers** (``suites/worker_pool.py``): one worker per framework interpreter, device,
   thread setting, phase, worker environment and round, started once and handed every
   suite that needs it (a TensorFlow worker takes 13-15 s to start on an H100); jobs with
-  a compile-cache setting still get processes of their own.
+  a compile-cache setting still get processes of their own (on a GPU the pass's idle
+  worker is closed before each, and started again after). With ``--rounds`` on a GPU a
+  suite's rounds follow each other within the wall pass, and each round's worker closes
+  the one before, so every suite starts a wall worker per round (the device pass, round
+  1's only, still starts one).
 * **Caches**: each framework's persistent compilation cache (JAX's, TensorFlow's XLA
   cache, inductor's) lives in ``$DLBENCH_COMPILE_CACHE`` (default
   ``~/.cache/dlbench/compile``) unless ``--compile-cache off``, so a re-run on the same
@@ -221,9 +239,15 @@ class Matrix:
         # One worker per key for the whole run, handed from suite to suite; closed however
         # the run ends (done, budget, error, Ctrl-C).
         with WorkerPool() as pool:
+            framework = None
             for item in plan.items:
                 if item.unavailable or item.framework in skip:
                     continue
+                if item.framework != framework:
+                    # The items run framework by framework: no worker of the one before is
+                    # needed again, and none keeps memory beside the next one's.
+                    pool.close()
+                    framework = item.framework
                 if deadline is not None and time.monotonic() >= deadline:
                     outcome, code = "budget", BUDGET_EXIT
                     break
@@ -259,7 +283,7 @@ class Matrix:
             return
         say("left (run the same command again to continue):")
         for item in left:
-            say(f"  {item.suite} {item.framework}: {len(item.to_run)} to run "
+            say(f"  {item.label}: {len(item.to_run)} to run "
                 f"({item.estimate.text()}), {len(item.reusable)} to copy")
 
     def fill_truth(self, plan: Plan, suite: str) -> None:
@@ -317,7 +341,8 @@ class Matrix:
         request = RunRequest(item.source, item.framework, item.device, self.request.out,
                              resume=True, seed=self.request.seed,
                              case_timeout_s=self.request.case_timeout_s, python=item.python,
-                             worker_env=compile_cache_env(self.request, item.framework))
+                             worker_env=compile_cache_env(self.request, item.framework),
+                             phases=(item.phase,))
         start = matrix_log.worker_start_s(self.records, item.framework, self.machine.name)
         budget = Budget(deadline, self.estimate_job(item), start or 0.0) \
             if deadline is not None else None
@@ -345,5 +370,6 @@ class Matrix:
             round(sum(runner.worker_start_s), 3) if runner else 0.0,
             len(measured), reused, spent.get("first_calls_s", 0.0),
             spent.get("profile_s", 0.0), spent.get("counters_s", 0.0),
-            spent.get("fingerprint_s", 0.0), stopped, spent.get("device_time_s", 0.0)).record())
+            spent.get("fingerprint_s", 0.0), stopped, spent.get("device_time_s", 0.0),
+            item.phase).record())
         return code

@@ -7,6 +7,9 @@ the report reads every ``*.jsonl`` as result rows), appended and fsynced like ro
 * ``"kind": "item"``: one suite with one framework in one invocation: wall seconds,
   worker start-ups, rows measured and reused, and how much of the rows' own time went to
   first calls (compilation, tracing, autotuning), profiles, counters and fingerprints;
+  on a GPU two, one per pass (``phase``: "wall", then "device" after every suite's wall
+  pass; "all" on a CPU), which the totals and the mean worker start add up as they add
+  up invocations;
 * ``"kind": "truth"``: the float64 references computed before the frameworks ran;
 * ``"kind": "run"``: one invocation: its wall time, budget and how it ended.
 
@@ -73,6 +76,7 @@ class ItemCost:
     fingerprint_s: float
     stopped: str          # "done", "budget", "interrupted", "error", "unavailable"
     device_time_s: float = 0.0   # the device phase's device_time rows (GPU)
+    phase: str = "all"    # the pass: "all" (CPU), "wall" or "device" (GPU)
 
     def record(self) -> dict[str, Any]:
         return {"kind": "item", **asdict(self)}

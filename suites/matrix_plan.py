@@ -2,9 +2,15 @@
 earlier suite's rows cover, what is left and what it should cost (``suites/matrix.py``
 runs it; ``python -m suites matrix --plan`` prints it and stops).
 
-Work is ordered by priority: the suites in the order given, and within a suite the
-frameworks in the order given, so that a run stopped by its budget has compared every
-framework on the first suites rather than one framework on all of them.
+Work is ordered framework by framework: the frameworks in the order given, each
+framework's suites in the order given; on a GPU its wall pass over all suites (the
+runner's "wall" phase: timed measures and fingerprints), then its device pass (the
+"device" phase: device time, profiles, counters). Each (suite, framework, pass) is one
+item of the plan, listed in the order it runs. So a framework's GPU work needs one wall
+worker and one device worker (suites/worker_pool.py keeps one live GPU worker at a
+time), and no two frameworks' processes ever hold device or host memory at once. The
+price: a run stopped by its budget has measured the first frameworks on every suite
+rather than every framework on the first suites.
 """
 
 from __future__ import annotations
@@ -30,7 +36,15 @@ from suites.estimate import (
 )
 from suites.results import FINGERPRINT, read_rows
 from suites.reuse import ReuseIndex, Source, timer_of
-from suites.runner import RunRequest, case_key, framework_entry, pending_measures, plan_jobs
+from suites.runner import (
+    RunRequest,
+    case_key,
+    device_phases,
+    framework_entry,
+    in_phases,
+    pending_measures,
+    plan_jobs,
+)
 from suites.spec import Job, SuiteError, load_suite, resolve_suite_path
 
 # The default work of each device, in priority order: the default suite, then the seeds'
@@ -55,8 +69,23 @@ class Case:
 
 
 @dataclass(frozen=True)
+class PlannedWorker:
+    """A worker process an item's pending cases need: a pooled one, which the matrix's
+    pool hands from suite to suite (its phase and thread setting: the pool's key within a
+    framework), or a compile-cache job's process of its own (``job`` names it)."""
+
+    phase: str
+    threads: int
+    job: tuple = ()
+
+    @property
+    def pooled(self) -> bool:
+        return not self.job
+
+
+@dataclass(frozen=True)
 class Item:
-    """One suite with one framework."""
+    """One suite with one framework, in one pass (phase) of the runner's."""
 
     suite: str               # the suite's name
     source: str              # the suite as given: a bundled suite's name or a .toml path
@@ -69,11 +98,18 @@ class Item:
     reusable: tuple[tuple[Case, tuple[Source, ...]], ...] = ()   # with where they may come from
     to_run: tuple[Case, ...] = ()
     estimate: Estimate = Estimate()
-    # The worker processes the pending cases need (at least): one per thread setting,
-    # which the matrix's pool shares with the framework's other suites, and one of its
-    # own per compile-cache job.
-    workers: tuple[tuple, ...] = ()
+    # The worker processes the pending cases need (at least), in the order the runner
+    # starts them: one per thread setting, which the matrix's pool shares with the
+    # framework's other suites, and one of its own per compile-cache job.
+    workers: tuple[PlannedWorker, ...] = ()
     unavailable: str = ""    # why this framework cannot run here
+    phase: str = "all"       # the runner's phase this item runs (runner.device_phases())
+
+    @property
+    def label(self) -> str:
+        """The item in words: its suite and framework, and on a GPU its pass."""
+        return f"{self.suite} {self.framework}" + \
+            (f" {self.phase} pass" if self.phase != "all" else "")
 
     @property
     def total(self) -> int:
@@ -99,11 +135,32 @@ class Plan:
                 total = total + item.estimate
         return total
 
+    def worker_starts(self) -> list[str]:
+        """The framework of each worker start the items left need, in the order they run:
+        a pooled worker starts once per key and is handed from suite to suite, but on a
+        GPU only while no process of another key took the GPU in between (the pool keeps
+        one live GPU worker: suites/worker_pool.py); a compile-cache job's process starts
+        for that job alone."""
+        live: set[tuple[str, PlannedWorker]] = set()
+        starts = []
+        for item in self.items:
+            if item.unavailable:
+                continue
+            for worker in item.workers:
+                key = (item.framework, worker)
+                if worker.pooled and key in live:
+                    continue
+                starts.append(item.framework)
+                if self.device == "gpu":
+                    live.clear()
+                if worker.pooled:
+                    live.add(key)
+        return starts
+
     def seconds(self) -> float:
         """The estimated seconds of everything left: cases, worker starts and truth."""
-        workers = {(i.framework, *worker) for i in self.items if not i.unavailable
-                   for worker in i.workers}
-        starts = sum(self.worker_start_s.get(framework) or 0.0 for framework, *_ in workers)
+        starts = sum(self.worker_start_s.get(framework) or 0.0
+                     for framework in self.worker_starts())
         return self.estimate.seconds + starts + (self.truth_seconds or 0.0)
 
 
@@ -174,16 +231,21 @@ def make_plan(device: str, frameworks: list[str], suites: list[str], out: Path, 
               truth_rate: float | None,
               caches: dict[str, CacheView | None] | None = None) -> Plan:
     unavailable = availability(frameworks, device, pythons)
-    indexes = {name: ReuseIndex() for name in frameworks}
     items = []
-    for suite in suites:
-        for name in frameworks:
-            suite_name, path, jobs = suite_jobs(suite, name, device, out, seed)
-            if not jobs:
-                continue
-            items.append(plan_item(suite_name, suite, name, device, pythons[name], path, jobs,
-                                   indexes[name] if reuse else None, history,
-                                   unavailable[name], (caches or {}).get(name)))
+    for name in frameworks:      # the order items run in: the module's docstring
+        # Cases a framework measured for an earlier suite, in the same pass.
+        index = ReuseIndex() if reuse else None
+        expanded = {suite: suite_jobs(suite, name, device, out, seed) for suite in suites}
+        for phase in device_phases(device):
+            for suite in suites:
+                suite_name, path, jobs = expanded[suite]
+                if not jobs:
+                    continue
+                item = plan_item(suite_name, suite, name, device, pythons[name], path, jobs,
+                                 index, history, unavailable[name], (caches or {}).get(name),
+                                 phase)
+                if item.total:
+                    items.append(item)
     pairs = truth_pairs(items, seed)
     gflop = sum(truth_module.cost_gflop(get_model(m), b) for m, b in pairs)
     return Plan(device, machine, tuple(items), tuple(pairs), gflop,
@@ -193,12 +255,13 @@ def make_plan(device: str, frameworks: list[str], suites: list[str], out: Path, 
 
 def plan_item(suite: str, source: str, framework: str, device: str, python: str, path: Path,
               jobs: list[Job], index: ReuseIndex | None, history: History,
-              unavailable: str, cache: CacheView | None = None) -> Item:
+              unavailable: str, cache: CacheView | None = None, phase: str = "all") -> Item:
     def key(job: Job, measure: str):
         return case_key(suite, framework, device, job, measure)
 
     done = finished_ids(path)
-    cases = [Case(job, m, key(job, m).id()) for job, names in pending_measures(jobs, key, set())
+    cases = [Case(job, m, key(job, m).id())
+             for job, names in in_phases(pending_measures(jobs, key, set()), device, (phase,))
              for m in names]
     pending = [c for c in cases if c.case_id not in done]
     reusable, to_run = [], []
@@ -217,11 +280,12 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
                                                                                  c.measure))
                                         for c in to_run), device, cache)
     # One worker per thread setting, one more per compile-cache job (suites/runner.py).
-    workers = tuple(dict.fromkeys(
-        (suite, c.job.threads, c.job.model, c.job.batch, c.job.precision, c.job.variant,
-         c.job.compile_cache) if c.job.compile_cache else (c.job.threads,) for c in to_run))
+    workers = tuple(dict.fromkeys(PlannedWorker(
+        phase, c.job.threads, (suite, c.job.model, c.job.batch, c.job.precision, c.job.variant,
+                               c.job.compile_cache) if c.job.compile_cache else ())
+        for c in to_run))
     return Item(suite, source, framework, device, python, path, tuple(jobs), len(cases) - len(pending),
-                tuple(reusable), tuple(to_run), estimate, workers, unavailable)
+                tuple(reusable), tuple(to_run), estimate, workers, unavailable, phase)
 
 
 def case_computation(framework: str, device: str, job: Job, measure: str) -> tuple:
@@ -247,14 +311,18 @@ def truth_pairs(items: list[Item], seed: int) -> list[tuple[str, int]]:
 
 def describe(plan: Plan) -> list[str]:
     """The plan as lines of text: one per item, then the truth and the total."""
-    lines = [f"{'suite':<22} {'framework':<9} {'cases':>6} {'done':>6} {'reused':>6} "
-             f"{'to run':>6}  estimate"]
+    # On a GPU each suite and framework has two items, its wall pass and its device pass.
+    passes = plan.device == "gpu"
+    lines = [f"{'suite':<22} {'framework':<9} " + (f"{'pass':<6} " if passes else "")
+             + f"{'cases':>6} {'done':>6} {'reused':>6} {'to run':>6}  estimate"]
     for item in plan.items:
         if item.unavailable:
             continue
         estimate = item.estimate.text() if item.to_run else "nothing to run"
-        lines.append(f"{item.suite:<22} {item.framework:<9} {item.total:>6} {item.done:>6} "
-                     f"{len(item.reusable):>6} {len(item.to_run):>6}  {estimate}")
+        lines.append(f"{item.suite:<22} {item.framework:<9} "
+                     + (f"{item.phase:<6} " if passes else "")
+                     + f"{item.total:>6} {item.done:>6} {len(item.reusable):>6} "
+                       f"{len(item.to_run):>6}  {estimate}")
     if plan.truth_pairs:
         truth = f"{plan.truth_seconds / 60:.1f} min" if plan.truth_seconds is not None \
             else "no estimate (no earlier truth run on this machine)"
@@ -264,7 +332,8 @@ def describe(plan: Plan) -> list[str]:
                                            if i.unavailable):
         count = sum(i.total for i in plan.items if i.framework == framework)
         lines.append(f"not run: {framework} ({count} cases): {reason}")
-    starts = {f: s for f, s in plan.worker_start_s.items() if s is not None}
+    measured = {f: s for f, s in plan.worker_start_s.items() if s is not None}
+    starts = len(plan.worker_starts())
     total = plan.estimate
     source = f"from {plan.history_rows} earlier rows of this device model"
     if total.cases and total.unknown == total.cases:
@@ -273,8 +342,8 @@ def describe(plan: Plan) -> list[str]:
         return lines
     unknown = f"; {total.unknown} cases without an estimate" if total.unknown else ""
     lines.append(f"estimated: {minutes(plan.seconds())} on {plan.machine.name} "
-                 f"(cases {minutes(total.seconds)}, worker starts "
-                 f"{'measured' if starts else 'unknown'}{unknown}; {source})")
+                 f"(cases {minutes(total.seconds)}, {starts} worker starts "
+                 f"{'measured' if measured else 'unknown'}{unknown}; {source})")
     return lines
 
 

@@ -18,7 +18,9 @@ process keeps its CUDA context, its libraries' workspaces and whatever its cachi
 allocator holds (the adapter empties the cache after each job). A case that needs most
 of the GPU (li2016's batch-512 layers, practice-gpu's batch sweep up to out-of-memory)
 would then fail, or find its knee elsewhere, according to what ran before it. Idle CPU
-workers stay: they hold no device.
+workers stay: they hold no device. The matrix orders its work so that the rule costs few
+starts (suites/matrix.py: each framework's wall pass over every suite, then its device
+pass).
 """
 
 from __future__ import annotations

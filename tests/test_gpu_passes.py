@@ -3,16 +3,30 @@
 one process at a time, as a GPU in exclusive-process compute mode does, so a worker left
 alive beside another shows up as the second one's fatal error. Checked: the pool keeps
 one live GPU worker at a time (suites/worker_pool.py); a runner runs the phases it is
-asked for. Nothing here asserts a duration."""
+asked for; the matrix runs framework by framework, each framework's wall pass over every
+suite before its device pass, on one wall and one device worker; a budget stop or a kill
+between or in the passes resumes to the rows of an uninterrupted run; rounds keep their
+own processes. Nothing here asserts a duration."""
 
 from __future__ import annotations
 
+import collections
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from itertools import groupby
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.fake_framework import EVENTS, GPU_LOCK, REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+STAND_IN_GPU = "Stand-in GPU"       # the device model the plans and histories name
 
 TIMER = """
 [timer]
@@ -115,3 +129,175 @@ def test_a_runner_runs_the_phases_it_is_asked_for_and_counts_only_theirs(tmp_pat
     with pytest.raises(SuiteError, match="no phase 'all' on gpu"):
         runner("all")
 
+
+# --- the matrix -----------------------------------------------------------------------------
+
+def matrix(suites: list[Path], out: Path, *extra: str, frameworks=("fake", "fake2"),
+           env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(matrix_command(suites, out, *extra, frameworks=frameworks),
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def matrix_command(suites: list[Path], out: Path, *extra: str,
+                   frameworks=("fake", "fake2")) -> list[str]:
+    return [sys.executable, "-m", "suites", "matrix", "--device", "gpu", "--device-name",
+            STAND_IN_GPU, "--frameworks", *frameworks,
+            *(f"--python={name}={sys.executable}" for name in frameworks),
+            "--suites", *map(str, suites), "--out", str(out), "--history", str(out),
+            "--compile-cache", "off", *extra]
+
+
+def invocations(out: Path) -> list[list[dict]]:
+    """The cost log's item records, one list per invocation of the matrix."""
+    log = next(out.glob("matrix/*/costs-gpu.ndjson"))
+    found: list[list[dict]] = [[]]
+    for record in map(json.loads, log.read_text().splitlines()):
+        if record["kind"] == "run":
+            found.append([])
+        elif record["kind"] == "item":
+            found[-1].append(record)
+    return found[:-1]
+
+
+def items(out: Path) -> list[dict]:
+    return [record for invocation in invocations(out) for record in invocation]
+
+
+def all_rows(out: Path) -> collections.Counter:
+    """(case id, status) of every row under ``out``, counted."""
+    return collections.Counter((row["case_id"], row["status"])
+                               for path in out.glob("gpu-*/*/*_gpu.jsonl")
+                               for row in map(json.loads, path.read_text().splitlines()))
+
+
+def planned(stderr: str) -> list[tuple[str, str, str]]:
+    """(framework, suite, pass) of each item of the plan printed before the run."""
+    lines = [line.split() for line in stderr.splitlines() if line.startswith("gpu-")]
+    return [(framework, suite, phase) for suite, framework, phase, *_ in lines
+            if phase in ("wall", "device")]
+
+
+def test_each_framework_runs_its_wall_pass_then_its_device_pass_on_one_worker_each(
+        tmp_path, stand_in_gpu):
+    out = tmp_path / "out"
+    done = matrix(write_suites(tmp_path), out)
+    assert done.returncode == 0, done.stderr     # a second live worker would be fatal
+    order = [(framework, suite, phase) for framework in ("fake", "fake2")
+             for phase in ("wall", "device") for suite in ("gpu-a", "gpu-b")]
+    assert planned(done.stderr) == order
+    log = items(out)
+    assert [(r["framework"], r["suite"], r["phase"]) for r in log] == order
+    assert [r["worker_starts"] for r in log] == [1, 0, 1, 0] * 2
+    rows = all_rows(out)
+    assert {status for _, status in rows} == {"ok"} and set(rows.values()) == {1}
+    assert len(rows) == 2 * (16 + 8)
+    # Every case a framework prepared, in the order the processes prepared them: each
+    # process's cases in one run, the frameworks one after the other, each one's wall
+    # worker before its device worker.
+    pids = [int(line.split()[0]) for line in Path(stand_in_gpu[EVENTS]).read_text().splitlines()]
+    runs = [pid for pid, _ in groupby(pids)]
+    expected = []
+    for framework in ("fake", "fake2"):
+        measured = [row for suite in ("gpu-a", "gpu-b") for row in rows_of(out, suite, framework)
+                    if "reused_from" not in row]
+        wall = {r["env"]["worker_pid"] for r in measured if r["measure"] != "device_time"}
+        device = {r["env"]["worker_pid"] for r in measured if r["measure"] == "device_time"}
+        assert len(wall) == len(device) == 1 and wall != device
+        expected += [*wall, *device]
+    assert runs == expected
+
+
+def write_history(folder: Path, seconds: float) -> None:
+    """An earlier run's rows on the stand-in GPU saying each device_time case of gpu-a
+    took ``seconds``."""
+    path = folder / "gpu-a" / "earlier" / "fake_gpu.jsonl"
+    path.parent.mkdir(parents=True)
+    lines = [json.dumps({
+        "case_id": f"gpu-a/fake/gpu/{model}/b{batch}/device_time/fp32/eager/t16",
+        "model": model, "batch": batch, "measure": "device_time", "elapsed_s": seconds,
+        "started_at": "2026-11-24T09:00:00+00:00",
+        "settings": {"framework": "fake", "device": "gpu", "precision": "fp32",
+                     "variant": "eager", "threads": 16, "compile_cache": ""},
+        "env": {"gpu_model": STAND_IN_GPU}})
+        for model in ("lenet_tiny", "sae_tiny_se") for batch in (2, 3)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_budget_stop_between_the_passes_resumes_with_the_device_pass(tmp_path,
+                                                                      stand_in_gpu):
+    suites = write_suites(tmp_path)
+    clean = tmp_path / "clean"
+    assert matrix(suites, clean, frameworks=("fake",)).returncode == 0
+    out = tmp_path / "out"
+    history = tmp_path / "history"
+    write_history(history, 600.0)       # gpu-a's device pass: 40 minutes
+    stopped = matrix(suites, out, "--budget", "1", "--history", str(history),
+                     frameworks=("fake",))
+    assert stopped.returncode == 75, stopped.stderr
+    assert "gpu-a fake device pass: 4 to run" in stopped.stderr
+    assert {case.split("/")[5] for case, _ in all_rows(out)} == {"forward", "gradient",
+                                                                  "fingerprint"}
+    resumed = matrix(suites, out, frameworks=("fake",))
+    assert resumed.returncode == 0, resumed.stderr
+    assert all_rows(out) == all_rows(clean)
+    first, second = invocations(out)
+    assert [(r["suite"], r["phase"], r["stopped"]) for r in first] == [
+        ("gpu-a", "wall", "done"), ("gpu-b", "wall", "done"), ("gpu-a", "device", "budget")]
+    # Nothing was left of the wall pass: the device pass started one worker.
+    assert [(r["phase"], r["measured"] > 0, r["worker_starts"]) for r in second] == [
+        ("wall", False, 0), ("wall", False, 0), ("device", True, 1), ("device", True, 0)]
+
+
+def test_a_kill_in_the_device_pass_resumes_to_the_rows_of_an_uninterrupted_run(
+        tmp_path, stand_in_gpu):
+    suites = write_suites(tmp_path)
+    clean = tmp_path / "clean"
+    assert matrix(suites, clean).returncode == 0
+    out = tmp_path / "out"
+    # fake's second device job hangs: its wall pass and one device_time row are on disk.
+    marker = "gpu-a/fake/gpu/lenet_tiny/b3/device_time"
+    proc = subprocess.Popen(matrix_command(suites, out), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "DLBENCH_INJECT_HANG": marker})
+    hung = []
+    deadline = time.monotonic() + 240
+    while not hung and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        hung = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                if marker in " ".join(p.cmdline())]
+    assert hung, "the device pass never reached the hanging case"
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for child in hung:          # the hang's own process outlives the worker that waited on it
+        child.kill()
+    gone, alive = psutil.wait_procs(workers, timeout=15)
+    assert not alive, alive
+    measures = collections.Counter(case.split("/")[5] for case, _ in all_rows(out))
+    # fake's wall pass over both suites (four jobs and two), one device_time row.
+    assert measures == {"forward": 6, "gradient": 6, "fingerprint": 6, "device_time": 1}
+    resumed = matrix(suites, out)
+    assert resumed.returncode == 0, resumed.stderr
+    assert all_rows(out) == all_rows(clean)
+
+
+def test_rounds_on_the_gpu_keep_each_round_in_processes_of_its_own(tmp_path, stand_in_gpu):
+    out = tmp_path / "out"
+    done = matrix(write_suites(tmp_path), out, "--rounds", "2", frameworks=("fake",))
+    assert done.returncode == 0, done.stderr
+    merged = [row for suite in ("gpu-a", "gpu-b") for row in rows_of(out, suite)]
+    timed = [r for r in merged if r["measure"] in ("forward", "gradient")]
+    assert len(timed) == 12 and all(r["timing"]["rounds"] == 2 for r in timed)
+    assert sum(r["measure"] == "device_time" for r in merged) == 6
+
+    def pids(index: int) -> set[int]:
+        return {json.loads(line)["env"]["worker_pid"]
+                for path in out.glob(f"gpu-*/*/fake_gpu.round{index}.ndjson")
+                for line in path.read_text().splitlines()}
+    assert not pids(1) & pids(2)
+    # A suite's rounds follow each other, each closing the worker of the one before, so
+    # each suite starts a wall worker per round; round 1's device worker serves both.
+    assert [(r["suite"], r["phase"], r["worker_starts"]) for r in items(out)] == [
+        ("gpu-a", "wall", 2), ("gpu-b", "wall", 2), ("gpu-a", "device", 1),
+        ("gpu-b", "device", 0)]

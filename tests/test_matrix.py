@@ -192,15 +192,20 @@ def test_the_cache_view_reads_the_folders_a_framework_keeps_its_cache_in(tmp_pat
 
 # --- the cost log ---------------------------------------------------------------------------
 
-def _item(suite: str, framework: str, wall: float, starts: int = 1, start_s: float = 4.0) -> dict:
+def _item(suite: str, framework: str, wall: float, starts: int = 1, start_s: float = 4.0,
+          phase: str = "wall") -> dict:
     return matrix_log.ItemCost(suite, framework, "gpu", H100, "c", "t", wall, starts, start_s,
-                               10, 0, 1.0, 0.0, 0.0, 0.5, "done").record()
+                               10, 0, 1.0, 0.0, 0.0, 0.5, "done", phase=phase).record()
 
 
-def test_minutes_table_adds_invocations_and_the_truth(tmp_path):
+def test_minutes_table_adds_invocations_and_passes_and_the_truth(tmp_path):
     log = tmp_path / "costs-gpu.ndjson"
-    for record in (_item("default-gpu", "torch", 60.0), _item("default-gpu", "torch", 30.0),
+    # default-gpu's torch: a wall pass, its device pass, and a second invocation's wall pass.
+    for record in (_item("default-gpu", "torch", 50.0), _item("default-gpu", "torch", 10.0,
+                                                               phase="device"),
+                   _item("default-gpu", "torch", 30.0),
                    _item("default-gpu", "jax", 120.0), _item("li2016", "jax", 60.0),
+                   _item("li2016", "jax", 0.5, starts=0, start_s=0.0, phase="device"),
                    {"kind": "truth", "suite": "default-gpu", "pairs": 3, "gflop": 100.0,
                     "seconds": 30.0, "device_name": H100}):
         matrix_log.append(log, record)
@@ -210,7 +215,9 @@ def test_minutes_table_adds_invocations_and_the_truth(tmp_path):
     assert rows[0] == ["default-gpu", "1.5", "2.0", "3.5"]
     assert rows[1] == ["li2016", "—", "1.0", "1.0"]
     assert rows[-1] == ["total", "1.5", "3.0", "5.0"]
+    # The mean start of a worker: a pass that started none does not dilute it.
     assert matrix_log.worker_start_s(records, "torch", H100) == 4.0
+    assert matrix_log.worker_start_s(records, "jax", H100) == 4.0
     assert matrix_log.truth_rate(records, H100) == pytest.approx(100 / 30)
 
 
@@ -228,21 +235,25 @@ def test_plan_counts_reused_cases_and_estimates_the_rest(tmp_path, every_framewo
     plan = matrix_plan.make_plan("gpu", ["torch", "jax"], ["default-gpu", "float64-gpu"],
                                  tmp_path, 0, {"torch": sys.executable, "jax": sys.executable},
                                  history, Machine("gpu", H100, 16), True, {}, None)
-    items = {(i.suite, i.framework): i for i in plan.items}
-    assert set(items) == {(s, f) for s in ("default-gpu", "float64-gpu") for f in ("torch", "jax")}
-    default, f64 = items[("default-gpu", "torch")], items[("float64-gpu", "torch")]
-    # 88 measurements and fingerprints, and on a GPU one device_time row for each of the
-    # 20 jobs; float64-gpu: 126 and 42.
-    assert default.done == 0 and not default.reusable and len(default.to_run) == 108
-    assert sum(c.measure == "device_time" for c in default.to_run) == 20
-    assert len(f64.reusable) > 0 and len(f64.reusable) + len(f64.to_run) == 168
-    assert default.estimate.seconds == 2.0 and default.estimate.unknown == 107
+    items = {(i.suite, i.framework, i.phase): i for i in plan.items}
+    assert set(items) == {(s, f, p) for s in ("default-gpu", "float64-gpu")
+                          for f in ("torch", "jax") for p in ("wall", "device")}
+    default, device = items[("default-gpu", "torch", "wall")], \
+        items[("default-gpu", "torch", "device")]
+    f64 = [items[("float64-gpu", "torch", phase)] for phase in ("wall", "device")]
+    # 88 measurements and fingerprints in the wall pass, and in the device pass one
+    # device_time row for each of the 20 jobs; float64-gpu: 126 and 42.
+    assert default.done == 0 and not default.reusable and len(default.to_run) == 88
+    assert [c.measure for c in device.to_run] == ["device_time"] * 20
+    assert all(len(i.reusable) > 0 for i in f64)
+    assert sum(len(i.reusable) + len(i.to_run) for i in f64) == 168
+    assert default.estimate.seconds == 2.0 and default.estimate.unknown == 87
     # Without reuse every case is measured.
     plain = matrix_plan.make_plan("gpu", ["torch"], ["default-gpu", "float64-gpu"], tmp_path, 0,
                                   {"torch": sys.executable}, history, Machine("gpu", H100, 16),
                                   False, {}, None)
     assert all(not i.reusable for i in plain.items)
-    assert "2 s (107 without estimate)" in "\n".join(matrix_plan.describe(plan))
+    assert "2 s (87 without estimate)" in "\n".join(matrix_plan.describe(plan))
 
 
 def test_a_framework_the_interpreter_lacks_is_listed_as_not_run(tmp_path):
@@ -254,13 +265,40 @@ def test_a_framework_the_interpreter_lacks_is_listed_as_not_run(tmp_path):
     assert ("not run: torch" in text) == missing
 
 
-def test_plan_ordering_is_suites_first_then_frameworks(tmp_path, every_framework_installed):
+def test_plan_ordering_is_framework_by_framework_each_wall_pass_before_its_device_pass(
+        tmp_path, every_framework_installed):
     plan = matrix_plan.make_plan("gpu", ["jax", "torch"], ["kernels-gpu", "default-gpu"],
                                  tmp_path, 0, {"jax": "p", "torch": "p"}, History({}, {}, 0),
                                  Machine("gpu", H100, 16), True, {}, None)
-    assert [(i.suite, i.framework) for i in plan.items] == [
-        ("kernels-gpu", "jax"), ("kernels-gpu", "torch"), ("default-gpu", "jax"),
-        ("default-gpu", "torch")]
+    assert [(i.framework, i.suite, i.phase) for i in plan.items] == [
+        (framework, suite, phase) for framework in ("jax", "torch")
+        for phase in ("wall", "device") for suite in ("kernels-gpu", "default-gpu")]
+    # Each framework's pooled workers start once: its wall worker, then its device worker.
+    assert plan.worker_starts() == ["jax", "jax", "torch", "torch"]
+    cpu = matrix_plan.make_plan("cpu", ["jax", "torch"], ["default-cpu", "li2016-quick"],
+                                tmp_path, 0, {"jax": "p", "torch": "p"}, History({}, {}, 0),
+                                Machine("cpu", "x", 2), True, {}, None)
+    assert [(i.framework, i.suite, i.phase) for i in cpu.items] == [
+        (framework, suite, "all") for framework in ("jax", "torch")
+        for suite in ("default-cpu", "li2016-quick")]
+
+
+def test_planned_worker_starts_count_a_gpu_worker_again_after_a_compile_cache_process(
+        tmp_path, every_framework_installed):
+    """bahrampour2016's compile-cache jobs run in processes of their own, before which the
+    pool closes the idle wall worker: li2016's wall pass starts another."""
+    history = History({case_key("default-gpu/torch/gpu/lenet/b64/forward/fp32/eager/t16",
+                                "gpu"): 2.0}, {}, 1)
+    plan = matrix_plan.make_plan("gpu", ["torch"], ["default-gpu", "bahrampour2016", "li2016"],
+                                 tmp_path, 0, {"torch": "p"}, history,
+                                 Machine("gpu", H100, 16), False, {"torch": 10.0}, None)
+    cache_jobs = sum(1 for job in gpu_jobs("bahrampour2016") if job.compile_cache)
+    assert cache_jobs > 0
+    # The wall worker, bahrampour2016's compile-cache processes, the wall worker again,
+    # the device worker.
+    assert plan.worker_starts() == ["torch"] * (cache_jobs + 3)
+    assert plan.seconds() == 2.0 + 10.0 * (cache_jobs + 3)
+    assert f"{cache_jobs + 3} worker starts measured" in "\n".join(matrix_plan.describe(plan))
 
 
 # --- bad input ------------------------------------------------------------------------------
