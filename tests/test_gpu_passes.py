@@ -24,39 +24,14 @@ import psutil
 import pytest
 
 from tests.fake_framework import EVENTS, GPU_LOCK, REGISTRY
+from tests.tiny_suites import cases, tiny_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 STAND_IN_GPU = "Stand-in GPU"       # the device model the plans and histories name
 
-TIMER = """
-[timer]
-warmup = 0
-min_samples = 1
-max_samples = 2
-budget_s = 0.01
-repetitions = 2
-max_repetitions = 2
-"""
-SUITE_A = f"""
-name = "gpu-a"
-case_timeout_s = 60
-{TIMER}
-[[cases]]
-models = ["lenet_tiny", "sae_tiny_se"]
-batches = [2, 3]
-measures = ["forward", "gradient"]
-devices = ["gpu"]
-"""
-SUITE_B = f"""
-name = "gpu-b"
-case_timeout_s = 60
-{TIMER}
-[[cases]]
-models = ["conv_tiny", "lenet_tiny"]
-batches = [2]
-measures = ["forward", "gradient"]
-devices = ["gpu"]
-"""
+
+SUITE_A = tiny_suite("gpu-a", cases(["lenet_tiny", "sae_tiny_se"], [2, 3], device="gpu"))
+SUITE_B = tiny_suite("gpu-b", cases(["conv_tiny", "lenet_tiny"], [2], device="gpu"))
 
 
 @pytest.fixture

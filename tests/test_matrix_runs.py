@@ -21,39 +21,14 @@ import pytest
 
 pytest.importorskip("torch")
 
+from tests.tiny_suites import cases, tiny_suite  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-TIMER = """
-[timer]
-warmup = 0
-min_samples = 1
-max_samples = 2
-budget_s = 0.01
-repetitions = 2
-max_repetitions = 2
-"""
-SUITE_A = f"""
-name = "matrix-a"
-case_timeout_s = 120
-{TIMER}
-[[cases]]
-models = ["lenet_tiny", "sae_tiny_se"]
-batches = [2, 3]
-measures = ["forward", "gradient"]
-devices = ["cpu"]
-threads = [1]
-"""
+SUITE_A = tiny_suite("matrix-a", cases(["lenet_tiny", "sae_tiny_se"], [2, 3]),
+                     case_timeout_s=120)
 # lenet_tiny at batch 2 again (reused from matrix-a), and a model of its own.
-SUITE_B = f"""
-name = "matrix-b"
-case_timeout_s = 120
-{TIMER}
-[[cases]]
-models = ["lenet_tiny", "conv_tiny"]
-batches = [2]
-measures = ["forward", "gradient"]
-devices = ["cpu"]
-threads = [1]
-"""
+SUITE_B = tiny_suite("matrix-b", cases(["lenet_tiny", "conv_tiny"], [2]),
+                     case_timeout_s=120)
 
 
 @pytest.fixture

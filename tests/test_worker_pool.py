@@ -18,60 +18,17 @@ import psutil
 import pytest
 
 from tests.fake_framework import CRASH, REGISTRY
+from tests.tiny_suites import cases, tiny_suite
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMER = """
-[timer]
-warmup = 0
-min_samples = 1
-max_samples = 2
-budget_s = 0.01
-repetitions = 2
-max_repetitions = 2
-"""
-SUITE_A = f"""
-name = "pool-a"
-case_timeout_s = 60
-{TIMER}
-[[cases]]
-models = ["lenet_tiny", "sae_tiny_se"]
-batches = [2, 3]
-measures = ["forward", "gradient"]
-devices = ["cpu"]
-threads = [1]
-"""
-SUITE_B = f"""
-name = "pool-b"
-case_timeout_s = 60
-{TIMER}
-[[cases]]
-models = ["conv_tiny", "lenet_tiny"]
-batches = [2]
-measures = ["forward", "gradient"]
-devices = ["cpu"]
-threads = [1]
-"""
+SUITE_A = tiny_suite("pool-a", cases(["lenet_tiny", "sae_tiny_se"], [2, 3]))
+SUITE_B = tiny_suite("pool-b", cases(["conv_tiny", "lenet_tiny"], [2]))
 # First calls with a cold and a warm compilation cache, beside an ordinary job.
-SUITE_CACHE = f"""
-name = "pool-cache"
-case_timeout_s = 60
-{TIMER}
-[[cases]]
-models = ["lenet_tiny"]
-batches = [2]
-measures = ["forward"]
-devices = ["cpu"]
-threads = [1]
-variants = ["cached"]
-compile_cache = ["cold", "warm"]
-
-[[cases]]
-models = ["conv_tiny"]
-batches = [2]
-measures = ["forward"]
-devices = ["cpu"]
-threads = [1]
-"""
+SUITE_CACHE = tiny_suite(
+    "pool-cache",
+    cases(["lenet_tiny"], [2], measures=("forward",),
+          extra='variants = ["cached"]\ncompile_cache = ["cold", "warm"]\n'),
+    cases(["conv_tiny"], [2], measures=("forward",)))
 
 
 @pytest.fixture
