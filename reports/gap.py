@@ -88,8 +88,7 @@ def side(frame: pd.DataFrame, framework: str, model: str, batch: int, measure: s
     return Side(
         label=f"{framework} {profile.variant}", hardware=profile.hardware,
         median_ms=float(timed.iloc[-1].median_ms), kernel_ms=float(profile.profile_total_ms),
-        busy_ms=float(timeline["busy_ms"]) if timeline and timeline.get("busy_ms") is not None
-        else float(profile.profile_total_ms),
+        busy_ms=float(profile.profile_busy_ms),
         by_layer_type={kind: float(profile[f"profile_{kind}_ms"]) for kind in LAYER_TYPES},
         transpose_ms=timeline["transpose_ms"] if timeline else None,
         idle_share=timeline["idle_ms"] / timeline["span_ms"] if timeline else None,

@@ -7,7 +7,6 @@ total against the timed median of the same measure.
 
 from __future__ import annotations
 
-import json
 import math
 
 import pandas as pd
@@ -179,7 +178,7 @@ def tracer_check_table(frame: pd.DataFrame) -> Table | None:
         match = timed.get((r["model"], r["batch"], r["profile_measure"], s))
         median = match["median_ms"] if match else math.nan
         kernels = r["profile_total_ms"]
-        busy = busy_ms(r)
+        busy = r["profile_busy_ms"]
         ratio = busy / median if cells.is_num(median) and median > 0 else math.nan
         within = cells.is_num(ratio) and abs(ratio - 1) <= 0.10
         body.append((Cell(r["hardware"]), Cell(r["model"]), Cell(str(r["batch"])),
@@ -206,13 +205,3 @@ def tracer_check_table(frame: pd.DataFrame) -> Table | None:
                         "an iteration (launch gaps, host work, synchronisation); bold: "
                         "more than 10% away from 1.",))
 
-
-def busy_ms(row: dict) -> float:
-    """A profile row's kernel busy time per iteration (overlaps merged), from its device
-    timeline; its kernel sum where it has none (a tracer without timestamps)."""
-    timeline = row.get("profile_timeline")
-    if isinstance(timeline, str) and timeline:
-        busy = json.loads(timeline).get("busy_ms")
-        if cells.is_num(busy):
-            return float(busy)
-    return row["profile_total_ms"]
