@@ -9,13 +9,13 @@ adapter does in ``prepare`` is timed.
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
+from adapters.summary import HEAD_EXAMPLES, GradientSummary, OutputSummary
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
@@ -59,37 +59,19 @@ class Fingerprint:
     grad_norms: dict[str, float] | None = None
 
     @staticmethod
+    def from_summaries(output: OutputSummary, gradients: GradientSummary | None = None
+                       ) -> Fingerprint:
+        head = np.asarray(output.head).ravel()[:8]
+        return Fingerprint(tuple(float(v) for v in head), output.mean, output.std,
+                           None if gradients is None else gradients.loss,
+                           None if gradients is None else dict(sorted(gradients.norms.items())))
+
+    @staticmethod
     def from_arrays(output: np.ndarray, loss: float | None = None,
                     grads: dict[str, np.ndarray] | None = None) -> Fingerprint:
-        flat = np.asarray(output).ravel()
-        norms = None if grads is None else {
-            name: float(np.linalg.norm(np.asarray(g, dtype=np.float64).ravel()))
-            for name, g in sorted(grads.items())}
-        mean, std = mean_std(flat)
-        return Fingerprint(tuple(float(v) for v in flat[:8]), mean, std,
-                           None if loss is None else float(loss), norms)
-
-
-# Elements converted to float64 at a time by mean_std: 8 MiB of float64.
-CHUNK = 1 << 20
-
-
-def mean_std(flat: np.ndarray) -> tuple[float, float]:
-    """Mean and population standard deviation of a 1-D array in float64, chunk by chunk:
-    a single convolution's output at Li et al.'s largest batch holds 456 M values, whose
-    float64 copy (3.6 GB) took seconds per fingerprint, longer than the case's timing.
-    Two passes (mean, then squared deviations) as numpy's own ``std`` does."""
-    if flat.size == 0:
-        return math.nan, math.nan
-    total = sum(float(flat[i:i + CHUNK].sum(dtype=np.float64))
-                for i in range(0, flat.size, CHUNK))
-    mean = total / flat.size
-    squares = 0.0
-    for i in range(0, flat.size, CHUNK):
-        deviation = flat[i:i + CHUNK].astype(np.float64)
-        deviation -= mean
-        squares += float(np.dot(deviation, deviation))
-    return mean, math.sqrt(squares / flat.size)
+        return Fingerprint.from_summaries(
+            OutputSummary.of(output),
+            None if grads is None else GradientSummary.of(loss, grads, keep_arrays=False))
 
 
 @dataclass(frozen=True)
@@ -168,6 +150,21 @@ class Prepared(abc.ABC):
         canonical name (any layout: only norms are compared). Raises ``Unsupported``
         where the framework has no gradients."""
 
+    def output_summary(self, examples: int) -> OutputSummary:
+        """The inference output's shape, first ``examples`` examples, mean and standard
+        deviation (``adapters/summary.py``). This default fetches the whole output; an
+        adapter whose output lives on a GPU reduces it there and fetches the head only."""
+        return OutputSummary.of(self.forward_output(), examples)
+
+    def gradient_summary(self, keep_arrays: bool) -> GradientSummary:
+        """One gradient pass as the fingerprint reads it: the loss, each parameter's norm,
+        and the gradients (as ``loss_and_gradients`` returns them) if ``keep_arrays``. This
+        default fetches every gradient; a GPU adapter takes the norms on the device and
+        fetches the arrays only when they are kept. Raises ``Unsupported`` as
+        ``loss_and_gradients`` does."""
+        loss, grads = self.loss_and_gradients()
+        return GradientSummary.of(loss, grads, keep_arrays)
+
     def trained_weights(self) -> dict[str, np.ndarray]:
         """The trainable body parameters as the ``train_step`` measure has left them, keyed
         by canonical name in the IR's layouts (as the weights given to ``prepare``).
@@ -178,12 +175,12 @@ class Prepared(abc.ABC):
         raise Unsupported("no train_step")
 
     def fingerprint(self) -> Fingerprint:
-        output = self.forward_output()
+        output = self.output_summary(HEAD_EXAMPLES)
         try:
-            loss, grads = self.loss_and_gradients()
+            gradients = self.gradient_summary(keep_arrays=False)
         except Unsupported:
-            return Fingerprint.from_arrays(output)
-        return Fingerprint.from_arrays(output, loss, grads)
+            return Fingerprint.from_summaries(output)
+        return Fingerprint.from_summaries(output, gradients)
 
     def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
         """One pass of ``measure`` ("forward" or "gradient") over ``batches`` in order,

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from adapters.summary import HEAD_EXAMPLES, OutputSummary
 from models import truth as truth_module
 from suites import truth_pool
 
@@ -49,20 +50,26 @@ def _max_rel(a: np.ndarray, b: np.ndarray, scale: float) -> float:
     return float(diff.max()) / scale if diff.size else 0.0
 
 
-def _output_error(output: np.ndarray, truth: truth_module.Truth) -> dict[str, Any]:
-    """The output error over the examples the truth holds: the framework's first k."""
+def _output_error(output: np.ndarray | OutputSummary, truth: truth_module.Truth
+                  ) -> dict[str, Any]:
+    """The output error over the examples the truth holds: the framework's first k, from
+    the whole output or from its summary (which holds at least k examples)."""
+    shape, head = ((output.shape, output.head) if isinstance(output, OutputSummary)
+                   else (np.shape(output), np.asarray(output)))
     ref_out = truth.output
     expected = (truth.batch, *ref_out.shape[1:])
-    if np.shape(output) != expected:
-        return {"output": math.inf, "problem": f"output shape {np.shape(output)} != {expected}"}
-    head = np.asarray(output)[:truth.output_examples]
+    if tuple(shape) != expected:
+        return {"output": math.inf, "problem": f"output shape {tuple(shape)} != {expected}"}
+    head = head[:truth.output_examples]
     return {"output": _max_rel(head, ref_out, max(float(np.abs(ref_out).max()), 1e-300)),
             "output_examples": truth.output_examples}
 
 
-def errors(output: np.ndarray, loss: float | None, grads: dict[str, np.ndarray] | None,
-           truth: truth_module.Truth, canonical: bool) -> dict[str, Any]:
-    """The errors of one framework's arrays against ``truth`` (module docstring)."""
+def errors(output: np.ndarray | OutputSummary, loss: float | None,
+           grads: dict[str, np.ndarray] | None, truth: truth_module.Truth,
+           canonical: bool) -> dict[str, Any]:
+    """The errors of one framework's arrays against ``truth`` (module docstring); the
+    output may be the whole array or its ``OutputSummary``."""
     found: dict[str, Any] = {"norm": "output: max-abs / max |y64|; gradients: 2-norm / ||g64||"}
     found.update(_output_error(output, truth))
     if loss is not None:
@@ -101,38 +108,54 @@ def _model_order(model, names) -> list[str]:
     return sorted(names, key=lambda n: position.get(n, len(position)))
 
 
-def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type) -> dict:
-    """The fingerprint dict of ``prepared`` (as ``Prepared.fingerprint`` makes it) with
-    its errors against float64 under ``vs_f64``."""
-    from adapters.base import Fingerprint
-
-    output = prepared.forward_output()
-    try:
-        loss, grads = prepared.loss_and_gradients()
-    except unsupported:
-        loss, grads = None, None
-    fields = asdict(Fingerprint.from_arrays(output, loss, grads))
+def _truth_of(model, batch: int, seed: int) -> tuple[truth_module.Truth | None, str]:
+    """The float64 truth of (model, batch, seed), or None and why it is skipped."""
     if not enabled():
-        fields["vs_f64"] = {"skipped": "DLBENCH_TRUTH=off"}
-        return fields
+        return None, "DLBENCH_TRUTH=off"
     try:
         reason = truth_module.too_expensive(model, batch)
         if reason:
-            fields["vs_f64"] = {"skipped": reason}
-            return fields
+            return None, reason
         truth = truth_module.load_or_compute(model, batch, seed)
     except (MemoryError, OSError, ValueError, TypeError, RuntimeError) as error:
         # A bad setting ($DLBENCH_TRUTH_GRADIENTS) lands here too: the row is still written.
-        fields["vs_f64"] = {"skipped": f"float64 reference failed: {error}"}
-        return fields
+        return None, f"float64 reference failed: {error}"
     if truth.grads is not None:
         truth = replace(truth, grads={n: truth.grads[n]
                                       for n in _model_order(model, truth.grads)})
+    return truth, ""
+
+
+def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type) -> dict:
+    """The fingerprint dict of ``prepared`` (``adapters.base.Fingerprint``) with its errors
+    against float64 under ``vs_f64``. The adapter summarises its output and gradients
+    (``adapters/summary.py``); the gradient arrays reach the host only where the truth
+    judges them element by element."""
+    from adapters.base import Fingerprint
+
+    truth, skipped = _truth_of(model, batch, seed)
+    output = prepared.output_summary(HEAD_EXAMPLES)
+    try:
+        gradients = prepared.gradient_summary(
+            keep_arrays=truth is not None and truth.grads is not None)
+    except unsupported:
+        gradients = None
+    fields = asdict(Fingerprint.from_summaries(output, gradients))
+    if truth is None:
+        fields["vs_f64"] = {"skipped": skipped}
+        return fields
     convert = getattr(prepared, "canonical_gradient", None)
-    canonical = grads is not None and convert is not None
-    if canonical:
-        grads = {name: convert(name, g) for name, g in grads.items()}
-    found = errors(output, loss, grads, truth, canonical)
+    canonical = convert is not None
+    if gradients is None:
+        loss, grads = None, None
+    elif gradients.grads is None:
+        # Norms only: the truth holds no gradients for this network (errors() says why).
+        loss, grads = gradients.loss, {}
+    else:
+        loss, grads = gradients.loss, gradients.grads
+        if canonical:
+            grads = {name: convert(name, g) for name, g in grads.items()}
+    found = errors(output, loss, grads, truth, canonical and bool(grads))
     found["reference_s"] = round(truth.seconds, 3)
     found["reference_cached"] = truth.cached
     fields["vs_f64"] = found

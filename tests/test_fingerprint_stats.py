@@ -1,5 +1,5 @@
 """The fingerprint's output mean and standard deviation, computed chunk by chunk in float64
-(adapters/base.py: mean_std), equal numpy's float64 mean and std of the whole array."""
+(adapters/summary.py: mean_std), equal numpy's float64 mean and std of the whole array."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from adapters.base import CHUNK, Fingerprint, mean_std
+from adapters.base import Fingerprint
+from adapters.summary import CHUNK, mean_std
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e3])

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from adapters.base import Prepared
 from models import closed_form, inputs, ir, reference, reference_grad, truth
 from models.analysis import analyse
 from models.error_bounds import grad_judged
@@ -114,6 +115,10 @@ class _Prepared:
 
     def canonical_gradient(self, name, gradient):
         return gradient
+
+    # adapters.base.Prepared's defaults, from the two calls above.
+    output_summary = Prepared.output_summary
+    gradient_summary = Prepared.gradient_summary
 
 
 def test_fingerprint_of_a_kinked_network_has_no_gradient_errors_and_says_why(tmp_path,

@@ -16,6 +16,7 @@ kernels.
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,7 @@ from adapters.jax.profile import profile_steps
 from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS
+from adapters.summary import OutputSummary
 from models.analysis import analyse
 from models.inputs import Batch
 from models.ir import Model
@@ -184,6 +186,22 @@ class CompileLog:
 
 
 COMPILE_LOG = CompileLog()
+
+# Outputs of at least this many values (4 M, 16 MB) are summarised on the device
+# (output_summary): the copy and host reduction of an output grow with its size, while
+# the two device reductions cost two compilations per output shape at any size.
+DEVICE_SUMMARY_VALUES = 1 << 22
+
+
+@jax.jit
+def _example_sums(out: jax.Array) -> jax.Array:
+    return jnp.sum(out.astype(jnp.float32).reshape(out.shape[0], -1), axis=1)
+
+
+@jax.jit
+def _example_squares(out: jax.Array, centre: jax.Array) -> jax.Array:
+    deviation = out.astype(jnp.float32).reshape(out.shape[0], -1) - centre
+    return jnp.sum(deviation * deviation, axis=1)
 
 
 # The optimizer of train_step (adapters/measures.py): optax's SGD is heavy-ball momentum
@@ -471,10 +489,33 @@ class JaxPrepared(Prepared):
 
     # --- fingerprint ------------------------------------------------------------------
     def forward_output(self) -> np.ndarray:
-        out = np.asarray(self.forward_fn(self.trainable, self.fixed, self.x, self.lengths),
-                         dtype=np.float32)
+        return self.canonical_output(np.asarray(
+            self.forward_fn(self.trainable, self.fixed, self.x, self.lengths), dtype=np.float32))
+
+    def output_summary(self, examples: int) -> OutputSummary:
+        """A large output is reduced on its device, the head alone fetched
+        (adapters/summary.py): float32 sums per example there (JAX runs without float64
+        here), added in float64 on the host. A small one is fetched whole: two small
+        compilations per output shape are not worth saving a small copy."""
+        out = self.forward_fn(self.trainable, self.fixed, self.x, self.lengths)
+        if out.size < DEVICE_SUMMARY_VALUES:
+            return OutputSummary.of(self.canonical_output(np.asarray(out, dtype=np.float32)),
+                                    examples)
+        head = self.canonical_output(np.asarray(out[:examples], dtype=np.float32))
+        count = int(out.size)
+        mean = float(np.asarray(_example_sums(out), dtype=np.float64).sum()) / count
+        # Squares about the float32 centre, corrected to the float64 mean:
+        # Σ(x − m)² = Σ(x − c)² − n(m − c)².
+        centre = np.float32(mean)
+        squares = float(np.asarray(_example_squares(out, centre), dtype=np.float64).sum())
+        variance = max(squares / count - (mean - float(centre)) ** 2, 0.0)
+        return OutputSummary((int(out.shape[0]), *head.shape[1:]), head, mean,
+                             math.sqrt(variance))
+
+    def canonical_output(self, out: np.ndarray) -> np.ndarray:
+        """An output in the IR's layout: NHWC activations back to NCHW."""
         if out.ndim == 4 and self.num.layout == "NHWC":
-            out = np.transpose(out, (0, 3, 1, 2))  # canonical NCHW
+            return np.transpose(out, (0, 3, 1, 2))
         return out
 
     def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:

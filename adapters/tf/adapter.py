@@ -8,6 +8,7 @@ the XPlane trace it writes (profile.py)."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from adapters.base import (
 from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS
+from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
 from adapters.tf.network import (
     NCHW,
     NHWC,
@@ -504,6 +506,39 @@ class TFPrepared(Prepared):
         # An embedding's gradient is IndexedSlices (rows touched); made dense here only.
         return float(loss), {name: tf.cast(tf.convert_to_tensor(g), tf.float32).numpy()
                              for name, g in zip(self.params, grads)}
+
+    def output_summary(self, examples: int) -> OutputSummary:
+        """Mean and standard deviation in float64 on the output's device, the head alone
+        fetched (adapters/summary.py); layout-free, so NHWC needs no transpose but the
+        head's."""
+        out = tf.cast(self.run_forward(), tf.float32)
+        head = out[:examples].numpy()
+        if head.ndim == 4:
+            head = self.layout.to_nchw(head)
+        shape = (int(out.shape[0]), *head.shape[1:])
+        count = int(tf.size(out))
+        if count == 0:
+            return OutputSummary.of(head)
+        step = examples_per_chunk(tuple(out.shape))
+        starts = range(0, shape[0], step)
+        with tf.device(self.device):
+            mean = sum(float(tf.reduce_sum(tf.cast(out[i:i + step], tf.float64)))
+                       for i in starts) / count
+            squares = sum(float(tf.reduce_sum(tf.square(tf.cast(out[i:i + step], tf.float64)
+                                                          - mean)))
+                          for i in starts)
+        return OutputSummary(shape, head, mean, math.sqrt(squares / count))
+
+    def gradient_summary(self, keep_arrays: bool) -> GradientSummary:
+        """Norms in float64 on the gradients' device; the arrays fetched only if kept."""
+        loss, grads = self.run_gradient()
+        dense = [tf.convert_to_tensor(g) for g in grads]   # IndexedSlices made dense
+        with tf.device(self.device):
+            norms = {name: float(tf.norm(tf.cast(g, tf.float64)))
+                     for name, g in zip(self.params, dense)}
+        arrays = {name: tf.cast(g, tf.float32).numpy()
+                  for name, g in zip(self.params, dense)} if keep_arrays else None
+        return GradientSummary(float(loss), norms, arrays)
 
     def close(self) -> None:
         del self.frozen, self.body, self.params, self.variables, self.x, self.host_x

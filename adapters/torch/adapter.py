@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from adapters.base import (
 from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS
+from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
 from adapters.torch.network import Lengths, build
 from adapters.torch.profile import profile_steps
 from models.inputs import Batch
@@ -323,6 +325,32 @@ class TorchPrepared(Prepared):
         loss, grads = self._gradient()
         return float(loss.detach()), {name: g.float().cpu().numpy()
                                       for name, g in zip(self.params, grads)}
+
+    def output_summary(self, examples: int) -> OutputSummary:
+        """Mean and standard deviation in float64 on the output's device, the head alone
+        fetched (adapters/summary.py)."""
+        self.body.eval()
+        out = self._forward().float()
+        count = out.numel()
+        head = out[:examples].cpu().numpy()
+        if count == 0:
+            return OutputSummary.of(head)
+        mean = float(out.sum(dtype=torch.float64)) / count
+        squares = torch.zeros((), dtype=torch.float64, device=out.device)
+        for part in out.split(examples_per_chunk(tuple(out.shape))):
+            deviation = part.double() - mean
+            squares += torch.sum(deviation * deviation)
+        return OutputSummary(tuple(out.shape), head, mean, math.sqrt(float(squares) / count))
+
+    def gradient_summary(self, keep_arrays: bool) -> GradientSummary:
+        """Norms in float64 on the gradients' device; the arrays fetched only if kept."""
+        self.body.train()
+        loss, grads = self._gradient()
+        norms = {name: float(torch.linalg.vector_norm(g.detach(), dtype=torch.float64))
+                 for name, g in zip(self.params, grads)}
+        arrays = {name: g.float().cpu().numpy()
+                  for name, g in zip(self.params, grads)} if keep_arrays else None
+        return GradientSummary(float(loss.detach()), norms, arrays)
 
     def canonical_gradient(self, name: str, grad: np.ndarray) -> np.ndarray:
         """A gradient of ``loss_and_gradients`` in the IR's layout: nn.Linear and nn.LSTM

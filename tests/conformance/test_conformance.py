@@ -107,6 +107,43 @@ def test_fingerprint_is_within_the_fp32_bound_of_the_float64_truth(adapter, entr
         assert errors["grad"] <= limits.grad, errors
 
 
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_summaries_say_what_the_whole_arrays_say(adapter, entry, name, monkeypatch):
+    """The fingerprint's summaries (adapters/summary.py), which an adapter may compute on
+    its device, against the same numbers taken from the whole host arrays: the shape and
+    head exactly, the mean and standard deviation and each gradient norm to within
+    float32 accumulation (relative 1e-5 of the standard deviation or norm; a float32
+    sum of n terms is off by at most about n·2⁻²⁴ of their magnitudes)."""
+    import sys
+
+    from adapters.summary import GradientSummary, OutputSummary
+
+    model, _, _, prepared = prepare(adapter, name)
+    # Take every output through the device path, also those below its size threshold.
+    monkeypatch.setattr(sys.modules[type(prepared).__module__], "DEVICE_SUMMARY_VALUES", 0,
+                        raising=False)
+    try:
+        summary = prepared.output_summary(2)
+        whole = OutputSummary.of(prepared.forward_output(), 2)
+        if "gradient" in entry.measures:
+            gradients = prepared.gradient_summary(keep_arrays=False)
+            kept = prepared.gradient_summary(keep_arrays=True)
+            loss, grads = prepared.loss_and_gradients()
+    finally:
+        prepared.close()
+    assert summary.shape == whole.shape
+    np.testing.assert_array_equal(summary.head, whole.head)
+    assert summary.mean == pytest.approx(whole.mean, abs=1e-5 * whole.std)
+    assert summary.std == pytest.approx(whole.std, rel=1e-5)
+    if "gradient" not in entry.measures:
+        return
+    reference = GradientSummary.of(loss, grads, keep_arrays=False)
+    assert gradients.grads is None and set(kept.grads) == set(grads)
+    assert gradients.loss == pytest.approx(reference.loss, rel=1e-6)
+    for param, norm in reference.norms.items():
+        assert gradients.norms[param] == pytest.approx(norm, rel=1e-5), param
+
+
 def test_gradient_goldens_cover_every_tiny_model(gradient_goldens):
     assert set(gradient_goldens) == set(TINY_MODELS)
 
