@@ -145,7 +145,6 @@ def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type
         fields["vs_f64"] = {"skipped": skipped}
         return fields
     convert = getattr(prepared, "canonical_gradient", None)
-    canonical = convert is not None
     if gradients is None:
         loss, grads = None, None
     elif gradients.grads is None:
@@ -153,9 +152,9 @@ def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type
         loss, grads = gradients.loss, {}
     else:
         loss, grads = gradients.loss, gradients.grads
-        if canonical:
+        if convert is not None:
             grads = {name: convert(name, g) for name, g in grads.items()}
-    found = errors(output, loss, grads, truth, canonical and bool(grads))
+    found = errors(output, loss, grads, truth, canonical=convert is not None)
     found["reference_s"] = round(truth.seconds, 3)
     found["reference_cached"] = truth.cached
     fields["vs_f64"] = found
