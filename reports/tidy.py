@@ -217,11 +217,16 @@ def tidy(loaded: Loaded) -> Tidy:
     frame = pd.DataFrame([flatten(r) for r in loaded.rows])
     for column in STRING_COLUMNS:
         frame[column] = frame[column].astype(object)
-    frame = frame.sort_values(["started_at", "order"], kind="stable")
+    frame = frame.sort_values(["started_at", "order"], kind="stable").reset_index(drop=True)
+    # Joined before re-runs are dropped: one case measured by two suites of a run (say
+    # default-gpu and float64-gpu) has two device_time rows, the later one perhaps without
+    # the earlier one's measures (transfers, grad_input), and dropping the earlier row
+    # first would leave those wall rows without device time.
+    frame = join_device_times(frame)
     dup = frame.duplicated(list(IDENTITY), keep="last")
     superseded = tuple(frame.loc[dup, "case_id"])
     kept = frame.loc[~dup].sort_values("order", kind="stable").reset_index(drop=True)
-    return Tidy(join_device_times(kept), len(superseded), superseded)
+    return Tidy(kept, len(superseded), superseded)
 
 
 def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
@@ -230,12 +235,15 @@ def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
     with host overhead and the launch-bound mark recomputed; the consumed rows leave the
     frame (a failed one stays: failures are data). Where a wall row carries a device time
     of its own (PyTorch's CUDA events) the device phase's replaces it, so that every
-    framework's device time is one clock's, measured alike."""
+    framework's device time is one clock's, measured alike. Rows come in time order, so
+    where two device_time rows (of two suites) time one measure, the later one's stands."""
     if "device_times" not in frame or not (frame["measure"] == "device_time").any():
         return frame
     case = ["model", "batch", *SETTING_KEY, "practice"]
-    index = {tuple(row[k] for k in case) + (row["measure"],): i
-             for i, row in frame.iterrows() if row["measure"] != "device_time"}
+    index: dict[tuple, list[int]] = {}
+    for i, row in frame.iterrows():
+        if row["measure"] != "device_time":
+            index.setdefault(tuple(row[k] for k in case) + (row["measure"],), []).append(i)
     consumed = []
     for i, row in frame[frame["measure"] == "device_time"].iterrows():
         if row["status"] != "ok" or not row["device_times"]:
@@ -243,19 +251,22 @@ def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
         consumed.append(i)
         method = json.loads(row["device_times"])
         for measure, figures in (method.get("measures") or {}).items():
-            target = index.get(tuple(row[k] for k in case) + (measure,))
-            if target is None or figures.get("device_median_ms") is None:
+            if figures.get("device_median_ms") is None:
                 continue
-            frame.at[target, "device_median_ms"] = float(figures["device_median_ms"])
-            frame.at[target, "device_span_median_ms"] = _number(
-                figures.get("device_span_median_ms"))
-            frame.at[target, "device_time_kind"] = _text(figures.get("device_time_kind"))
-            frame.at[target, "device_time_reason"] = ""
-            computed = host_columns({"median_ms": frame.at[target, "median_ms"],
-                                     "device_median_ms": figures["device_median_ms"]})
-            frame.at[target, "host_overhead_ms"] = computed["host_overhead_ms"]
-            frame.at[target, "launch_bound"] = computed["launch_bound"]
+            for target in index.get(tuple(row[k] for k in case) + (measure,), ()):
+                _set_device_figures(frame, target, figures)
     return frame.drop(index=consumed).reset_index(drop=True)
+
+
+def _set_device_figures(frame: pd.DataFrame, target: int, figures: dict) -> None:
+    frame.at[target, "device_median_ms"] = float(figures["device_median_ms"])
+    frame.at[target, "device_span_median_ms"] = _number(figures.get("device_span_median_ms"))
+    frame.at[target, "device_time_kind"] = _text(figures.get("device_time_kind"))
+    frame.at[target, "device_time_reason"] = ""
+    computed = host_columns({"median_ms": frame.at[target, "median_ms"],
+                             "device_median_ms": figures["device_median_ms"]})
+    frame.at[target, "host_overhead_ms"] = computed["host_overhead_ms"]
+    frame.at[target, "launch_bound"] = computed["launch_bound"]
 
 
 def setting_key(row) -> tuple:

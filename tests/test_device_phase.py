@@ -122,3 +122,39 @@ def test_the_report_joins_device_time_onto_the_wall_rows():
     assert frame.loc["forward", "device_time_kind"] == "CUPTI activity records"
     assert frame.loc["gradient", "device_median_ms"] != frame.loc["gradient", "device_median_ms"]
     assert json.loads(json.dumps(device))     # the row is plain JSON
+
+
+def test_a_case_two_suites_timed_keeps_each_measures_device_time():
+    # default-gpu times AlexNet's forward and transfer; float64-gpu, later in the same run,
+    # times its forward again and takes device time for that measure only. The later
+    # forward supersedes the earlier; the transfer keeps default-gpu's device time
+    # (published/h100-2026-11c: JAX's and TensorFlow's transfers had lost theirs).
+    from reports.load import Loaded, RawRow
+    from reports.tidy import tidy
+    from tests import report_fixtures as fx
+
+    def device_row(suite, started, measures):
+        row = fx.make_row("alexnet", 16, "device_time", "jax", "gpu", 1.0, suite=suite,
+                          started=started)
+        row["timing"] = None
+        row["device_times"] = {"method": "separate process", "measures": {
+            m: {"device_median_ms": v, "device_time_kind": "CUPTI"} for m, v in measures}}
+        return row
+
+    early, late = "2026-01-10T10:00:00", "2026-01-10T11:00:00"
+    rows = (fx.make_row("alexnet", 16, "forward", "jax", "gpu", 1.00, suite="default-gpu",
+                        started=early),
+            fx.make_row("alexnet", 16, "transfer", "jax", "gpu", 2.00, suite="default-gpu",
+                        started=early),
+            device_row("default-gpu", early, [("forward", 0.90), ("transfer", 1.80)]),
+            fx.make_row("alexnet", 16, "forward", "jax", "gpu", 1.02, suite="float64-gpu",
+                        started=late),
+            device_row("float64-gpu", late, [("forward", 0.91)]))
+    loaded = Loaded(tuple(RawRow("f", i + 1, i, r) for i, r in enumerate(rows)), ("f",), ())
+    merged = tidy(loaded)
+    frame = merged.frame.set_index("measure")
+    assert sorted(frame.index) == ["forward", "transfer"]
+    assert frame.loc["forward", "suite"] == "float64-gpu"
+    assert frame.loc["forward", "device_median_ms"] == pytest.approx(0.91)
+    assert frame.loc["transfer", "device_median_ms"] == pytest.approx(1.80)
+    assert merged.superseded == 1                 # the earlier forward
