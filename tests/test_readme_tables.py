@@ -36,6 +36,13 @@ def test_only_models_two_frameworks_measured_are_kept():
     assert readme_tables.compared_rows(_table(("m2", "16", "1.0", "—", "—", "—")), 3) is None
 
 
+def test_the_single_layer_sweep_stays_out_of_the_front_page():
+    table = _table(("conv:c=3,i=128,f=64,k=11,s=1", "64", "1.00 (jit)", "—", "2.00 (eager)", "✓"),
+                   ("conv_l1", "128", "1.00 (jit)", "—", "2.00 (eager)", "✓"))
+    kept = readme_tables.compared_rows(table, frameworks=3)
+    assert [row[0].text for row in kept.rows] == ["conv_l1"]
+
+
 @pytest.mark.parametrize("text", ["no markers\n",
                                   f"{readme_tables.END}\n{readme_tables.BEGIN}\n",
                                   f"{readme_tables.BEGIN}\n{readme_tables.BEGIN}\n"
