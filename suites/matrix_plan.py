@@ -39,6 +39,8 @@ from suites.reuse import ReuseIndex, Source, timer_of
 from suites.runner import (
     RunRequest,
     case_key,
+    case_of,
+    device_measures,
     device_phases,
     framework_entry,
     in_phases,
@@ -260,13 +262,15 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
         return case_key(suite, framework, device, job, measure)
 
     done = finished_ids(path)
+    timed = device_measures(jobs)
     cases = [Case(job, m, key(job, m).id())
              for job, names in in_phases(pending_measures(jobs, key, set()), device, (phase,))
              for m in names]
     pending = [c for c in cases if c.case_id not in done]
     reusable, to_run = [], []
     for case in pending:
-        sources = index.candidates(framework, case.job, case.measure, timer_of(case.job), suite) \
+        sources = index.candidates(framework, case.job, case.measure, timer_of(case.job), suite,
+                                   timed.get(case_of(case.job), ())) \
             if index is not None else []
         if sources:
             reusable.append((case, tuple(sources)))
@@ -275,7 +279,8 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
     if index is not None:
         for case in cases:
             index.add(framework, case.job, case.measure,
-                      Source(suite, case.case_id, timer_of(case.job), path))
+                      Source(suite, case.case_id, timer_of(case.job), path,
+                             timed.get(case_of(case.job), ())))
     estimate = estimate_cases(history, ((c.case_id, case_computation(framework, device, c.job,
                                                                                  c.measure))
                                         for c in to_run), device, cache)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.measures import COUNTERS, EPOCH_MEASURES, PROFILE
+from suites.results import DEVICE_TIME
 from suites.spec import Job
 from suites.timer import TimerSettings
 
@@ -49,6 +50,9 @@ class Source:
     case_id: str
     timer: TimerSettings
     results: Path
+    # A device_time case: the timed measures it takes device time for (the suite's timed
+    # measures of that model, batch and setting: suites/runner.py device_measures).
+    device_measures: tuple[str, ...] = ()
 
 
 def signature(framework: str, job: Job, measure: str) -> tuple | None:
@@ -83,14 +87,17 @@ class ReuseIndex:
             self.sources.setdefault(key, []).append(source)
 
     def candidates(self, framework: str, job: Job, measure: str, timer: TimerSettings,
-                   suite: str) -> list[Source]:
-        """Earlier suites' cases this one may be copied from, first measured first."""
+                   suite: str, device_measures: tuple[str, ...] = ()) -> list[Source]:
+        """Earlier suites' cases this one may be copied from, first measured first. A
+        device_time case only from one that timed every measure it needs: bahrampour2016's
+        LSTM at batch 16 adds the epoch measures to default-gpu's forward and gradient."""
         key = signature(framework, job, measure)
         if key is None:
             return []
         # The fingerprint is the same function whatever the timer measured beforehand.
         return [s for s in self.sources.get(key, ()) if s.suite != suite and
-                (measure == "fingerprint" or covers(s.timer, timer))]
+                (measure == "fingerprint" or covers(s.timer, timer)) and
+                (measure != DEVICE_TIME or set(device_measures) <= set(s.device_measures))]
 
 
 def reused_row(row: dict[str, Any], suite: str, case_id: str) -> dict[str, Any]:

@@ -160,12 +160,12 @@ def device_measures(jobs: list[Job]) -> dict[tuple, tuple[str, ...]]:
     by the job that takes the fingerprint."""
     found: dict[tuple, tuple[str, ...]] = {}
     for job in jobs:
-        case = _case_of(job)
+        case = case_of(job)
         found[case] = tuple(dict.fromkeys((*found.get(case, ()), *timed_measures(job.measures))))
     return found
 
 
-def _case_of(job: Job) -> tuple:
+def case_of(job: Job) -> tuple:
     return (job.model, job.batch, job.device, job.threads, job.interop_threads, job.precision,
             job.variant, job.compile_cache)
 
@@ -180,7 +180,7 @@ def pending_measures(jobs: list[Job], key: Callable[[Job, str], CaseKey],
         extra = [FINGERPRINT] if job.fingerprint else []
         # Not for compile-cache jobs: they measure a first call, in a process of their own.
         if job.device == "gpu" and job.fingerprint and not job.compile_cache \
-                and timed[_case_of(job)]:
+                and timed[case_of(job)]:
             extra.append(DEVICE_TIME)
         names = [m for m in (*job.measures, *extra) if key(job, m).id() not in done]
         if names:
@@ -373,9 +373,9 @@ class Runner:
             plan = Plan(self.suite, self.request.framework, self.request.device, threads,
                         remaining[0][0].interop_threads, str(self.path), self.request.seed,
                         [{**asdict(job), "pending": names,
-                          "device_measures": list(self.device_measures.get(_case_of(job), ())),
+                          "device_measures": list(self.device_measures.get(case_of(job), ())),
                           "recorded": recorded_references(
-                              recorded, self.device_measures.get(_case_of(job), ()),
+                              recorded, self.device_measures.get(case_of(job), ()),
                               lambda measure, job=job: self.key(job, measure).id())}
                          for job, names in remaining],
                         cache_dir, phase, str(self.log_path))

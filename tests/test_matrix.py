@@ -17,6 +17,7 @@ from adapters.registry import load_registry
 from suites import matrix_log, matrix_plan
 from suites.estimate import CacheView, History, Machine, case_key, load_history, row_costs
 from suites.reuse import ReuseIndex, Source, covers, reused_row, signature
+from suites.runner import device_measures
 from suites.spec import SUITES_DIR, Job, expand, load_suite
 from suites.timer import TimerSettings
 
@@ -85,6 +86,23 @@ def test_kernels_gpu_reuses_li2016_and_convnet_but_not_profiles_of_other_lengths
             if not index.candidates("torch", j, m, j.timer, "kernels-gpu")]
     # li2016 profiles Table I's layers over 10 iterations, kernels-gpu over 3.
     assert sorted(left) == sorted((f"li_conv{i}", "profile") for i in range(1, 6))
+
+
+def test_a_device_time_row_is_copied_only_from_one_that_timed_every_measure_it_needs():
+    # default-gpu's LSTM at batch 16 takes device time for forward and gradient;
+    # bahrampour2016 times the same case over an epoch as well, so it measures its own.
+    job = Job("lstm", 16, "gpu", 16, 1, "fp32", "jit", ("forward", "gradient"))
+    index = ReuseIndex()
+    index.add("jax", job, "device_time", Source("default-gpu", "d", job.timer, Path(),
+                                                ("forward", "gradient", "transfer")))
+    def found(needed):
+        return index.candidates("jax", job, "device_time", job.timer, "other", needed)
+    assert [s.suite for s in found(("forward", "gradient"))] == ["default-gpu"]
+    assert found(("forward", "gradient", "epoch_forward", "epoch_gradient")) == []
+    # What bahrampour2016 needs of that case: the epoch measures.
+    timed = device_measures(gpu_jobs("bahrampour2016", "jax"))
+    lstm = [case for case in timed if case[:2] == ("lstm", 16)]
+    assert lstm and {"epoch_forward", "epoch_gradient"} <= set(timed[lstm[0]])
 
 
 def test_a_reused_row_keeps_its_measurement_and_names_its_source():
