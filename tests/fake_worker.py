@@ -75,7 +75,8 @@ TIMER = {"warmup": 1, "min_samples": 3, "max_samples": 6, "budget_s": 0.05,
 
 def run_job(tmp_path: Path, prepared: SimulatedPrepared, pending: list[str],
             framework: str = "jax", phase: str = "all",
-            device_measures: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+            device_measures: tuple[str, ...] = (),
+            compile_cache: str = "") -> dict[str, dict[str, Any]]:
     """The rows one job writes, by measure."""
     from suites.host_state import HostMonitor
     from suites.worker import Plan, Worker
@@ -92,7 +93,7 @@ def run_job(tmp_path: Path, prepared: SimulatedPrepared, pending: list[str],
     worker.host_monitor = HostMonitor(periodic=False)
     worker.timed = {}
     worker.run_job({"model": "sae_tiny_ae2", "batch": 2, "precision": "fp32",
-                    "variant": "default", "compile_cache": "", "pending": pending,
+                    "variant": "default", "compile_cache": compile_cache, "pending": pending,
                     "timer": TIMER, "profile_iterations": 3,
                     "device_measures": list(device_measures)})
     return {row["measure"]: row for row in map(json.loads, path.read_text().splitlines())}

@@ -51,6 +51,14 @@ def test_compile_cache_jobs_get_no_device_time():
     assert names == ["forward", "fingerprint"]
 
 
+def test_a_compile_cache_jobs_rows_say_why_they_have_no_device_time(monkeypatch, tmp_path):
+    fake = install(monkeypatch, FakeCupti())
+    rows = run_job(tmp_path, SimulatedPrepared(fake), ["forward"], phase="wall",
+                   compile_cache="warm")
+    reason = rows["forward"]["timing"]["device_time_reason"]
+    assert "compile-cache job" in reason and "device_time row" not in reason
+
+
 def test_a_case_split_over_two_jobs_has_one_device_time_row_for_all_its_measures():
     from dataclasses import replace
     first = Job("conv_l1", 128, "gpu", 16, 1, "fp32", "eager", ("forward", "gradient"))
