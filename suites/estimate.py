@@ -12,7 +12,11 @@ A pending case is estimated from, in order of preference:
    the host's core count) on the same device model, the newest such row;
 2. the same computation measured for another suite (``suites.reuse.signature``), whose
    timer may differ: the plan says how many cases are estimated this way;
-3. nothing: the plan counts such cases as "no estimate" and never guesses them.
+3. on a GPU model with no row of the case, the same case or computation on another GPU
+   model (an H200 plan from H100 rows: the same SM count and clocks, so compilation,
+   launches and host work cost alike and only memory-bound kernels differ); the plan says
+   how many cases and which models;
+4. nothing: the plan counts such cases as "no estimate" and never guesses them.
 
 Where a row says whether its first call compiled or loaded from the persistent
 compilation cache (JAX's ``compile_events``), the estimate prefers rows of the cache state
@@ -108,6 +112,18 @@ def cache_state(row: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class OtherGpus:
+    """The rows of every GPU model but ``name``: the fallback of a plan for a model that
+    has not run a case yet."""
+
+    name: str
+    device: str = "gpu"
+
+    def matches(self, env: dict[str, Any], device: str) -> bool:
+        return device == "gpu" and env.get("gpu_model") not in (None, "", self.name)
+
+
+@dataclass(frozen=True)
 class CacheView:
     """A framework's persistent compilation cache as a run will meet it: this host, and
     whether its cache folder already holds files. A case is expected to load from it
@@ -130,6 +146,8 @@ class History:
     hosts_by_case: dict[str, frozenset[str]] = field(default_factory=dict)
     # case_key → compile seconds of the newest cold row (what a warm run does not spend)
     compile_by_case: dict[str, float] = field(default_factory=dict)
+    models: tuple[str, ...] = ()       # the device models the counted rows ran on
+    fallback: History | None = None    # other GPU models' rows (OtherGpus)
 
     def case_seconds(self, case_id: str, computation: tuple, device: str,
                      cache: CacheView | None = None) -> tuple[float | None, str]:
@@ -150,15 +168,24 @@ class History:
         found = self.by_computation.get(computation)
         if found is not None:
             return found, "other suite"
+        if self.fallback is not None:
+            found, _ = self.fallback.case_seconds(case_id, computation, device)
+            if found is not None:
+                return found, "other device"
         return None, ""
 
 
-def load_history(folders: Iterable[Path], machine: Machine) -> History:
+def load_history(folders: Iterable[Path], machine: Machine | OtherGpus,
+                 fallback: bool = True) -> History:
+    """The costs of earlier rows of ``machine``; on a GPU, with ``fallback``, those of the
+    other GPU models behind them (``History.fallback``)."""
+    folders = list(folders)
     newest: dict[str, tuple[float, float]] = {}
     newest_computation: dict[tuple, tuple[float, float]] = {}
     newest_state: dict[tuple[str, str], tuple[float, float]] = {}
     hosts: dict[str, set[str]] = {}
     compiled: dict[str, tuple[float, float]] = {}
+    models: set[str] = set()
     counted = 0
     for folder in folders:
         if not folder.exists():
@@ -173,6 +200,9 @@ def load_history(folders: Iterable[Path], machine: Machine) -> History:
                                                        settings.get("device", "")):
                     continue
                 counted += 1
+                env = row.get("env") or {}
+                models.add(env.get("gpu_model") if machine.device == "gpu"
+                           else env.get("cpu_model") or "")
                 when = _stamp(row) or 0.0
                 key = case_key(row.get("case_id", ""), machine.device)
                 if key not in newest or newest[key][0] <= when:
@@ -188,11 +218,16 @@ def load_history(folders: Iterable[Path], machine: Machine) -> History:
                 if computation not in newest_computation or \
                         newest_computation[computation][0] <= when:
                     newest_computation[computation] = (when, cost)
+    other = None
+    if fallback and machine.device == "gpu" and isinstance(machine, Machine):
+        other = load_history(folders, OtherGpus(machine.name), fallback=False)
+        other = other if other.rows else None
     return History({k: v for k, (_, v) in newest.items()},
                    {k: v for k, (_, v) in newest_computation.items()}, counted,
                    {k: v for k, (_, v) in newest_state.items()},
                    {k: frozenset(v) for k, v in hosts.items()},
-                   {k: v for k, (_, v) in compiled.items()})
+                   {k: v for k, (_, v) in compiled.items()},
+                   tuple(sorted(m for m in models if m)), other)
 
 
 @dataclass(frozen=True)
@@ -203,11 +238,13 @@ class Estimate:
     cases: int = 0
     from_other_suite: int = 0
     unknown: int = 0
+    from_other_device: int = 0
 
     def __add__(self, other: Estimate) -> Estimate:
         return Estimate(self.seconds + other.seconds, self.cases + other.cases,
                         self.from_other_suite + other.from_other_suite,
-                        self.unknown + other.unknown)
+                        self.unknown + other.unknown,
+                        self.from_other_device + other.from_other_device)
 
     def text(self) -> str:
         if self.cases and self.unknown == self.cases:
@@ -218,6 +255,8 @@ class Estimate:
             notes.append(f"{self.unknown} without estimate")
         if self.from_other_suite:
             notes.append(f"{self.from_other_suite} from other suites")
+        if self.from_other_device:
+            notes.append(f"{self.from_other_device} from another GPU model")
         return words + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -232,5 +271,5 @@ def estimate_cases(history: History, cases: Iterable[tuple[str, tuple]], device:
     for case_id, computation in cases:
         seconds, how = history.case_seconds(case_id, computation, device, cache)
         total = total + Estimate(seconds or 0.0, 1, int(how == "other suite"),
-                                 int(seconds is None))
+                                 int(seconds is None), int(how == "other device"))
     return total

@@ -198,12 +198,24 @@ class Matrix:
         self.caches = {name: cache_view(compile_cache_env(request, name), self.host)
                        for name in self.frameworks}
 
+    def device_names(self) -> list[str]:
+        """This device model, then the other GPU models whose rows the estimates fall back
+        on (suites/estimate.py): where worker start-ups and the float64 truth's rate come
+        from when this model has no cost log yet."""
+        fallback = self.history.fallback
+        return [self.machine.name, *(fallback.models if fallback is not None else ())]
+
+    def first_known(self, figure) -> float | None:
+        return next((found for name in self.device_names()
+                     if (found := figure(name)) is not None), None)
+
     def plan(self) -> Plan:
-        name = self.machine.name
-        starts = {f: matrix_log.worker_start_s(self.records, f, name) for f in self.frameworks}
+        starts = {f: self.first_known(lambda name, f=f: matrix_log.worker_start_s(
+            self.records, f, name)) for f in self.frameworks}
         return make_plan(self.request.device, self.frameworks, self.suites, self.request.out,
                          self.request.seed, self.pythons, self.history, self.machine,
-                         self.request.reuse, starts, matrix_log.truth_rate(self.records, name),
+                         self.request.reuse, starts,
+                         self.first_known(lambda name: matrix_log.truth_rate(self.records, name)),
                          self.caches)
 
     def run(self) -> int:
@@ -343,7 +355,8 @@ class Matrix:
                              case_timeout_s=self.request.case_timeout_s, python=item.python,
                              worker_env=compile_cache_env(self.request, item.framework),
                              phases=(item.phase,))
-        start = matrix_log.worker_start_s(self.records, item.framework, self.machine.name)
+        start = self.first_known(lambda name: matrix_log.worker_start_s(
+            self.records, item.framework, name))
         budget = Budget(deadline, self.estimate_job(item), start or 0.0) \
             if deadline is not None else None
         code = 0

@@ -128,6 +128,7 @@ class Plan:
     truth_seconds: float | None                   # estimated, None without a rate
     worker_start_s: dict[str, float | None] = field(default_factory=dict)
     history_rows: int = 0
+    fallback_models: tuple[str, ...] = ()         # other GPU models the estimates fell back on
 
     @property
     def estimate(self) -> Estimate:
@@ -252,7 +253,8 @@ def make_plan(device: str, frameworks: list[str], suites: list[str], out: Path, 
     gflop = sum(truth_module.cost_gflop(get_model(m), b) for m, b in pairs)
     return Plan(device, machine, tuple(items), tuple(pairs), gflop,
                 gflop / truth_rate if truth_rate and pairs else (0.0 if not pairs else None),
-                worker_start_s, history.rows)
+                worker_start_s, history.rows,
+                history.fallback.models if history.fallback is not None else ())
 
 
 def plan_item(suite: str, source: str, framework: str, device: str, python: str, path: Path,
@@ -341,6 +343,9 @@ def describe(plan: Plan) -> list[str]:
     starts = len(plan.worker_starts())
     total = plan.estimate
     source = f"from {plan.history_rows} earlier rows of this device model"
+    if total.from_other_device:
+        source += (f"; {total.from_other_device} cases from rows of "
+                   f"{', '.join(plan.fallback_models)}, as this model has none")
     if total.cases and total.unknown == total.cases:
         lines.append(f"estimated: no estimate for any of the {total.cases} cases to run on "
                      f"{plan.machine.name} ({source})")

@@ -15,7 +15,15 @@ import pytest
 
 from adapters.registry import load_registry
 from suites import matrix_log, matrix_plan
-from suites.estimate import CacheView, History, Machine, case_key, load_history, row_costs
+from suites.estimate import (
+    CacheView,
+    History,
+    Machine,
+    case_key,
+    estimate_cases,
+    load_history,
+    row_costs,
+)
 from suites.reuse import ReuseIndex, Source, covers, reused_row, signature
 from suites.runner import device_measures
 from suites.spec import SUITES_DIR, Job, expand, load_suite
@@ -155,6 +163,33 @@ def test_history_counts_only_this_device_model_and_matches_cases_across_thread_c
                                          None, ""), "gpu")
     assert (seconds, how) == (3.0, "case")
     assert case_key("s/torch/cpu/m/b1/forward/fp32/eager/t2", "cpu").endswith("/t2")
+
+
+def test_a_gpu_model_without_rows_of_a_case_falls_back_on_another_models_and_says_so(
+        tmp_path):
+    # An H200 plan: the H200 has timed m's forward itself, m's gradient only on an H100.
+    rows = [_row("s/torch/gpu/m/b1/forward/fp32/eager/t16", "2026-11-23T09:00:00+00:00", 3.0),
+            _row("s/torch/gpu/m/b1/forward/fp32/eager/t16", "2026-11-24T09:00:00+00:00", 2.0,
+                 gpu="NVIDIA H200"),
+            _row("s/torch/gpu/m/b1/gradient/fp32/eager/t16", "2026-11-23T09:00:05+00:00", 5.0)]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    history = load_history([tmp_path], Machine("gpu", "NVIDIA H200", 16))
+    assert history.rows == 1 and history.fallback.models == (H100,)
+
+    def seconds(measure):
+        return history.case_seconds(f"s/torch/gpu/m/b1/{measure}/fp32/eager/t16",
+                                    ("torch", "gpu", "m", 1, measure, "fp32", "eager", None, ""),
+                                    "gpu")
+    assert seconds("forward") == (2.0, "case")            # its own row, not the H100's
+    assert seconds("gradient") == (5.0, "other device")
+    assert seconds("transfer") == (None, "")
+    total = estimate_cases(history, [(f"s/torch/gpu/m/b1/{m}/fp32/eager/t16",
+                                      ("torch", "gpu", "m", 1, m, "fp32", "eager", None, ""))
+                                     for m in ("forward", "gradient", "transfer")], "gpu")
+    assert (total.seconds, total.from_other_device, total.unknown) == (7.0, 1, 1)
+    assert "1 from another GPU model" in total.text()
+    # A CPU plan never borrows another machine's rows.
+    assert load_history([tmp_path], Machine("cpu", "AMD EPYC", 2)).fallback is None
 
 
 def test_another_suites_row_estimates_a_case_and_the_plan_says_so():
