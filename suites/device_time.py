@@ -88,12 +88,19 @@ def clock_choice() -> str:
     return choice
 
 
+# Why a wall-phase process never loads CUPTI, as its rows say where no other clock is left.
+WALL_PHASE = ("the job's device_time row has the CUPTI device time, taken in a process of "
+              "its own (CUPTI slows later launches where it is loaded)")
+COMPILE_CACHE_JOB = ("a compile-cache job: its first call is the figure, and it gets no "
+                     "device phase")
+
+
 def device_clock_for(prepared: Any, device: str,
                      cupti_clock: Callable[[], tuple[Any, str]] | None = None,
-                     cupti: bool = True) -> tuple[Any, str]:
+                     without_cupti: str = "") -> tuple[Any, str]:
     """(clock, "") or (None, the reason there is none). ``cupti_clock`` is
-    ``suites.cupti_clock.cupti_clock`` unless a test passes a stand-in; ``cupti=False``
-    (the runner's wall phase) never loads CUPTI."""
+    ``suites.cupti_clock.cupti_clock`` unless a test passes a stand-in; a process given
+    ``without_cupti`` (why: ``WALL_PHASE``, ``COMPILE_CACHE_JOB``) never loads CUPTI."""
     if device != "gpu":
         return None, "cpu run: host and device time are one"
     choice = clock_choice()
@@ -101,10 +108,9 @@ def device_clock_for(prepared: Any, device: str,
         return None, f"{CLOCK_ENV}=off"
     clocks: list[Any] = []
     reasons: list[str] = []
-    if not cupti:
-        reasons.append("the job's device_time row has the CUPTI device time, taken in a "
-                       "process of its own (CUPTI slows later launches where it is loaded)")
-    if choice in ("auto", "cupti") and cupti:
+    if without_cupti:
+        reasons.append(without_cupti)
+    if choice in ("auto", "cupti") and not without_cupti:
         if cupti_clock is None:
             from suites.cupti_clock import cupti_clock
         clock, reason = cupti_clock()

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -175,11 +175,33 @@ class History:
         return None, ""
 
 
-def load_history(folders: Iterable[Path], machine: Machine | OtherGpus,
-                 fallback: bool = True) -> History:
-    """The costs of earlier rows of ``machine``; on a GPU, with ``fallback``, those of the
-    other GPU models behind them (``History.fallback``)."""
-    folders = list(folders)
+def costed_rows(folders: Iterable[Path]) -> list[tuple[dict[str, Any], float]]:
+    """Every earlier row under ``folders`` that carries a cost, with the cost."""
+    found = []
+    for folder in folders:
+        if not folder.exists():
+            continue
+        files = [folder] if folder.is_file() else sorted(folder.rglob("*.jsonl"))
+        for path in files:
+            if ".round" not in path.name:
+                found += [(row, cost) for row, cost in row_costs(json_lines(path))
+                          if cost is not None]
+    return found
+
+
+def load_history(folders: Iterable[Path], machine: Machine) -> History:
+    """The costs of earlier rows of ``machine``; on a GPU, those of the other GPU models
+    behind them (``History.fallback``)."""
+    rows = costed_rows(folders)
+    history = history_of(rows, machine)
+    if machine.device != "gpu":
+        return history
+    other = history_of(rows, OtherGpus(machine.name))
+    return replace(history, fallback=other) if other.rows else history
+
+
+def history_of(rows: list[tuple[dict[str, Any], float]], machine: Machine | OtherGpus
+               ) -> History:
     newest: dict[str, tuple[float, float]] = {}
     newest_computation: dict[tuple, tuple[float, float]] = {}
     newest_state: dict[tuple[str, str], tuple[float, float]] = {}
@@ -187,47 +209,34 @@ def load_history(folders: Iterable[Path], machine: Machine | OtherGpus,
     compiled: dict[str, tuple[float, float]] = {}
     models: set[str] = set()
     counted = 0
-    for folder in folders:
-        if not folder.exists():
+    for row, cost in rows:
+        settings = row.get("settings") or {}
+        env = row.get("env") or {}
+        if not machine.matches(env, settings.get("device", "")):
             continue
-        files = [folder] if folder.is_file() else sorted(folder.rglob("*.jsonl"))
-        for path in files:
-            if ".round" in path.name:
-                continue
-            for row, cost in row_costs(json_lines(path)):
-                settings = row.get("settings") or {}
-                if cost is None or not machine.matches(row.get("env") or {},
-                                                       settings.get("device", "")):
-                    continue
-                counted += 1
-                env = row.get("env") or {}
-                models.add(env.get("gpu_model") if machine.device == "gpu"
-                           else env.get("cpu_model") or "")
-                when = _stamp(row) or 0.0
-                key = case_key(row.get("case_id", ""), machine.device)
-                if key not in newest or newest[key][0] <= when:
-                    newest[key] = (when, cost)
-                hosts.setdefault(key, set()).add((row.get("env") or {}).get("host", ""))
-                state = (key, cache_state(row))
-                if state[1] and (state not in newest_state or newest_state[state][0] <= when):
-                    newest_state[state] = (when, cost)
-                    if state[1] == COLD:
-                        events = (row.get("timing") or {}).get("compile_events") or {}
-                        compiled[key] = (when, float(events.get("compile_s") or 0.0))
-                computation = computation_key(row)
-                if computation not in newest_computation or \
-                        newest_computation[computation][0] <= when:
-                    newest_computation[computation] = (when, cost)
-    other = None
-    if fallback and machine.device == "gpu" and isinstance(machine, Machine):
-        other = load_history(folders, OtherGpus(machine.name), fallback=False)
-        other = other if other.rows else None
+        counted += 1
+        models.add(env.get("gpu_model" if machine.device == "gpu" else "cpu_model") or "")
+        when = _stamp(row) or 0.0
+        key = case_key(row.get("case_id", ""), machine.device)
+        if key not in newest or newest[key][0] <= when:
+            newest[key] = (when, cost)
+        hosts.setdefault(key, set()).add(env.get("host", ""))
+        state = (key, cache_state(row))
+        if state[1] and (state not in newest_state or newest_state[state][0] <= when):
+            newest_state[state] = (when, cost)
+            if state[1] == COLD:
+                events = (row.get("timing") or {}).get("compile_events") or {}
+                compiled[key] = (when, float(events.get("compile_s") or 0.0))
+        computation = computation_key(row)
+        if computation not in newest_computation or \
+                newest_computation[computation][0] <= when:
+            newest_computation[computation] = (when, cost)
     return History({k: v for k, (_, v) in newest.items()},
                    {k: v for k, (_, v) in newest_computation.items()}, counted,
                    {k: v for k, (_, v) in newest_state.items()},
                    {k: frozenset(v) for k, v in hosts.items()},
                    {k: v for k, (_, v) in compiled.items()},
-                   tuple(sorted(m for m in models if m)), other)
+                   tuple(sorted(m for m in models if m)))
 
 
 @dataclass(frozen=True)

@@ -50,26 +50,24 @@ def _max_rel(a: np.ndarray, b: np.ndarray, scale: float) -> float:
     return float(diff.max()) / scale if diff.size else 0.0
 
 
-def _output_error(output: np.ndarray | OutputSummary, truth: truth_module.Truth
-                  ) -> dict[str, Any]:
+def _output_error(output: OutputSummary, truth: truth_module.Truth) -> dict[str, Any]:
     """The output error over the examples the truth holds: the framework's first k, from
-    the whole output or from its summary (which holds at least k examples)."""
-    shape, head = ((output.shape, output.head) if isinstance(output, OutputSummary)
-                   else (np.shape(output), np.asarray(output)))
+    the output's summary (which holds at least k examples)."""
     ref_out = truth.output
     expected = (truth.batch, *ref_out.shape[1:])
-    if tuple(shape) != expected:
-        return {"output": math.inf, "problem": f"output shape {tuple(shape)} != {expected}"}
-    head = head[:truth.output_examples]
+    if tuple(output.shape) != expected:
+        return {"output": math.inf,
+                "problem": f"output shape {tuple(output.shape)} != {expected}"}
+    head = output.head[:truth.output_examples]
     return {"output": _max_rel(head, ref_out, max(float(np.abs(ref_out).max()), 1e-300)),
             "output_examples": truth.output_examples}
 
 
-def errors(output: np.ndarray | OutputSummary, loss: float | None,
+def errors(output: OutputSummary, loss: float | None,
            grads: dict[str, np.ndarray] | None, truth: truth_module.Truth,
            canonical: bool) -> dict[str, Any]:
-    """The errors of one framework's arrays against ``truth`` (module docstring); the
-    output may be the whole array or its ``OutputSummary``."""
+    """The errors of one framework's output (its ``OutputSummary``), loss and gradients
+    against ``truth`` (module docstring)."""
     found: dict[str, Any] = {"norm": "output: max-abs / max |y64|; gradients: 2-norm / ||g64||"}
     found.update(_output_error(output, truth))
     if loss is not None:

@@ -265,7 +265,12 @@ class Worker:
         enough."""
         from adapters.base import Unsupported
         from suites.device_state import empty_state, energy_fields, summarise_readings
-        from suites.device_time import device_clock_for, device_time_method
+        from suites.device_time import (
+            COMPILE_CACHE_JOB,
+            WALL_PHASE,
+            device_clock_for,
+            device_time_method,
+        )
         from suites.host_state import summarise_host
         from suites.kernel_check import TimedReference
         from suites.repetitions import combined_fields, interleave, repetition_settings
@@ -274,13 +279,11 @@ class Worker:
         settings = TimerSettings(**job["timer"])
         # The wall phase never loads CUPTI (suites/device_pass.py says why); its device
         # time comes from the device phase, or here from the adapter's own clock.
+        # A compile-cache job gets no device phase (suites/runner.py pending_measures).
+        without_cupti = "" if self.plan.phase != "wall" else \
+            COMPILE_CACHE_JOB if job.get("compile_cache") else WALL_PHASE
         device_clock, device_reason = device_clock_for(prepared, self.plan.device,
-                                                       cupti=self.plan.phase != "wall")
-        if device_clock is None and job.get("compile_cache") and self.plan.device == "gpu":
-            # No device phase follows (suites/runner.py pending_measures): the row's figure
-            # is its first call, from a cold or warm compilation cache.
-            device_reason = ("a compile-cache job: its first call is the figure, and it gets "
-                             "no device phase; this framework offers no device clock of its own")
+                                                       without_cupti=without_cupti)
         started = {name: time.perf_counter() for name in names}
         steps: dict[str, Any] = {}
         first: dict[str, dict[str, Any]] = {}     # memory and extra fields of repetition 1

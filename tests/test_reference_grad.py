@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from adapters.summary import OutputSummary
 from models import ir, reference, reference_grad, truth
 from models.error_bounds import bounds
 from models.inputs import make_batch
@@ -138,11 +139,12 @@ def all_gradients(monkeypatch):
 def test_errors_of_the_truth_itself_are_zero_and_a_planted_gradient_is_named(all_gradients):
     t = _truth_of("resnet_tiny")
     grads = {n: g.copy() for n, g in t.grads.items()}
-    found = truth_check.errors(t.output, t.loss, grads, t, canonical=True)
+    found = truth_check.errors(OutputSummary.of(t.output), t.loss, grads, t, canonical=True)
     assert found["output"] == found["loss"] == found["grad"] == found["grad_norms"] == 0.0
     victim = list(grads)[3]
     grads[victim] = grads[victim] * (1 + 1e-3)
-    found = truth_check.errors(t.output.astype(np.float32), t.loss, grads, t, canonical=True)
+    found = truth_check.errors(OutputSummary.of(t.output.astype(np.float32)), t.loss, grads, t,
+                               canonical=True)
     assert 0 < found["output"] < 1e-7       # float32 rounding of the output only
     assert max(found["per_param"], key=found["per_param"].get) == victim
     assert found["grad"] == found["per_param"][victim] > 0
@@ -151,7 +153,7 @@ def test_errors_of_the_truth_itself_are_zero_and_a_planted_gradient_is_named(all
 def test_errors_without_canonical_layouts_use_norms_only(all_gradients):
     t = _truth_of("lenet_tiny")
     grads = {n: g.T.copy() for n, g in t.grads.items()}     # some other layout
-    found = truth_check.errors(t.output, t.loss, grads, t, canonical=False)
+    found = truth_check.errors(OutputSummary.of(t.output), t.loss, grads, t, canonical=False)
     assert found["grad"] is None and found["grad_norms"] < 1e-15
 
 

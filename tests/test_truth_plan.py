@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from adapters.base import Prepared
+from adapters.summary import OutputSummary
 from models import closed_form, inputs, ir, reference, reference_grad, truth
 from models.analysis import analyse
 from models.error_bounds import grad_judged
@@ -86,15 +87,19 @@ def test_errors_compare_the_first_examples_of_the_framework_output():
     model = get_model("resnet_tiny")
     found = truth.compute(model, BATCH, 0)
     whole = reference.forward(model, canonical_weights(model), inputs.make_batch(model, BATCH))
-    errors = truth_check.errors(whole, found.loss, None, found, canonical=True)
+    errors = truth_check.errors(OutputSummary.of(whole), found.loss, None, found,
+                                canonical=True)
     assert errors["output"] < 1e-15 and errors["output_examples"] == truth.OUTPUT_EXAMPLES
     later = whole.copy()
     later[truth.OUTPUT_EXAMPLES:] += 1.0     # beyond the examples the truth holds
-    assert truth_check.errors(later, found.loss, None, found, True)["output"] < 1e-15
+    assert truth_check.errors(OutputSummary.of(later), found.loss, None, found,
+                              True)["output"] < 1e-15
     first = whole.copy()
     first[truth.OUTPUT_EXAMPLES - 1, 0] *= 1 + 1e-3
-    assert truth_check.errors(first, found.loss, None, found, True)["output"] > 1e-5
-    wrong_batch = truth_check.errors(whole[:-1], found.loss, None, found, True)
+    assert truth_check.errors(OutputSummary.of(first), found.loss, None, found,
+                              True)["output"] > 1e-5
+    wrong_batch = truth_check.errors(OutputSummary.of(whole[:-1]), found.loss, None, found,
+                                     True)
     assert wrong_batch["output"] == math.inf and "shape" in wrong_batch["problem"]
 
 

@@ -335,9 +335,10 @@ class TorchPrepared(Prepared):
         head = out[:examples].cpu().numpy()
         if count == 0:
             return OutputSummary.of(head)
-        mean = float(out.sum(dtype=torch.float64)) / count
+        parts = out.split(examples_per_chunk(tuple(out.shape)))
+        mean = float(sum(part.double().sum() for part in parts)) / count
         squares = torch.zeros((), dtype=torch.float64, device=out.device)
-        for part in out.split(examples_per_chunk(tuple(out.shape))):
+        for part in parts:
             deviation = part.double() - mean
             squares += torch.sum(deviation * deviation)
         return OutputSummary(tuple(out.shape), head, mean, math.sqrt(float(squares) / count))
