@@ -1,7 +1,7 @@
 """The device phase's ``device_time`` row: the GPU's own time of each timed measure of a
-job, measured in a process of its own.
+job, measured in a process that takes no wall sample after it.
 
-Why a process of its own: CUPTI, once loaded and enabled in a process, slows every later
+Why: CUPTI, once loaded and enabled in a process, slows every later
 kernel launch there, also after its activity kinds are disabled and after it is detached
 (``cuptiFinalize``). Measured on an H100 (``python -m suites.clock_processes``, processes
 of each role in rotating order): the wall medians that followed one CUPTI device block were
@@ -9,8 +9,9 @@ of each role in rotating order): the wall medians that followed one CUPTI device
 (sae_ae1, batch 64), 1.17× for LeNet's gradient and 1.29× for JAX's autoencoder forward;
 detaching left 1.44×, 1.19× and 1.06×. So on a GPU the runner times wall samples and
 fingerprints in a process that never loads CUPTI (the "wall" phase; PyTorch's CUDA events
-still give its rows a device time there) and then, in a fresh process (the "device"
-phase), rebuilds each job and measures here: per timed measure, a first call and the
+still give its rows a device time there) and then, in the "device"
+phase (the wall phase's worker once its wall samples are done, or a fresh process),
+rebuilds each job and measures here: per timed measure, a first call and the
 timer's warm-up, then ``device_blocks × repetitions`` blocks of the timer's inner-loop
 length on the device clock (CUPTI's busy time and span first, the adapter's own clock
 where CUPTI is missing: ``suites/device_time.py``). The profile and counters measures run
@@ -78,8 +79,12 @@ def device_times(prepared: Any, measures: list[str], settings: TimerSettings,
     return found
 
 
-def method(settings: TimerSettings) -> str:
+def method(settings: TimerSettings, after_wall: bool = False) -> str:
+    """How the row was measured; ``after_wall``: in the wall phase's process, after its
+    last wall sample (suites/worker_pool.py)."""
     blocks = max(1, settings.device_blocks) * max(1, settings.repetitions)
-    return (f"{blocks} device blocks in a separate process (the runner's device phase), after "
-            f"a first call and {max(1, settings.warmup)} warm-up iterations; the wall samples "
-            f"were taken in a process that never loaded CUPTI")
+    where = "in the wall phase's process after its last wall sample" if after_wall else \
+        "in a process of its own"
+    return (f"{blocks} device blocks {where} (the runner's device phase), after a first "
+            f"call and {max(1, settings.warmup)} warm-up iterations; the wall samples were "
+            f"taken before CUPTI was loaded")

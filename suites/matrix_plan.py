@@ -6,9 +6,9 @@ Work is ordered framework by framework: the frameworks in the order given, each
 framework's suites in the order given; on a GPU its wall pass over all suites (the
 runner's "wall" phase: timed measures and fingerprints), then its device pass (the
 "device" phase: device time, profiles, counters). Each (suite, framework, pass) is one
-item of the plan, listed in the order it runs. So a framework's GPU work needs one wall
-worker and one device worker (suites/worker_pool.py keeps one live GPU worker at a
-time), and no two frameworks' processes ever hold device or host memory at once. The
+item of the plan, listed in the order it runs. So a framework's GPU work needs one worker, its
+wall pass's, which goes on with the device pass (suites/worker_pool.py keeps one live GPU
+worker at a time), and no two frameworks' processes ever hold device or host memory at once. The
 price: a run stopped by its budget has measured the first frameworks on every suite
 rather than every framework on the first suites.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from adapters.registry import load_registry
@@ -142,8 +142,9 @@ class Plan:
         """The framework of each worker start the items left need, in the order they run:
         a pooled worker starts once per key and is handed from suite to suite, but on a
         GPU only while no process of another key took the GPU in between (the pool keeps
-        one live GPU worker: suites/worker_pool.py); a compile-cache job's process starts
-        for that job alone."""
+        one live GPU worker: suites/worker_pool.py); the device phase goes on in the wall
+        phase's live worker of its setting; a compile-cache job's process starts for that
+        job alone."""
         live: set[tuple[str, PlannedWorker]] = set()
         starts = []
         for item in self.items:
@@ -152,6 +153,11 @@ class Plan:
             for worker in item.workers:
                 key = (item.framework, worker)
                 if worker.pooled and key in live:
+                    continue
+                wall = (item.framework, replace(worker, phase="wall"))
+                if worker.pooled and worker.phase == "device" and wall in live:
+                    live.discard(wall)
+                    live.add(key)
                     continue
                 starts.append(item.framework)
                 if self.device == "gpu":

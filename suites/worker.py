@@ -7,7 +7,8 @@ affinity and crashes stay contained.
   each in turn on the framework it built for the first (suites/worker_pool.py keeps such a
   worker between the suites of a matrix); after each plan it announces ``plan_done`` and
   waits for the next, and it exits at the end of its input. Every plan of one process has
-  the same framework, device, thread settings, phase and compilation cache.
+  the same framework, device, thread settings, phase and compilation cache, except that a
+  wall phase's worker may go on with device-phase plans (never the other way round).
 
 Each finished measurement is appended to its plan's results file at once, then announced
 on stdout as an event line for the runner's progress display. Each plan's stderr goes to
@@ -126,6 +127,7 @@ def log_to(path: str) -> None:
 
 class Worker:
     last_row: float | None = None   # when the previous row was written (perf_counter)
+    after_wall = False              # device plans that follow this process's wall plans
 
     def __init__(self, plan: Plan):
         self.plan = plan
@@ -401,7 +403,8 @@ class Worker:
             reason = "; ".join(dict.fromkeys(f.get("reason", "") for f in found.values()
                                              if f.get("reason"))) or "no device time taken"
         self.write(case_key, status, reason, started, model_info=info,
-                   device_times={"method": method(settings), "measures": found})
+                   device_times={"method": method(settings, self.after_wall),
+                                 "measures": found})
 
     def profiled_measure(self, job: dict[str, Any]) -> str:
         """What a job's profile and counters measure: the training iteration (forward and
@@ -443,6 +446,12 @@ class Worker:
         on the framework this process already started."""
         changed = [name for name in PROCESS_FIELDS
                    if getattr(plan, name) != getattr(self.plan, name)]
+        if changed == ["phase"] and (self.plan.phase, plan.phase) == ("wall", "device"):
+            # The device phase may follow this process's wall samples, never precede
+            # them: CUPTI slows every later launch in a process (suites/device_pass.py;
+            # suites/worker_pool.py hands the wall worker on).
+            self.after_wall = True
+            changed = []
         if changed:
             raise ValueError(f"a plan with another {', '.join(changed)} was sent to a worker "
                              f"started for {self.plan.framework} on {self.plan.device}")

@@ -21,15 +21,26 @@ would then fail, or find its knee elsewhere, according to what ran before it. Id
 workers stay: they hold no device. The matrix orders its work so that the rule costs few
 starts (suites/matrix.py: each framework's wall pass over every suite, then its device
 pass).
+
+The device phase goes on in the wall phase's idle worker: a device key with no idle
+worker of its own takes the idle worker of the same key in the "wall" phase, which from
+then on serves that device key only (it is given back under it, and a worker refuses a
+wall plan once it ran a device plan: suites/worker.py). CUPTI then loads in a process
+after its last wall sample, never before one, which is all that suites/device_pass.py
+asks; and the device phase's rebuild of every job finds the framework's in-process
+caches warm (cuDNN's algorithm search in PyTorch, TensorFlow's convolution autotuning,
+JAX's compiled executables), where a fresh process searched again: TensorFlow's li2016
+device pass on an H100 spent about 280 of its 423 s building jobs again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from suites.worker_process import WorkerProcess
 
 GPU = "gpu"
+WALL, DEVICE = "wall", "device"     # suites/runner.py phases()
 
 
 @dataclass(frozen=True)
@@ -50,17 +61,28 @@ class WorkerPool:
     def __init__(self) -> None:
         self.idle: dict[WorkerKey, WorkerProcess] = {}
 
+    def holder(self, key: WorkerKey) -> WorkerKey | None:
+        """The idle key whose worker would serve ``key``: its own, else for a device key
+        the wall phase's of the same setting (the module's docstring says why); None
+        where no live worker waits (the next plan starts a process)."""
+        for candidate in (key, *([replace(key, phase=WALL)] if key.phase == DEVICE else [])):
+            worker = self.idle.get(candidate)
+            if worker is not None and worker.alive():
+                return candidate
+        return None
+
     def has(self, key: WorkerKey) -> bool:
         """Whether a live worker waits for this key (the next plan starts no process)."""
-        worker = self.idle.get(key)
-        return worker is not None and worker.alive()
+        return self.holder(key) is not None
 
     def take(self, key: WorkerKey) -> WorkerProcess | None:
-        """The key's idle worker, now the caller's; None where there is none alive (the
-        caller starts one). For a GPU key, every other idle GPU worker is closed first."""
+        """The worker that serves ``key`` (``holder``), now the caller's; None where there
+        is none alive (the caller starts one). For a GPU key, every other idle GPU worker
+        is closed first."""
+        held = self.holder(key) or key
         if key.device == GPU:
-            self.close_gpu_workers(keep=key)
-        worker = self.idle.pop(key, None)
+            self.close_gpu_workers(keep=held)
+        worker = self.idle.pop(held, None)
         if worker is not None and not worker.alive():
             worker.kill()       # reaps it, and any process it left behind
             return None

@@ -4,7 +4,7 @@ one process at a time, as a GPU in exclusive-process compute mode does, so a wor
 alive beside another shows up as the second one's fatal error. Checked: the pool keeps
 one live GPU worker at a time (suites/worker_pool.py); a runner runs the phases it is
 asked for; the matrix runs framework by framework, each framework's wall pass over every
-suite before its device pass, on one wall and one device worker; a budget stop or a kill
+suite before its device pass, the device pass in the wall pass's worker; a budget stop or a kill
 between or in the passes resumes to the rows of an uninterrupted run; rounds keep their
 own processes. Nothing here asserts a duration."""
 
@@ -59,7 +59,7 @@ def rows_of(out: Path, suite: str, framework: str = "fake") -> list[dict]:
             for line in path.read_text().splitlines()]
 
 
-def test_the_device_phase_starts_once_the_wall_phases_idle_worker_is_closed(
+def test_the_device_phase_goes_on_in_the_wall_workers_process_and_no_gpu_worker_idles_beside_another(
         tmp_path, stand_in_gpu, monkeypatch):
     from suites.runner import Runner, RunRequest
     from suites.worker_pool import WorkerPool
@@ -72,13 +72,25 @@ def test_the_device_phase_starts_once_the_wall_phases_idle_worker_is_closed(
     rows = rows_of(out, "gpu-a") + rows_of(out, "gpu-b")
     assert len(rows) == 24 and all(r["status"] == "ok" for r in rows)
     assert {r["measure"] for r in rows} == {"forward", "gradient", "fingerprint", "device_time"}
-    # The control: a pool that left idle GPU workers alive would put two on the GPU.
+    # gpu-a's device rows come from its wall worker, after its wall rows; gpu-b's wall
+    # phase needed a fresh worker, since a worker that ran a device plan takes no wall one.
+    pid_a = {r["env"]["worker_pid"] for r in rows_of(out, "gpu-a")}
+    pid_b = {r["env"]["worker_pid"] for r in rows_of(out, "gpu-b")}
+    assert len(pid_a) == len(pid_b) == 1 and pid_a != pid_b
+    measures_a = [r["measure"] for r in rows_of(out, "gpu-a")]
+    assert measures_a[-4:] == ["device_time"] * 4 and "device_time" not in measures_a[:-4]
+    device_rows = [r for r in rows if r["measure"] == "device_time"]
+    assert all("in the wall phase's process after its last wall sample"
+               in r["device_times"]["method"] for r in device_rows)
+    # The control: a pool that left idle GPU workers alive would put gpu-a's device
+    # worker and gpu-b's wall worker on the GPU together.
     monkeypatch.setattr(WorkerPool, "close_gpu_workers", lambda self, keep=None: None)
     with WorkerPool() as pool:
-        runner = Runner(RunRequest(str(suites[0]), "fake", "gpu", tmp_path / "control"),
-                        pool=pool)
-        assert runner.run() == 2
-        assert "the stand-in GPU is held by process" in runner.fatal
+        first = Runner(RunRequest(str(suites[0]), "fake", "gpu", tmp_path / "control"), pool=pool)
+        assert first.run() == 0
+        second = Runner(RunRequest(str(suites[1]), "fake", "gpu", tmp_path / "control"), pool=pool)
+        assert second.run() == 2
+        assert "the stand-in GPU is held by process" in second.fatal
 
 
 def test_a_runner_runs_the_phases_it_is_asked_for_and_counts_only_theirs(tmp_path,
@@ -153,7 +165,7 @@ def planned(stderr: str) -> list[tuple[str, str, str]]:
             if phase in ("wall", "device")]
 
 
-def test_each_framework_runs_its_wall_pass_then_its_device_pass_on_one_worker_each(
+def test_each_framework_runs_its_wall_pass_then_its_device_pass_in_one_worker(
         tmp_path, stand_in_gpu):
     out = tmp_path / "out"
     done = matrix(write_suites(tmp_path), out)
@@ -163,23 +175,23 @@ def test_each_framework_runs_its_wall_pass_then_its_device_pass_on_one_worker_ea
     assert planned(done.stderr) == order
     log = items(out)
     assert [(r["framework"], r["suite"], r["phase"]) for r in log] == order
-    assert [r["worker_starts"] for r in log] == [1, 0, 1, 0] * 2
+    assert [r["worker_starts"] for r in log] == [1, 0, 0, 0] * 2
     rows = all_rows(out)
     assert {status for _, status in rows} == {"ok"} and set(rows.values()) == {1}
     assert len(rows) == 2 * (16 + 8)
-    # Every case a framework prepared, in the order the processes prepared them: each
-    # process's cases in one run, the frameworks one after the other, each one's wall
-    # worker before its device worker.
+    # Every case a framework prepared, in the order the processes prepared them: one
+    # process per framework, the frameworks one after the other, each one's device rows
+    # after all its wall rows.
     pids = [int(line.split()[0]) for line in Path(stand_in_gpu[EVENTS]).read_text().splitlines()]
     runs = [pid for pid, _ in groupby(pids)]
     expected = []
     for framework in ("fake", "fake2"):
         measured = [row for suite in ("gpu-a", "gpu-b") for row in rows_of(out, suite, framework)
                     if "reused_from" not in row]
-        wall = {r["env"]["worker_pid"] for r in measured if r["measure"] != "device_time"}
-        device = {r["env"]["worker_pid"] for r in measured if r["measure"] == "device_time"}
-        assert len(wall) == len(device) == 1 and wall != device
-        expected += [*wall, *device]
+        assert len({r["env"]["worker_pid"] for r in measured}) == 1
+        expected.append(measured[0]["env"]["worker_pid"])
+        last_wall = max(r["started_at"] for r in measured if r["measure"] != "device_time")
+        assert min(r["started_at"] for r in measured if r["measure"] == "device_time") >= last_wall
     assert runs == expected
 
 

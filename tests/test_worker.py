@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fake_framework import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,3 +96,22 @@ def test_a_serving_worker_refuses_a_plan_for_other_thread_settings(tmp_path):
     assert done.returncode != 0
     assert (tmp_path / "one.jsonl").exists() and not (tmp_path / "two.jsonl").exists()
     assert "a plan with another threads" in (tmp_path / "two.log").read_text()
+
+
+def test_a_serving_worker_goes_on_from_the_wall_phase_to_the_device_phase_never_back(tmp_path):
+    """CUPTI may load after a process's wall samples, never before them
+    (suites/device_pass.py): a wall worker takes device plans, a device worker no wall plan."""
+    from suites.worker import Plan, Worker
+
+    def plan(phase: str) -> Plan:
+        return Plan("s", "fake", "gpu", 1, 1, str(tmp_path / f"{phase}.jsonl"), 0, [],
+                    phase=phase)
+    worker = Worker.__new__(Worker)
+    worker.plan = plan("wall")
+    worker.switch_to(plan("wall"))
+    assert not worker.after_wall
+    worker.switch_to(plan("device"))
+    assert worker.after_wall and worker.plan.phase == "device"
+    worker.switch_to(plan("device"))
+    with pytest.raises(ValueError, match="a plan with another phase"):
+        worker.switch_to(plan("wall"))

@@ -256,11 +256,21 @@ def test_the_pool_closes_idle_gpu_workers_of_other_keys_and_leaves_cpu_workers_a
     workers = {k: IdleWorker() for k in (wall, cpu)}
     for k, worker in workers.items():
         pool.give_back(k, worker)
-    # The device phase's key has no worker: the caller starts one, once the wall worker
-    # is gone.
-    assert pool.take(device) is None
-    assert workers[wall].ended and not pool.has(wall)
+    # The device phase's key has no worker of its own: it takes the wall phase's, which
+    # then serves the device key only.
+    assert pool.has(device)
+    assert pool.take(device) is workers[wall] and not workers[wall].ended
+    assert not pool.has(wall) and pool.has(cpu)
+    pool.give_back(device, workers[wall])
+    assert not pool.has(wall) and pool.has(device)
+    # A wall plan after it starts a fresh worker, once the device worker is gone.
+    assert pool.take(wall) is None
+    assert workers[wall].ended and not pool.has(device)
     assert pool.has(cpu) and not workers[cpu].ended
+    assert pool.take(device) is None        # no worker of either phase: the caller starts one
+    pool.give_back(key("jax", "gpu", "wall"), other := IdleWorker())
+    assert not pool.has(device)             # another framework's wall worker serves no torch
+    assert pool.take(device) is None and other.ended
     kept = IdleWorker()
     pool.give_back(device, kept)
     assert pool.take(device) is kept and not kept.ended    # its own key's worker
