@@ -292,11 +292,15 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
     estimate = estimate_cases(history, ((c.case_id, case_computation(framework, device, c.job,
                                                                                  c.measure))
                                         for c in to_run), device, cache)
-    # One worker per thread setting, one more per compile-cache job (suites/runner.py).
+    # One worker per thread setting, one more per compile-cache job (suites/runner.py),
+    # except a job whose variant keeps no compilation cache: the runner records it
+    # unsupported without a process.
+    cached_variants = load_registry()[framework].compile_cache_variants \
+        if framework in load_registry() else ()
     workers = tuple(dict.fromkeys(PlannedWorker(
         phase, c.job.threads, (suite, c.job.model, c.job.batch, c.job.precision, c.job.variant,
                                c.job.compile_cache) if c.job.compile_cache else ())
-        for c in to_run))
+        for c in to_run if not c.job.compile_cache or c.job.variant in cached_variants))
     return Item(suite, source, framework, device, python, path, tuple(jobs), len(cases) - len(pending),
                 tuple(reusable), tuple(to_run), estimate, workers, unavailable, phase)
 

@@ -355,6 +355,17 @@ def test_planned_worker_starts_count_a_gpu_worker_again_after_a_compile_cache_pr
     assert f"{cache_jobs + 2} worker starts measured" in "\n".join(matrix_plan.describe(plan))
 
 
+def test_a_compile_cache_job_the_framework_cannot_run_plans_no_process(
+        tmp_path, every_framework_installed):
+    """ONNX Runtime keeps no compilation cache: the runner records bahrampour2016's
+    compile-cache jobs unsupported without starting a process, so the plan counts none."""
+    plan = matrix_plan.make_plan("gpu", ["ort"], ["bahrampour2016"], tmp_path, 0,
+                                 {"ort": "p"}, History({}, {}, 0), Machine("gpu", H100, 16),
+                                 False, {"ort": 10.0}, None)
+    assert any(c.job.compile_cache for item in plan.items for c in item.to_run)
+    assert plan.worker_starts() == ["ort"]
+
+
 # --- bad input ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
