@@ -12,6 +12,8 @@ full tables stay in each folder's report/headlines.md. After them, today's pract
 (reports/practice.py): ResNet-50 at batch 256 in bf16 mixed precision, per published GPU and
 framework, training-step and forward throughput, utilisation and energy per image, with
 NVIDIA DeepLearningExamples' figures for scale; one line where no folder has such rows yet.
+Between them, one model on several GPUs (reports/gpus.py): the cnn-benchmarks networks at
+batch 16 on every published GPU and framework, beside the seeds' GPUs.
 The block between the two markers is rewritten whole, so the README never holds a number
 the published rows do not.
 """
@@ -22,6 +24,8 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+
+import pandas as pd
 
 from reports.cells import DEVICE_NOTE, LAUNCH_BOUND, LAUNCH_BOUND_NOTE, MISSING
 from reports.naming import parse_conv
@@ -60,16 +64,16 @@ def compared_rows(table: Table, frameworks: int) -> Table | None:
     return replace(table, rows=rows, notes=tuple(n for n in table.notes if n not in unused))
 
 
-def folder_parts(folder: Path, root: Path = ROOT) -> tuple[list[Table], list]:
-    """The folder's headline tables and its practice lines (reports/practice.py), from one
-    reading of its rows."""
+def folder_parts(folder: Path, root: Path = ROOT) -> tuple[list[Table], list, pd.DataFrame]:
+    """The folder's headline tables, its practice lines (reports/practice.py) and the rows
+    the timing tables read, from one reading of its rows."""
     from reports.build import judge
     from reports.load import load
     from reports.practice import readme_lines
 
     judged = judge(load([folder]))
     link = folder.resolve().relative_to(root.resolve()).as_posix()
-    return summary_parts(judged), readme_lines(judged.practice, link)
+    return summary_parts(judged), readme_lines(judged.practice, link), judged.steady
 
 
 def summary_parts(judged) -> list[Table]:
@@ -88,19 +92,26 @@ def summary_parts(judged) -> list[Table]:
 
 
 def block(folders: list[Path], root: Path = ROOT) -> str:
+    from reports.gpus import several_gpus_table
+    from reports.historical import load_historical
     from reports.practice import readme_part
 
     parts = [BEGIN, ""]
-    practice = []
+    practice, steady = [], []
     for folder in folders:
-        tables, lines = folder_parts(folder, root)
+        tables, lines, rows = folder_parts(folder, root)
         practice += lines
+        steady.append(rows)
         if not tables:
             continue
         link = folder.resolve().relative_to(root.resolve()).as_posix()
         parts += [f"#### [`{link}`]({link}/report/headlines.md)", ""]
         for table in tables:
             parts.append(to_markdown(table, level=5))
+    gpus = several_gpus_table(pd.concat(steady, ignore_index=True), load_historical()) \
+        if steady else None
+    if gpus is not None:
+        parts += ["#### One model, several GPUs", "", to_markdown(gpus, level=5)]
     parts += readme_part(practice)
     parts.append(END)
     return "\n".join(parts)

@@ -1,0 +1,53 @@
+"""The README's "one model, several GPUs" table (reports/gpus.py) on hand-made rows."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from reports.gpus import several_gpus_table
+
+
+def row(hardware: str, framework: str, model: str, median: float, device: float = math.nan,
+        variant: str = "eager", **changes) -> dict:
+    return {"hardware": hardware, "framework": framework, "model": model, "variant": variant,
+            "device": "gpu", "status": "ok", "measure": "gradient", "batch": 16,
+            "precision": "fp32", "median_ms": median, "device_median_ms": device, **changes}
+
+
+def seed(hardware: str, model: str, value: float, **changes) -> dict:
+    return {"study": "cnn-benchmarks", "source_table": model, "hardware": hardware,
+            "framework": "Torch7", "model": model, "batch": 16, "measure": "gradient",
+            "value_ms": value, "note": "", **changes}
+
+
+def test_each_gpu_and_framework_gets_its_fastest_fp32_row_beside_the_seed_gpus():
+    frame = pd.DataFrame([
+        row("H100", "torch", "resnet50", 26.6, 21.5),
+        row("H100", "torch", "resnet50", 30.0, 25.0, variant="compile"),     # slower variant
+        row("H100", "torch", "resnet50", 12.0, precision="tf32"),             # not fp32
+        row("H100", "torch", "resnet50", 5.0, batch=64),                      # not batch 16
+        row("H200", "torch", "resnet50", 22.1),
+        row("H200", "jax", "vgg16", 37.3, 35.5),
+        row("H200", "jax", "lenet", 0.4),                                     # no seed row
+    ])
+    hist = pd.DataFrame([
+        seed("Pascal Titan X", "resnet50", 103.58),
+        seed("Pascal Titan X", "resnet50", 105.0),                           # older cuDNN
+        seed("Pascal Titan X", "vgg16", 128.62),
+        seed("CPU: Dual Xeon E5-2630 v3", "resnet50", 6627.25),               # not a GPU
+        seed("GTX 1080", "resnet50", 149.82, measure="forward"),             # not the total
+    ])
+    table = several_gpus_table(frame, hist)
+    assert table.columns == ("GPU", "Framework", "resnet50", "vgg16")
+    texts = [tuple(c.text for c in r) for r in table.rows]
+    assert texts == [("H100", "torch", "26.60 (dev 21.50)", "—"),
+                     ("H200", "jax", "—", "37.30 (dev 35.50)"),
+                     ("H200", "torch", "22.10", "—"),
+                     ("Pascal Titan X", "Torch7 (historical)", "103.58", "128.62")]
+
+
+def test_no_table_without_a_network_that_a_published_and_a_seed_gpu_both_ran():
+    frame = pd.DataFrame([row("H200", "jax", "lenet", 0.4)])
+    assert several_gpus_table(frame, pd.DataFrame([seed("GTX 1080", "resnet50", 149.82)])) is None
