@@ -383,7 +383,9 @@ class Runner:
             if fatal:
                 self.fatal = fatal
                 return 2
-            if code == 130:
+            # A worker that Ctrl-C stopped: its own exit (130), or ended by the signal
+            # itself (a framework's runtime may leave SIGINT at its default).
+            if code in (130, -signal.SIGINT):
                 raise KeyboardInterrupt
             if code == BUDGET_EXIT:
                 self.stopped_by_budget = True

@@ -122,9 +122,12 @@ def test_ctrl_c_keeps_finished_rows_and_resume_completes(tmp_path, framework):
               "overfeat_tiny", "conv_tiny", "lstm_tiny"]
     suite = suite_file(tmp_path, "interrupt", models, [4])
     out = tmp_path / "out"
+    # SIGINT at its default, as under a terminal: a shell's background job (a CI script
+    # started with `&`) inherits it ignored, and Python then keeps it ignored.
     proc = subprocess.Popen([sys.executable, "-m", "suites", "run", str(suite), "--framework",
                              framework, "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
         files = list(out.rglob("*.jsonl"))
