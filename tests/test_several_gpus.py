@@ -9,11 +9,11 @@ import pandas as pd
 from reports.gpus import several_gpus_table
 
 
-def row(hardware: str, framework: str, model: str, median: float, device: float = math.nan,
+def row(hardware: str, framework: str, model: str, median: float, device_ms: float = math.nan,
         variant: str = "eager", **changes) -> dict:
     return {"hardware": hardware, "framework": framework, "model": model, "variant": variant,
             "device": "gpu", "status": "ok", "measure": "gradient", "batch": 16,
-            "precision": "fp32", "median_ms": median, "device_median_ms": device, **changes}
+            "precision": "fp32", "median_ms": median, "device_median_ms": device_ms, **changes}
 
 
 def seed(hardware: str, model: str, value: float, **changes) -> dict:
@@ -49,5 +49,8 @@ def test_each_gpu_and_framework_gets_its_fastest_fp32_row_beside_the_seed_gpus()
 
 
 def test_no_table_without_a_network_that_a_published_and_a_seed_gpu_both_ran():
-    frame = pd.DataFrame([row("H200", "jax", "lenet", 0.4)])
-    assert several_gpus_table(frame, pd.DataFrame([seed("GTX 1080", "resnet50", 149.82)])) is None
+    hist = pd.DataFrame([seed("GTX 1080", "resnet50", 149.82)])
+    assert several_gpus_table(pd.DataFrame([row("H200", "jax", "lenet", 0.4)]), hist) is None
+    # A CPU-only folder: no GPU row at all.
+    assert several_gpus_table(pd.DataFrame([row("EPYC", "jax", "resnet50", 900.0, device="cpu")]),
+                              hist) is None
