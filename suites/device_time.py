@@ -89,8 +89,9 @@ def clock_choice() -> str:
 
 
 # Why a wall-phase process never loads CUPTI, as its rows say where no other clock is left.
-WALL_PHASE = ("the job's device_time row has the CUPTI device time, taken in a process of "
-              "its own (CUPTI slows later launches where it is loaded)")
+WALL_PHASE = ("the job's device_time row has the CUPTI device time, taken after this "
+              "process's last wall sample or in another process (CUPTI slows later "
+              "launches where it is loaded)")
 COMPILE_CACHE_JOB = ("a compile-cache job: its first call is the figure, and it gets no "
                      "device phase")
 

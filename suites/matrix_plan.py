@@ -44,6 +44,7 @@ from suites.runner import (
     device_phases,
     framework_entry,
     in_phases,
+    own_process,
     pending_measures,
     plan_jobs,
 )
@@ -292,15 +293,13 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
     estimate = estimate_cases(history, ((c.case_id, case_computation(framework, device, c.job,
                                                                                  c.measure))
                                         for c in to_run), device, cache)
-    # One worker per thread setting, one more per compile-cache job (suites/runner.py),
-    # except a job whose variant keeps no compilation cache: the runner records it
-    # unsupported without a process.
-    cached_variants = load_registry()[framework].compile_cache_variants \
-        if framework in load_registry() else ()
+    # One worker per thread setting, one more per compile-cache job that runs in a
+    # process of its own (suites/runner.py own_process).
+    entry = framework_entry(framework, device)
     workers = tuple(dict.fromkeys(PlannedWorker(
         phase, c.job.threads, (suite, c.job.model, c.job.batch, c.job.precision, c.job.variant,
                                c.job.compile_cache) if c.job.compile_cache else ())
-        for c in to_run if not c.job.compile_cache or c.job.variant in cached_variants))
+        for c in to_run if not c.job.compile_cache or own_process(entry, c.job)))
     return Item(suite, source, framework, device, python, path, tuple(jobs), len(cases) - len(pending),
                 tuple(reusable), tuple(to_run), estimate, workers, unavailable, phase)
 

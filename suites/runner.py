@@ -165,6 +165,13 @@ def device_measures(jobs: list[Job]) -> dict[tuple, tuple[str, ...]]:
     return found
 
 
+def own_process(entry: FrameworkEntry, job: Job) -> bool:
+    """Whether ``job`` runs in a process of its own: a compile-cache job whose variant the
+    framework keeps a persistent compilation cache for. One whose variant keeps none is
+    recorded unsupported without any process."""
+    return bool(job.compile_cache) and job.variant in entry.compile_cache_variants
+
+
 def case_of(job: Job) -> tuple:
     return (job.model, job.batch, job.device, job.threads, job.interop_threads, job.precision,
             job.variant, job.compile_cache)
@@ -339,7 +346,7 @@ class Runner:
         cache_dir = ""
         if remaining[0][0].compile_cache:
             job, names = remaining[0]
-            if job.variant not in self.entry.compile_cache_variants:
+            if not own_process(self.entry, job):
                 cached = ", ".join(self.entry.compile_cache_variants) or "none"
                 self.record_without_worker(job, names, "unsupported",
                                            f"{self.entry.name} variant '{job.variant}' keeps no "
@@ -432,7 +439,9 @@ class Runner:
 
     def starts_worker(self, job: Job, names: list[str]) -> bool:
         """Whether running this job's pending measures starts a worker process first."""
-        if self.pool is None or job.compile_cache:
+        if job.compile_cache:
+            return own_process(self.entry, job)
+        if self.pool is None:
             return True
         phase = phases(self.request.device, names)[0][0]
         return not self.pool.has(self.pool_key(job.threads, job.interop_threads, phase))

@@ -364,6 +364,13 @@ def test_a_compile_cache_job_the_framework_cannot_run_plans_no_process(
                                  False, {"ort": 10.0}, None)
     assert any(c.job.compile_cache for item in plan.items for c in item.to_run)
     assert plan.worker_starts() == ["ort"]
+    # The runner's rule, which the plan shares (suites/runner.py own_process).
+    from suites.runner import framework_entry, own_process
+    job = next(c.job for item in plan.items for c in item.to_run if c.job.compile_cache)
+    assert not own_process(framework_entry("ort", "gpu"), job)
+    torch_job = replace(job, variant="compile")
+    assert own_process(framework_entry("torch", "gpu"), torch_job)
+    assert not own_process(framework_entry("torch", "gpu"), replace(torch_job, compile_cache=""))
 
 
 # --- bad input ------------------------------------------------------------------------------
