@@ -4,7 +4,8 @@ report.md, report.html, summary.txt, results_tidy.csv, ratios.json, plots/.
 Prints the plain-text summary on stdout. Bad input: one line on stderr, exit code 2.
 
 A published folder among the inputs (``python -m reports results published/<folder>``), or a
-directory named with ``--reference``, is the reference: the report adds a section with your
+directory named with ``--reference`` (then it alone, so that one published folder can be
+compared with another), is the reference: the report adds a section with your
 rows beside its rows, their ratios and the settings that differ (reports/compare.py).
 ``--pages`` writes only report.md and plots/ (a published folder's checked-in report)."""
 
@@ -24,8 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("report"), help="output directory")
     parser.add_argument("--quiet", action="store_true", help="no summary table on stdout")
     parser.add_argument("--reference", type=Path, action="append", default=[], metavar="DIR",
-                        help="compare the other inputs with this directory's rows (a "
-                             "published folder among the inputs is one without this flag)")
+                        help="compare the other inputs with this directory's rows (then only "
+                             "it is the reference; without this flag, a published folder "
+                             "among the inputs is)")
     parser.add_argument("--pages", action="store_true",
                         help="write only report.md and plots/*.png (for a published folder)")
     args = parser.parse_args(argv)
@@ -33,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     from reports.compare import is_published
 
     inputs = list(args.inputs) + [p for p in args.reference if p not in args.inputs]
-    reference = tuple(dict.fromkeys([*args.reference, *(p for p in args.inputs
-                                                       if is_published(p))]))
+    # An explicit --reference decides alone, so one published folder can be compared with
+    # another (a second GPU's folder against the first's); without it, published inputs are.
+    reference = tuple(dict.fromkeys(args.reference)) if args.reference else \
+        tuple(p for p in args.inputs if is_published(p))
     if reference and len(reference) == len(inputs):
         reference = ()   # the published folder alone: its own report, nothing to compare
     try:

@@ -4,14 +4,10 @@ table's host buffer, from synthetic rows in tests/report_fixtures.py."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import report_fixtures as fx  # noqa: E402
-
-from reports.build import make_report  # noqa: E402
-from reports.load import load  # noqa: E402
+from reports.build import make_report
+from reports.load import load
+from tests import report_fixtures as fx
 
 GPU_STATE = {"repetitions": 5, "device_median_ms": 0.15, "gpu_sm_clock_mhz_min": 1755,
              "gpu_sm_clock_mhz_median": 1980, "gpu_sm_clock_mhz_max": 1980,

@@ -6,20 +6,17 @@ tests/report_fixtures.py: with device fields, without them (older rows) and CPU 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import report_fixtures as fx  # noqa: E402
-
-from reports import cells, ranking, readme_tables  # noqa: E402
-from reports.build import make_report  # noqa: E402
-from reports.load import load  # noqa: E402
-from reports.table import Cell, Table  # noqa: E402
-from reports.tables_models import COLUMNS  # noqa: E402
-from reports.tidy import tidy  # noqa: E402
+from reports import cells, ranking, readme_tables
+from reports.build import make_report
+from reports.load import load
+from reports.table import Cell, Table
+from reports.tables_models import COLUMNS
+from reports.tidy import tidy
+from tests import report_fixtures as fx
 
 
 def report_of(tmp_path, rows):

@@ -14,16 +14,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import report_fixtures as fx  # noqa: E402
-
-from reports import equivalence, peaks, ratios  # noqa: E402
-from reports.build import build, make_report  # noqa: E402
-from reports.historical import HISTORICAL_CSV, load_historical  # noqa: E402
-from reports.html import HOOK  # noqa: E402
-from reports.load import load  # noqa: E402
-from reports.naming import parse_conv  # noqa: E402
-from reports.tidy import tidy  # noqa: E402
+from reports import equivalence, peaks, ratios
+from reports.build import build, make_report
+from reports.historical import HISTORICAL_CSV, load_historical
+from reports.html import HOOK
+from reports.load import load
+from reports.naming import parse_conv
+from reports.tidy import tidy
+from tests import report_fixtures as fx
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -911,6 +909,22 @@ def test_publish_refuses_a_torn_line(tmp_path, capsys):
     assert publish.main([str(tmp_path / "src"), "--to", str(tmp_path / "pub")]) == 2
     assert "line 2" in capsys.readouterr().err
     assert not (tmp_path / "pub").exists()
+
+
+def test_cli_compares_one_published_folder_with_another_named_by_reference(tmp_path):
+    from reports import publish
+
+    reference = published_reference(tmp_path)
+    second = tmp_path / "published" / "h200-2026-01"      # a second GPU's published folder
+    assert publish.main([str(users_run(tmp_path)), "--to", str(second)]) == 0
+    out = tmp_path / "out"
+    both = run_cli(str(second), str(reference), "--out", str(out), "--quiet")
+    assert both.returncode == 0, both.stderr    # two published inputs: neither is "yours"
+    assert "Compared with the reference" not in (out / "report.md").read_text()
+    named = run_cli(str(second), "--reference", str(reference), "--out", str(out), "--quiet")
+    assert named.returncode == 0, named.stderr
+    md = (out / "report.md").read_text()
+    assert "Reference: " + str(reference) in md and "batch 8 vs 16" in md
 
 
 def test_compare_pairs_rows_and_names_every_differing_setting(tmp_path):

@@ -280,3 +280,7 @@ def test_the_pool_closes_idle_gpu_workers_of_other_keys_and_leaves_cpu_workers_a
     pool.give_back(device, fresh := IdleWorker())
     pool.close_gpu_workers()        # a compile-cache job's process of its own comes next
     assert fresh.ended and pool.has(cpu)
+    # TensorFlow's device phase never takes its wall worker: the tracer lost kernels there.
+    pool.give_back(key("tf", "gpu", "wall"), tf_wall := IdleWorker())
+    assert not pool.has(key("tf", "gpu", "device"))
+    assert pool.take(key("tf", "gpu", "device")) is None and tf_wall.ended
