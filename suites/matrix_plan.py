@@ -49,6 +49,7 @@ from suites.runner import (
     plan_jobs,
 )
 from suites.spec import Job, SuiteError, load_suite, resolve_suite_path
+from suites.worker_pool import OWN_DEVICE_PROCESS
 
 # The default work of each device, in priority order: the default suite, then the seeds'
 # suites, then the suites that reuse most of the others' cases (kernels-gpu is li2016's and
@@ -144,8 +145,8 @@ class Plan:
         a pooled worker starts once per key and is handed from suite to suite, but on a
         GPU only while no process of another key took the GPU in between (the pool keeps
         one live GPU worker: suites/worker_pool.py); the device phase goes on in the wall
-        phase's live worker of its setting; a compile-cache job's process starts for that
-        job alone."""
+        phase's live worker of its setting, but TensorFlow's starts its own; a compile-cache
+        job's process starts for that job alone."""
         live: set[tuple[str, PlannedWorker]] = set()
         starts = []
         for item in self.items:
@@ -156,7 +157,8 @@ class Plan:
                 if worker.pooled and key in live:
                     continue
                 wall = (item.framework, replace(worker, phase="wall"))
-                if worker.pooled and worker.phase == "device" and wall in live:
+                if worker.pooled and worker.phase == "device" and wall in live \
+                        and item.framework not in OWN_DEVICE_PROCESS:
                     live.discard(wall)
                     live.add(key)
                     continue

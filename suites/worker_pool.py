@@ -73,9 +73,8 @@ class WorkerPool:
 
     def holder(self, key: WorkerKey) -> WorkerKey | None:
         """The idle key whose worker would serve ``key``: its own, else for a device key
-        the wall phase's of the same setting but TensorFlow's (the module's docstring says
-        why); None
-        where no live worker waits (the next plan starts a process)."""
+        the wall phase's of the same setting, but not TensorFlow's (the module's docstring
+        says why); None where no live worker waits (the next plan starts a process)."""
         shares = key.phase == DEVICE and key.framework not in OWN_DEVICE_PROCESS
         for candidate in (key, *([replace(key, phase=WALL)] if shares else [])):
             worker = self.idle.get(candidate)

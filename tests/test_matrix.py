@@ -329,6 +329,11 @@ def test_plan_ordering_is_framework_by_framework_each_wall_pass_before_its_devic
     # Each framework's pooled worker starts once: its wall worker, which then serves the
     # device pass.
     assert plan.worker_starts() == ["jax", "torch"]
+    # TensorFlow's device pass starts a worker of its own (suites/worker_pool.py says why).
+    tf = matrix_plan.make_plan("gpu", ["tf"], ["kernels-gpu", "default-gpu"], tmp_path, 0,
+                               {"tf": "p"}, History({}, {}, 0), Machine("gpu", H100, 16), True,
+                               {}, None)
+    assert tf.worker_starts() == ["tf", "tf"]
     cpu = matrix_plan.make_plan("cpu", ["jax", "torch"], ["default-cpu", "li2016-quick"],
                                 tmp_path, 0, {"jax": "p", "torch": "p"}, History({}, {}, 0),
                                 Machine("cpu", "x", 2), True, {}, None)
