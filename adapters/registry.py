@@ -30,6 +30,9 @@ class FrameworkEntry:
     # and the environment that points that cache at a directory ("{dir}" is replaced).
     compile_cache_variants: tuple[str, ...] = ()
     compile_cache_env: dict[str, str] = field(default_factory=dict)
+    # Precisions whose jobs run in worker processes of their own, never sharing one with
+    # jobs of another precision (suites/runner.py process_group; registry.toml says why).
+    own_process_precisions: tuple[str, ...] = ()
 
     def load(self):
         return getattr(importlib.import_module(self.module), self.class_name)
@@ -46,6 +49,7 @@ def load_registry(path: Path | None = None) -> dict[str, FrameworkEntry]:
             requirements={d: tuple(r) for d, r in entry["requirements"].items()},
             description=entry.get("description", ""), package=entry.get("package", ""),
             compile_cache_variants=tuple(entry.get("compile_cache", {}).get("variants", ())),
-            compile_cache_env=dict(entry.get("compile_cache", {}).get("env", {})))
+            compile_cache_env=dict(entry.get("compile_cache", {}).get("env", {})),
+            own_process_precisions=tuple(entry.get("own_process_precisions", ())))
         for name, entry in data.items()
     }

@@ -45,6 +45,7 @@ from suites.runner import (
     framework_entry,
     in_phases,
     own_process,
+    process_group,
     pending_measures,
     plan_jobs,
 )
@@ -76,11 +77,13 @@ class Case:
 class PlannedWorker:
     """A worker process an item's pending cases need: a pooled one, which the matrix's
     pool hands from suite to suite (its phase and thread setting: the pool's key within a
-    framework), or a compile-cache job's process of its own (``job`` names it)."""
+    framework, with its process group: suites/runner.py process_group), or a compile-cache
+    job's process of its own (``job`` names it)."""
 
     phase: str
     threads: int
     job: tuple = ()
+    precision_group: str = ""
 
     @property
     def pooled(self) -> bool:
@@ -295,12 +298,13 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
     estimate = estimate_cases(history, ((c.case_id, case_computation(framework, device, c.job,
                                                                                  c.measure))
                                         for c in to_run), device, cache)
-    # One worker per thread setting, one more per compile-cache job that runs in a
-    # process of its own (suites/runner.py own_process).
+    # One worker per thread setting and process group, one more per compile-cache job that
+    # runs in a process of its own (suites/runner.py own_process).
     entry = framework_entry(framework, device)
     workers = tuple(dict.fromkeys(PlannedWorker(
         phase, c.job.threads, (suite, c.job.model, c.job.batch, c.job.precision, c.job.variant,
-                               c.job.compile_cache) if c.job.compile_cache else ())
+                               c.job.compile_cache) if c.job.compile_cache else (),
+        process_group(entry, c.job.precision))
         for c in to_run if not c.job.compile_cache or own_process(entry, c.job)))
     return Item(suite, source, framework, device, python, path, tuple(jobs), len(cases) - len(pending),
                 tuple(reusable), tuple(to_run), estimate, workers, unavailable, phase)

@@ -172,6 +172,13 @@ def own_process(entry: FrameworkEntry, job: Job) -> bool:
     return bool(job.compile_cache) and job.variant in entry.compile_cache_variants
 
 
+def process_group(entry: FrameworkEntry, precision: str) -> str:
+    """The precision whose jobs run in worker processes of their own (the framework's
+    ``own_process_precisions``: a setting that does not reach what the process already
+    tuned), "" for every other job."""
+    return precision if precision in entry.own_process_precisions else ""
+
+
 def case_of(job: Job) -> tuple:
     return (job.model, job.batch, job.device, job.threads, job.interop_threads, job.precision,
             job.variant, job.compile_cache)
@@ -300,17 +307,19 @@ class Runner:
         # The float64 truth of every fingerprinted (model, batch), before any worker.
         fill_cache(dict.fromkeys((job.model, job.batch) for job, names in self.pending
                                  if FINGERPRINT in names), self.request.seed, console.print)
-        # One worker per thread setting; a job with a compile-cache setting gets a fresh
-        # process of its own, so that nothing compiled earlier in the process is reused.
+        # One worker per thread setting and process group; a job with a compile-cache
+        # setting gets a fresh process of its own, so that nothing compiled earlier in the
+        # process is reused.
         groups: dict[tuple, list[tuple[Job, list[str]]]] = defaultdict(list)
         for index, (job, names) in enumerate(self.pending):
-            groups[(job.threads, index if job.compile_cache else -1)].append((job, names))
+            groups[(job.threads, index if job.compile_cache else -1,
+                    process_group(self.entry, job.precision))].append((job, names))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("starting", total=self.total)
             try:
-                for (threads, _), items in groups.items():
+                for (threads, _, _), items in groups.items():
                     code = self.run_group(threads, items, progress, task)
                     if code:
                         break
@@ -430,12 +439,15 @@ class Runner:
         if self.pool is None or plan.compile_cache_dir or \
                 any(job.get("compile_cache") for job in plan.jobs):
             return None
-        return self.pool_key(plan.threads, plan.interop_threads, plan.phase)
+        return self.pool_key(plan.threads, plan.interop_threads, plan.phase,
+                             process_group(self.entry, plan.jobs[0]["precision"]))
 
-    def pool_key(self, threads: int, interop_threads: int, phase: str) -> WorkerKey:
+    def pool_key(self, threads: int, interop_threads: int, phase: str,
+                 group: str = "") -> WorkerKey:
         return WorkerKey(self.request.python or sys.executable, self.request.framework,
                          self.request.device, threads, interop_threads, phase,
-                         tuple(sorted(self.request.worker_env.items())), self.pool_round)
+                         tuple(sorted(self.request.worker_env.items())), self.pool_round,
+                         group)
 
     def starts_worker(self, job: Job, names: list[str]) -> bool:
         """Whether running this job's pending measures starts a worker process first."""
@@ -444,7 +456,8 @@ class Runner:
         if self.pool is None:
             return True
         phase = phases(self.request.device, names)[0][0]
-        return not self.pool.has(self.pool_key(job.threads, job.interop_threads, phase))
+        return not self.pool.has(self.pool_key(job.threads, job.interop_threads, phase,
+                                               process_group(self.entry, job.precision)))
 
     def start_worker(self, plan_file: Path, log, serve: bool) -> WorkerProcess:
         env = {**os.environ, **self.request.worker_env, "PYTHONUNBUFFERED": "1",

@@ -65,6 +65,9 @@ class WorkerKey:
     # Rounds measure a case in separate processes: round k of every suite shares round
     # k's worker, never another round's.
     round: int = 0
+    # A precision whose jobs share no process with other jobs (suites/runner.py
+    # process_group), "" for the rest.
+    precision_group: str = ""
 
 
 class WorkerPool:

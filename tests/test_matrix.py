@@ -360,6 +360,22 @@ def test_planned_worker_starts_count_a_gpu_worker_again_after_a_compile_cache_pr
     assert f"{cache_jobs + 2} worker starts measured" in "\n".join(matrix_plan.describe(plan))
 
 
+def test_tensorflow_tf32_jobs_plan_workers_of_their_own(tmp_path, every_framework_installed):
+    """TensorFlow's TF32 jobs run in processes of their own (adapters/registry.toml says
+    why): practice-gpu's wall pass starts a worker for the other jobs and one for the TF32
+    job, and so does the device pass; PyTorch's one worker serves every precision."""
+    def starts(framework):
+        return matrix_plan.make_plan("gpu", [framework], ["practice-gpu"], tmp_path, 0,
+                                     {framework: "p"}, History({}, {}, 0),
+                                     Machine("gpu", H100, 16), False, {}, None).worker_starts()
+    assert starts("tf") == ["tf"] * 4
+    assert starts("torch") == ["torch"]
+    from suites.runner import framework_entry, process_group
+    assert process_group(framework_entry("tf", "gpu"), "tf32") == "tf32"
+    assert process_group(framework_entry("tf", "gpu"), "fp32") == ""
+    assert process_group(framework_entry("torch", "gpu"), "tf32") == ""
+
+
 def test_a_compile_cache_job_the_framework_cannot_run_plans_no_process(
         tmp_path, every_framework_installed):
     """ONNX Runtime keeps no compilation cache: the runner records bahrampour2016's

@@ -103,6 +103,28 @@ def test_a_matrix_starts_one_worker_per_key_and_writes_the_rows_of_separate_runs
     assert pids(suite_rows(separate, "pool-a")) != pids(suite_rows(separate, "pool-b"))
 
 
+def test_a_precision_the_framework_keeps_apart_gets_workers_of_its_own(tmp_path, fake_env):
+    """The stand-in keeps its bf16 jobs apart (tests/data/fake_registry.toml), as
+    TensorFlow does its TF32 jobs: they run in a worker that no fp32 job shares, and the
+    next suite's fp32 jobs go on in the fp32 worker."""
+    mixed = tiny_suite("pool-precisions",
+                       cases(["lenet_tiny", "conv_tiny"], [2], measures=("forward",),
+                             extra='precisions = ["bf16", "fp32"]\n'))
+    suites = write_suites(tmp_path, mixed=mixed, b=SUITE_B)
+    out = tmp_path / "out"
+    done = matrix([suites["mixed"], suites["b"]], out)
+    assert done.returncode == 0, done.stderr
+    rows = suite_rows(out, "pool-precisions")
+    assert set(outcome(rows).values()) == {"ok"} and len(rows) == 8
+
+    def workers(precision):
+        return pids([r for r in rows if r["settings"]["precision"] == precision])
+    assert len(workers("bf16")) == 1 and len(workers("fp32")) == 1
+    assert workers("bf16") != workers("fp32")
+    assert pids(suite_rows(out, "pool-b")) == workers("fp32")
+    assert starts(out) == [("pool-precisions", 2), ("pool-b", 0)]
+
+
 def test_a_worker_death_in_the_second_suite_leaves_failed_rows_and_a_fresh_worker_goes_on(
         tmp_path, fake_env):
     suites = write_suites(tmp_path, a=SUITE_A, b=SUITE_B)
