@@ -45,9 +45,9 @@ from suites.runner import (
     framework_entry,
     in_phases,
     own_process,
-    process_group,
     pending_measures,
     plan_jobs,
+    process_group,
 )
 from suites.spec import Job, SuiteError, load_suite, resolve_suite_path
 from suites.worker_pool import OWN_DEVICE_PROCESS
