@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -97,6 +98,28 @@ class Row:
         settings = key.pop("settings")
         return {"schema": SCHEMA_VERSION, "case_id": self.key.id(), **key,
                 "settings": settings, **data}
+
+
+def finite_only(value: Any, path: str = "") -> tuple[Any, list[str]]:
+    """``value`` with every NaN or infinite float replaced by None, and the dotted paths of
+    those floats."""
+    if isinstance(value, float):
+        return (value, []) if math.isfinite(value) else (None, [path or "value"])
+    if isinstance(value, dict):
+        found: list[str] = []
+        out = {}
+        for key, item in value.items():
+            out[key], bad = finite_only(item, f"{path}.{key}" if path else str(key))
+            found += bad
+        return out, found
+    if isinstance(value, (list, tuple)):
+        found, out_list = [], []
+        for index, item in enumerate(value):
+            clean, bad = finite_only(item, f"{path}[{index}]")
+            out_list.append(clean)
+            found += bad
+        return out_list, found
+    return value, []
 
 
 def timing_fields(timing) -> dict[str, Any]:
@@ -203,7 +226,17 @@ class ResultsFile:
         os.fsync(fd)
 
     def append(self, row: Row) -> None:
-        self.append_json(row.to_json())
+        data, non_finite = finite_only(row.to_json())
+        if non_finite:
+            # JSON has no NaN: such a value is written as null, and a measurement that
+            # produced one failed (a framework's NaN output, or a figure divided by zero).
+            named = ", ".join(non_finite[:6]) + (" …" if len(non_finite) > 6 else "")
+            data["reason"] = "; ".join(filter(None, (
+                f"non-finite values (NaN or infinity), written as null: {named}",
+                data["reason"])))
+            if data["status"] == "ok":
+                data["status"] = "failed"
+        self.append_json(data)
 
     def append_json(self, row: dict[str, Any]) -> None:
         """Append a row already in its JSON form (a merged or a reused row)."""
