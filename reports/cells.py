@@ -15,12 +15,25 @@ from reports.table import Cell, Table
 
 UNSTABLE = "⚠"
 LAUNCH_BOUND = "†"
+DEVICE_ABOVE = "≠"
+# Kernel busy time cannot exceed the wall time of the same iterations; the two are taken
+# in separate processes (suites/device_pass.py), whose device medians agree within about
+# 0.5% across runs (README, reproducible GPU numbers). Device time more than 10% above the
+# wall median means the processes ran different work: TensorFlow's per-process cuDNN
+# autotuning chose a 2x slower convolution in one of them (published/h200-2026-11,
+# li2016's f=304), or a pageable copy ran at another speed.
+DEVICE_ABOVE_SHARE = 1.10
 MISSING = "—"
 REASON_CHARS = 48
 LAUNCH_BOUND_NOTE = ("†: launch-bound, the GPU's kernels busy for less than half the wall "
                      "time: the wall figure measures the host CPU (launches, framework "
                      "overhead) more than the GPU, and moves with the host; its device time "
                      "is the figure that carries over to another machine.")
+DEVICE_ABOVE_NOTE = ("≠: the device time is more than 10% above the wall time, which the "
+                     "same iterations cannot be: the wall and device figures come from two "
+                     "processes that ran different work (a per-process autotuning choice, a "
+                     "copy at another speed), so neither host overhead nor a ratio of the "
+                     "two is given.")
 DEVICE_TIME = ("the GPU's own time per iteration (its kernels' busy time), beside the wall "
                "time where the row has it: it leaves out the host's launches and framework "
                "overhead, and reproduces across runs and hosts where wall time may not")
@@ -106,11 +119,29 @@ def launch_bound(row) -> bool:
     return value is not None and value == value and bool(value)
 
 
+def device_above_wall(row) -> bool:
+    """The row's device time is more than ``DEVICE_ABOVE_SHARE`` times its wall median: the
+    two processes did not run the same work."""
+    device = device_ms(row)
+    return is_num(device) and is_num(row["median_ms"]) and \
+        device > DEVICE_ABOVE_SHARE * row["median_ms"]
+
+
+def device_marks(row) -> str:
+    """" †" for a launch-bound row, " ≠" for one whose device time is above its wall time,
+    "" otherwise (the two cannot both hold)."""
+    if launch_bound(row):
+        return f" {LAUNCH_BOUND}"
+    return f" {DEVICE_ABOVE}" if device_above_wall(row) else ""
+
+
 def host_overhead_ms(row) -> float:
-    """Wall − device time; NaN without device time. Device time is timed in blocks of its
-    own, so where the host adds next to nothing it can come out a little above the wall
-    median: shown as 0 then."""
-    if not is_num(device_ms(row)) or not is_num(row.get("host_overhead_ms")):
+    """Wall − device time; NaN without device time, or where the device time is above the
+    wall time by more than two processes' runs differ (``device_above_wall``). Device time
+    is timed in blocks of its own, so where the host adds next to nothing it can come out
+    a little above the wall median: shown as 0 then."""
+    if not is_num(device_ms(row)) or not is_num(row.get("host_overhead_ms")) or \
+            device_above_wall(row):
         return math.nan
     return max(0.0, row["host_overhead_ms"])
 
@@ -130,7 +161,7 @@ def device_title(row) -> str:
     span = row.get("device_span_median_ms")
     if is_num(span):
         text += f", span {fmt_ms(span)} ms (first kernel start to last kernel end)"
-    overhead = row["host_overhead_ms"] if is_num(row.get("host_overhead_ms")) else math.nan
+    overhead = host_overhead_ms(row)
     if is_num(overhead) and is_num(row["median_ms"]) and row["median_ms"] > 0:
         text += (f", host overhead {fmt_ms(max(0.0, overhead))} ms "
                  f"({max(0.0, overhead) / row['median_ms']:.0%} of wall)")
@@ -138,6 +169,8 @@ def device_title(row) -> str:
         text += f"; {row['device_time_kind']}"
     if launch_bound(row):
         text += "; launch-bound: device < ½ wall"
+    if device_above_wall(row):
+        text += "; device above wall: the two processes ran different work"
     return text
 
 
@@ -161,12 +194,12 @@ def repetitions_text(row) -> str:
 
 
 def _flag_unstable(row, text: str, title: str) -> Cell:
-    """⚠ for an unstable row, † for a launch-bound one (the wall time is the host's)."""
+    """⚠ for an unstable row, † for a launch-bound one (the wall time is the host's), ≠
+    for one whose device time is above its wall time (two processes, different work)."""
     if row["unstable"]:
         text += f" {UNSTABLE}"
         title += f"; unstable: {row['unstable_reason']}"
-    if launch_bound(row):
-        text += f" {LAUNCH_BOUND}"
+    text += device_marks(row)
     if is_num(device_ms(row)):
         title += f"; {device_title(row)}"
     return Cell(text, title=title)
@@ -267,11 +300,13 @@ def share_cell(row) -> Cell:
 
 
 def note_launch_bound(table: Table) -> Table:
-    """A table with a launch-bound (†) cell says what the mark means, once."""
-    marked = any(c.text.endswith(f" {LAUNCH_BOUND}") for row in table.rows for c in row)
-    if not marked or LAUNCH_BOUND_NOTE in table.notes:
-        return table
-    return replace(table, notes=table.notes + (LAUNCH_BOUND_NOTE,))
+    """A table with a launch-bound (†) or device-above-wall (≠) cell says what the mark
+    means, once."""
+    for mark, note in ((LAUNCH_BOUND, LAUNCH_BOUND_NOTE), (DEVICE_ABOVE, DEVICE_ABOVE_NOTE)):
+        marked = any(c.text.endswith(f" {mark}") for row in table.rows for c in row)
+        if marked and note not in table.notes:
+            table = replace(table, notes=table.notes + (note,))
+    return table
 
 
 def compact_repeated_failures(table: Table) -> Table:

@@ -190,8 +190,7 @@ def _time_cell(row: dict, title: str) -> Cell:
     text = cells.fmt_ms(row["median_ms"])
     if cells.is_num(device):
         text += f" (dev {cells.fmt_ms(device)})"
-    if cells.launch_bound(row):
-        text += f" {cells.LAUNCH_BOUND}"
+    text += cells.device_marks(row)
     return Cell(text, title=title)
 
 

@@ -27,7 +27,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.cells import DEVICE_NOTE, LAUNCH_BOUND, LAUNCH_BOUND_NOTE, MISSING
+from reports.cells import (
+    DEVICE_ABOVE,
+    DEVICE_ABOVE_NOTE,
+    DEVICE_NOTE,
+    LAUNCH_BOUND,
+    LAUNCH_BOUND_NOTE,
+    MISSING,
+)
 from reports.naming import parse_conv
 from reports.table import Table, to_markdown
 
@@ -61,6 +68,8 @@ def compared_rows(table: Table, frameworks: int) -> Table | None:
         unused.add(DEVICE_NOTE)
     if not any(t.endswith(f" {LAUNCH_BOUND}") for t in texts):
         unused.add(LAUNCH_BOUND_NOTE)
+    if not any(t.endswith(f" {DEVICE_ABOVE}") for t in texts):
+        unused.add(DEVICE_ABOVE_NOTE)
     return replace(table, rows=rows, notes=tuple(n for n in table.notes if n not in unused))
 
 

@@ -38,6 +38,9 @@ def _host_overhead(row) -> Cell:
     """The wall time the device's kernels do not account for (launches and the host's own
     work: the row's host overhead, or wall − device), in ms and as a share of the wall."""
     wall, overhead = row["median_ms"], row.get("host_overhead_ms")
+    if cells.device_above_wall(row):
+        return Cell(f"{cells.MISSING} {cells.DEVICE_ABOVE}", kind="muted",
+                    title=cells.DEVICE_ABOVE_NOTE)
     if not (cells.is_num(wall) and cells.is_num(overhead)
             and cells.is_num(row["device_median_ms"])) or wall <= 0:
         return Cell(cells.MISSING, kind="muted")

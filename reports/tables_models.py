@@ -152,6 +152,8 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
         head.append(cells.DEVICE_COLUMNS_NOTE)
     if any(c.text.endswith(cells.LAUNCH_BOUND) for row in body for c in row):
         head.append(cells.LAUNCH_BOUND_NOTE)
+    if any(c.text.endswith(cells.DEVICE_ABOVE) for row in body for c in row):
+        head.append(cells.DEVICE_ABOVE_NOTE)
     at = COLUMNS.index("Total (ms)") + 1
     added = (TRAIN_COLUMNS if with_train else ()) + (DEVICE_COLUMNS if with_device else ())
     columns = COLUMNS[:at] + added + COLUMNS[at:]
@@ -190,8 +192,7 @@ def _best_cell(rows: list[dict]) -> tuple[Cell, dict | None]:
         text = f"{cells.fmt_ms(r['median_ms'])} ({', '.join(where)})"
         if r["unstable"]:
             text += f" {cells.UNSTABLE}"
-        if cells.launch_bound(r):
-            text += f" {cells.LAUNCH_BOUND}"
+        text += cells.device_marks(r)
         return Cell(text, title=cells.time_cell(r).title), r
     rank = {"oom": 0, "unsupported": 1, "failed": 2, "timeout": 3}
     r = min(rows, key=lambda r: rank.get(r["status"], 3))
@@ -238,6 +239,8 @@ def summary_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[Table]:
             notes.append(cells.DEVICE_NOTE)
         if any(cells.launch_bound(r) for r in shown):
             notes.append(cells.LAUNCH_BOUND_NOTE)
+        if any(cells.device_above_wall(r) for r in shown):
+            notes.append(cells.DEVICE_ABOVE_NOTE)
         out.append(Table(f"summary-{n}", f"Summary: {name} (ms), {device} {hw}, {precision}",
                          ("Model", "Batch", *frameworks, "Equiv."), tuple(body),
                          (False, True) + (True,) * len(frameworks) + (False,),

@@ -201,6 +201,29 @@ def test_conditions_show_device_span_and_host_overhead(tmp_path):
     assert column(table, "Device time (ms)", Model="resnet50").title.startswith("CUDA events")
 
 
+def test_device_time_above_the_wall_time_is_marked_and_gives_no_host_overhead(tmp_path):
+    """Two processes that ran different work (TensorFlow's autotuning chose a 2x slower
+    convolution in its device process on an H200: 4.84 ms wall, 9.61 ms device): the cell
+    says so (≠) and explains it, and no host overhead is made up; a device time a little
+    above the wall median (two processes' runs, under 10%) stays unmarked."""
+    extra = {"repetitions": 5}
+    rows = [fx.make_row("alexnet", 64, "forward", "tf", "gpu", 4.84, threads=4,
+                        timing_extra={**extra, **fx.device_timing(9.61)}),
+            fx.make_row("lenet", 64, "forward", "tf", "gpu", 1.00, threads=4,
+                        timing_extra={**extra, **fx.device_timing(1.05)})]
+    report = report_of(tmp_path, rows)
+    total = find(report, "Summary: Forward (ms), gpu")
+    above = column(total, "tf", Model="alexnet")
+    assert above.text == "4.84 (graph, dev 9.61) ≠"
+    assert "host overhead" not in above.title and "different work" in above.title
+    assert cells.DEVICE_ABOVE_NOTE in total.notes
+    assert not column(total, "tf", Model="lenet").text.endswith(cells.DEVICE_ABOVE)
+    conditions = find(report, "Measurement conditions")
+    assert column(conditions, "Host overhead (ms)", Model="alexnet").text == \
+        f"{cells.MISSING} {cells.DEVICE_ABOVE}"
+    assert column(conditions, "Host overhead (ms)", Model="lenet").text == "0 (0%)"
+
+
 # --- compared with a reference --------------------------------------------------------------
 
 def _published(root: Path, rows) -> Path:
@@ -225,9 +248,9 @@ def test_compare_gives_the_device_ratio_where_both_sides_have_device_time(tmp_pa
 
     env = {**fx.GPU_HOST, "host": "userbox"}
     reference = _published(tmp_path, fx.device_rows())
-    # another host: wall 19.02 against 24.12 (its CPU), device within 0.5%
+    # another host: wall 23.02 against 24.12 (its CPU), device within 0.5%
     yours = _yours(tmp_path, [
-        fx.make_row("resnet50", 16, "gradient", "torch", "gpu", 19.02, threads=4, env=env,
+        fx.make_row("resnet50", 16, "gradient", "torch", "gpu", 23.02, threads=4, env=env,
                     timing_extra=fx.device_timing(22.79)),
         fx.make_row("resnet50", 16, "gradient", "jax", "gpu", 26.0, threads=4, env=env,
                     timing_extra=fx.device_timing(None)),
@@ -245,9 +268,9 @@ def test_compare_gives_the_device_ratio_where_both_sides_have_device_time(tmp_pa
     assert (torch[-2].text, torch[-1].text) == ("1", "1.00×")
     line = next(r for r in rows.rows if r[0].text == "resnet50" and r[3].text == "torch eager")
     index = {c: i for i, c in enumerate(rows.columns)}
-    assert line[index["Yours (ms)"]].text == "19.02 (dev 22.79)"
+    assert line[index["Yours (ms)"]].text == "23.02 (dev 22.79)"
     assert line[index["Reference (ms)"]].text == "24.12 (dev 22.68)"
-    assert line[index["Ratio"]].text == "0.79×"
+    assert line[index["Ratio"]].text == "0.95×"
     assert line[index["Device ratio"]].text == "1.00×"
     assert any(n.startswith("dev:") for n in rows.notes)
 
