@@ -33,6 +33,9 @@ class FrameworkEntry:
     # Precisions whose jobs run in worker processes of their own, never sharing one with
     # jobs of another precision (suites/runner.py process_group; registry.toml says why).
     own_process_precisions: tuple[str, ...] = ()
+    # Whether its device phase starts a process of its own rather than going on in the
+    # wall phase's worker (suites/worker_pool.py; registry.toml says why).
+    own_device_process: bool = False
 
     def load(self):
         return getattr(importlib.import_module(self.module), self.class_name)
@@ -50,6 +53,7 @@ def load_registry(path: Path | None = None) -> dict[str, FrameworkEntry]:
             description=entry.get("description", ""), package=entry.get("package", ""),
             compile_cache_variants=tuple(entry.get("compile_cache", {}).get("variants", ())),
             compile_cache_env=dict(entry.get("compile_cache", {}).get("env", {})),
-            own_process_precisions=tuple(entry.get("own_process_precisions", ())))
+            own_process_precisions=tuple(entry.get("own_process_precisions", ())),
+            own_device_process=bool(entry.get("own_device_process", False)))
         for name, entry in data.items()
     }

@@ -50,7 +50,6 @@ from suites.runner import (
     process_group,
 )
 from suites.spec import Job, SuiteError, load_suite, resolve_suite_path
-from suites.worker_pool import OWN_DEVICE_PROCESS
 
 # The default work of each device, in priority order: the default suite, then the seeds'
 # suites, then the suites that reuse most of the others' cases (kernels-gpu is li2016's and
@@ -161,7 +160,7 @@ class Plan:
                     continue
                 wall = (item.framework, replace(worker, phase="wall"))
                 if worker.pooled and worker.phase == "device" and wall in live \
-                        and item.framework not in OWN_DEVICE_PROCESS:
+                        and not framework_entry(item.framework, self.device).own_device_process:
                     live.discard(wall)
                     live.add(key)
                     continue

@@ -226,21 +226,21 @@ class ResultsFile:
         os.fsync(fd)
 
     def append(self, row: Row) -> None:
-        data, non_finite = finite_only(row.to_json())
+        self.append_json(row.to_json())
+
+    def append_json(self, row: dict[str, Any]) -> None:
+        """Append a row in its JSON form (a worker's, or a merged or a reused row)."""
+        data, non_finite = finite_only(row)
         if non_finite:
             # JSON has no NaN: such a value is written as null, and a measurement that
             # produced one failed (a framework's NaN output, or a figure divided by zero).
             named = ", ".join(non_finite[:6]) + (" …" if len(non_finite) > 6 else "")
             data["reason"] = "; ".join(filter(None, (
                 f"non-finite values (NaN or infinity), written as null: {named}",
-                data["reason"])))
-            if data["status"] == "ok":
+                data.get("reason", ""))))
+            if data.get("status") == "ok":
                 data["status"] = "failed"
-        self.append_json(data)
-
-    def append_json(self, row: dict[str, Any]) -> None:
-        """Append a row already in its JSON form (a merged or a reused row)."""
-        line = (json.dumps(row, sort_keys=False, allow_nan=False, default=str)
+        line = (json.dumps(data, sort_keys=False, allow_nan=False, default=str)
                 + "\n").encode("utf-8")
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -447,7 +447,7 @@ class Runner:
         return WorkerKey(self.request.python or sys.executable, self.request.framework,
                          self.request.device, threads, interop_threads, phase,
                          tuple(sorted(self.request.worker_env.items())), self.pool_round,
-                         group)
+                         group, self.entry.own_device_process)
 
     def starts_worker(self, job: Job, names: list[str]) -> bool:
         """Whether running this job's pending measures starts a worker process first."""

@@ -32,13 +32,9 @@ caches warm (cuDNN's algorithm search in PyTorch, TensorFlow's convolution autot
 JAX's compiled executables), where a fresh process searched again: TensorFlow's li2016
 device pass on an H100 spent about 280 of its 423 s building jobs again.
 
-Not TensorFlow's, though (``OWN_DEVICE_PROCESS``): in a TensorFlow process whose wall
-phase ran before CUPTI loaded, the kernel tracer lost most of a network's kernels. On an
-H200 (published/h200-2026-11, commit d81667a) the device time of the batch-16 networks
-came out at 0.16-0.51 of the same cases' on an H100, whose device phase had a process of
-its own, while their wall times were 0.92-1.09 of the H100's; the networks' TF32 cases,
-traced in a fresh device-phase process on the same H200, came out at 0.86-0.97, as the
-other frameworks' device times did.
+Not for a framework whose registry entry says ``own_device_process`` (TensorFlow: in its
+process the kernel tracer lost most of a network's kernels after the wall phase;
+adapters/registry.toml gives the figures): its device phase always starts a process.
 """
 
 from __future__ import annotations
@@ -49,8 +45,6 @@ from suites.worker_process import WorkerProcess
 
 GPU = "gpu"
 WALL, DEVICE = "wall", "device"     # suites/runner.py phases()
-# Frameworks whose device phase always starts a process of its own (the docstring says why).
-OWN_DEVICE_PROCESS = frozenset({"tf"})
 
 
 @dataclass(frozen=True)
@@ -68,6 +62,8 @@ class WorkerKey:
     # A precision whose jobs share no process with other jobs (suites/runner.py
     # process_group), "" for the rest.
     precision_group: str = ""
+    # The framework's device phase never takes the wall phase's worker (the docstring).
+    own_device_process: bool = False
 
 
 class WorkerPool:
@@ -76,9 +72,10 @@ class WorkerPool:
 
     def holder(self, key: WorkerKey) -> WorkerKey | None:
         """The idle key whose worker would serve ``key``: its own, else for a device key
-        the wall phase's of the same setting, but not TensorFlow's (the module's docstring
-        says why); None where no live worker waits (the next plan starts a process)."""
-        shares = key.phase == DEVICE and key.framework not in OWN_DEVICE_PROCESS
+        the wall phase's of the same setting, unless the key's framework keeps its device
+        phase apart (the module's docstring); None where no live worker waits (the next
+        plan starts a process)."""
+        shares = key.phase == DEVICE and not key.own_device_process
         for candidate in (key, *([replace(key, phase=WALL)] if shares else [])):
             worker = self.idle.get(candidate)
             if worker is not None and worker.alive():

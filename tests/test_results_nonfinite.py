@@ -29,6 +29,17 @@ def test_a_nan_in_a_fingerprint_fails_the_row_and_names_the_field(tmp_path):
     assert second["status"] == "ok" and second["reason"] == ""
 
 
+def test_a_merged_row_in_its_json_form_is_cleaned_the_same_way(tmp_path):
+    """Rows that never were a Row (a merge of rounds, a reused copy) go through the same
+    check on their way to the file."""
+    results = ResultsFile(tmp_path / "m.jsonl")
+    results.append_json({**Row(key("forward"), "ok").to_json(),
+                         "timing": {"median_ms": math.inf}})
+    row = json.loads((tmp_path / "m.jsonl").read_text())
+    assert row["status"] == "failed" and row["timing"]["median_ms"] is None
+    assert "timing.median_ms" in row["reason"]
+
+
 def test_finite_only_replaces_non_finite_floats_and_leaves_the_rest():
     clean, found = finite_only({"a": [1.0, -math.inf], "b": "nan", "c": 3})
     assert clean == {"a": [1.0, None], "b": "nan", "c": 3} and found == ["a[1]"]
