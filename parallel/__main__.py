@@ -1,6 +1,7 @@
 """``python -m parallel``: run a data-parallel scaling suite.
 
     python -m parallel run scaling --framework torch --device gpu [--resume] [--out results]
+    python -m parallel run scaling-short --framework tf --device gpu --precisions bf16
     python -m parallel run scaling-quick --framework jax --device cpu
     python -m parallel list
     python -m parallel spec --framework torch --device gpu --model resnet50 --batch 64 \
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from parallel.runner import ScalingRequest, ScalingRunner
-from parallel.spec import SUITES_DIR, RankSpec, ScalingSuiteError, load
+from parallel.spec import PRECISIONS, SUITES_DIR, RankSpec, ScalingSuiteError, load
 
 FRAMEWORKS = ("torch", "jax", "tf", "ort")
 
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="stand several hosts in with processes on this one (multi-host path)")
     run.add_argument("--models", nargs="+", default=None,
                      help="run only these models of the suite (e.g. resnet50)")
+    run.add_argument("--precisions", nargs="+", default=None, choices=PRECISIONS,
+                     help="run only these precisions of the suite")
     commands.add_parser("list", help="list the bundled scaling suites")
     spec = commands.add_parser("spec", help="write one case's rank spec (multi-host launch)")
     spec.add_argument("--framework", required=True, choices=FRAMEWORKS)
@@ -74,12 +77,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{suite.name:<24} {suite.description}")
             return 0
         suite = load(args.suite)
+        in_suite = {model for group in suite.groups for model in group["models"]}
+        unknown = sorted(set(args.models or ()) - in_suite)
+        if unknown:
+            raise ScalingSuiteError(f"--models {' '.join(unknown)}: not in suite "
+                                    f"'{suite.name}' (it has {', '.join(sorted(in_suite))})")
     except ScalingSuiteError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return ScalingRunner(ScalingRequest(suite, args.framework, args.device, args.out,
                                         args.resume, args.seed, max_devices=args.max_devices,
-                                        hosts=args.hosts, models=args.models)).run()
+                                        hosts=args.hosts, models=args.models,
+                                        precisions=args.precisions)).run()
 
 
 if __name__ == "__main__":

@@ -39,9 +39,23 @@ def processes(framework: str, devices: int, hosts: int) -> int:
     return devices if framework in PROCESS_PER_DEVICE else hosts
 
 
+# NVLink multicast (NVLS: NVSwitch-side reductions) off in NCCL, PyTorch's symmetric memory
+# and NVSHMEM, in every process a launch starts, whatever the caller's environment says:
+# the engines' NCCL builds differ in whether and how they use it, so with it on a scaling
+# comparison would compare NCCL configurations; on shared multi-GPU hosts a program using
+# multicast can also take every GPU of the host out of service. Rows record these values.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                 "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def collective_settings(env: dict[str, str]) -> dict[str, str]:
+    """The launch environment's NCCL and multicast variables, as a row records them."""
+    return {key: value for key, value in sorted(env.items())
+            if key.startswith("NCCL_") or key in MULTICAST_OFF}
+
+
 def base_env(device: str, devices: int, framework: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("NCCL_NVLS_ENABLE", "0")   # NVLink multicast off on the lent hosts
+    env = {**os.environ, **MULTICAST_OFF}
     env.setdefault("OMP_NUM_THREADS", "1")    # torch would warn; ranks set their threads
     if framework == "torch" and device == "cpu":
         # Every rank of a launch here is on this host (the multi-host test stands hosts

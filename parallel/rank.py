@@ -6,6 +6,10 @@ number of iterations — every rank runs the same count, so no rank waits in a c
 for a peer that has stopped — then times the same step without the gradient all-reduce,
 and rank 0 writes the result. The communication share is the time the all-reduce adds to
 the step: 1 − local / full (exposed communication; what overlaps with backward is free).
+On a GPU a few more steps run under CUPTI (``parallel/communication.py``): NCCL's kernel
+time per step, and how much of it overlapped compute. An engine that refuses the case
+(``adapters.base.Unsupported``: ONNX Runtime at bf16) makes rank 0 write the reason, and
+the row is ``unsupported``.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from parallel import communication
 from parallel.spec import RankSpec
 
-PROFILED_STEPS = 5   # steps under the profiler, after the timed ones
+PROFILED_STEPS = 5   # steps under CUPTI, after the timed ones
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,16 @@ def fixed_count(run, sync, warmup: int, samples: int, fault_step: int = -1
     return first, out
 
 
+def traced_communication(engine, spec: RankSpec, communicates: bool
+                         ) -> tuple[dict[str, Any] | None, str]:
+    """NCCL kernel time and its overlap with compute, or None and why there is none."""
+    if not communicates:
+        return None, "no communication: one forward pass per independent session"
+    if spec.device != "gpu":
+        return None, "CPU run: no GPU kernels to trace"
+    return communication.trace(engine, PROFILED_STEPS)
+
+
 def engine_module(framework: str):
     return importlib.import_module(f"adapters.{framework}.parallel")
 
@@ -83,7 +98,13 @@ def main(argv: list[str]) -> int:
         os.sched_setaffinity(0, affinity)
     elif spec.device == "cpu":
         affinity = limit_cpus(threads)
-    engine = engine_module(spec.framework).DataParallel(spec, info, threads)
+    from adapters.base import Unsupported
+    try:
+        engine = engine_module(spec.framework).DataParallel(spec, info, threads)
+    except Unsupported as refusal:
+        if info.rank == 0:
+            Path(spec.result).write_text(json.dumps({"unsupported": str(refusal)}))
+        return 0
     try:
         if spec.task == "gradients":
             loss, grads = engine.gradients()
@@ -94,16 +115,14 @@ def main(argv: list[str]) -> int:
         first, full = fixed_count(engine.step(), engine.sync, spec.warmup, spec.samples, fault)
         _, local = fixed_count(engine.local_step(), engine.sync, max(1, spec.warmup // 2),
                                spec.samples)
-        # Every rank profiles (the profiled steps all-reduce too); rank 0 reports.
-        kernels = engine.communication_kernels(PROFILED_STEPS) \
-            if hasattr(engine, "communication_kernels") else None
+        communicates = getattr(engine, "step_kind", "gradient") != "forward"
+        kernels, kernels_reason = traced_communication(engine, spec, communicates)
         if info.rank != 0:
             return 0
         settings = TimerSettings(rel_ci=0.05)
         timing = timing_fields(summarise(first, full, 1, settings))
         local_timing = summarise(0.0, local, 1, settings)
         median, local_median = timing["median_ms"], local_timing.median_s * 1e3
-        communicates = getattr(engine, "step_kind", "gradient") != "forward"
         result: dict[str, Any] = {
             "timing": {**timing, "local_median_ms": local_median,
                        "local_ci_low_ms": local_timing.ci_low_s * 1e3,
@@ -112,6 +131,7 @@ def main(argv: list[str]) -> int:
             if median and communicates else None,
             "communication_method": engine.communication_method,
             "communication_kernels": kernels,
+            "communication_kernels_reason": kernels_reason,
             "engine": engine.engine, "backend": engine.backend,
             "step": getattr(engine, "step_kind", "gradient"),
             "memory": engine.peak_memory(),

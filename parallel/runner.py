@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from parallel.engines import plan, processes
+from parallel.engines import collective_settings, plan, processes
 from parallel.launch import launch
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
@@ -37,11 +37,11 @@ class ScalingRequest:
     out: Path
     resume: bool = False
     seed: int = 0
-    precision: str = "fp32"
     max_devices: int | None = None   # cap N (default: the GPUs present, or 2 on a CPU)
     hosts: int = 1                   # >1: processes stand in for hosts (multi-host path)
     fault_case: int = -1             # tests: the case (index) whose last rank is killed
     models: list[str] | None = None  # only these models of the suite
+    precisions: list[str] | None = None  # only these precisions of the suite
 
 
 def available_devices(device: str) -> int:
@@ -62,11 +62,11 @@ class ScalingRunner:
         # The same host identity as the single-device runner's (suites/environment.py).
         self.path = request.out / request.suite.name / host_id() / \
             f"{request.framework}_{request.device}.jsonl"
-        self.baselines: dict[tuple[str, int], float] = {}
+        self.baselines: dict[tuple[str, int, str], float] = {}
 
     def case_id(self, case: ScalingCase) -> str:
         r = self.request
-        return case.case_id(r.suite.name, r.framework, r.device, r.precision)
+        return case.case_id(r.suite.name, r.framework, r.device)
 
     def _existing(self) -> dict[str, dict[str, Any]]:
         return read_rows(self.path)
@@ -78,10 +78,12 @@ class ScalingRunner:
         if limit < 1:
             echo(f"error: no {r.device.upper()} devices present")
             return 3
-        cases = [c for c in r.suite.cases(limit) if not r.models or c.model in r.models]
+        cases = [c for c in r.suite.cases(limit) if (not r.models or c.model in r.models)
+                 and (not r.precisions or c.precision in r.precisions)]
         existing = self._existing() if r.resume else {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for index, case in enumerate(cases):
+            progress = f"[{index + 1}/{len(cases)}]"
             done = existing.get(self.case_id(case))
             if done and done.get("status") == "ok":
                 self._remember(case, done)
@@ -92,7 +94,7 @@ class ScalingRunner:
                 handle.write(json.dumps(row, default=str) + "\n")
             scaling = row["scaling"]
             eff = scaling.get("efficiency")
-            echo(f"{self.case_id(case)}: {row['status']}"
+            echo(f"{progress} {self.case_id(case)}: {row['status']}"
                  + (f" {row['timing']['median_ms']:.2f} ms" if row["status"] == "ok" else
                     f" ({row['reason'][:200]})")
                  + (f", efficiency {eff:.1%}" if eff is not None else ""))
@@ -101,13 +103,14 @@ class ScalingRunner:
 
     def _remember(self, case: ScalingCase, row: dict[str, Any]) -> None:
         if case.devices == 1 and row.get("status") == "ok":
-            self.baselines[(case.model, case.base_batch)] = row["timing"]["median_ms"]
+            self.baselines[(case.model, case.base_batch, case.precision)] = \
+                row["timing"]["median_ms"]
 
     def spec(self, case: ScalingCase, result: Path, fault: bool) -> RankSpec:
         r = self.request
         suite = r.suite
         return RankSpec(r.framework, r.device, case.model, case.per_device_batch, case.devices,
-                        case.mode, suite.warmup, suite.samples, r.seed, r.precision,
+                        case.mode, suite.warmup, suite.samples, r.seed, case.precision,
                         str(result), "time", processes(r.framework, case.devices, r.hosts),
                         fault_step=2 if fault else -1)
 
@@ -129,6 +132,9 @@ class ScalingRunner:
         status, reason = outcome.status, outcome.reason
         if status == "ok" and data is None:
             status, reason = "failed", "rank 0 wrote no result"
+        elif status == "ok" and "unsupported" in data:
+            # The engine refused the case (ONNX Runtime at bf16): a row with the reason.
+            status, reason, data = "unsupported", data["unsupported"], None
         from models.analysis import analyse
         from models.zoo import get_model
         stats = analyse(get_model(case.model))
@@ -136,7 +142,7 @@ class ScalingRunner:
             "schema": SCHEMA_VERSION, "case_id": self.case_id(case), "suite": r.suite.name,
             "model": case.model, "batch": case.global_batch, "measure": MEASURE,
             "settings": {"framework": r.framework, "device": r.device,
-                         "precision": r.precision,
+                         "precision": case.precision,
                          # N and mode in the variant: rows of one model and global batch at
                          # different N are different settings, never merged.
                          "variant": f"{MEASURE}-n{case.devices}-{case.mode}",
@@ -147,7 +153,8 @@ class ScalingRunner:
             "model_info": {"family": get_model(case.model).family, "params": stats.params,
                            "flops_per_example": stats.flops},
             "env": {**(data or {}).get("env", {}), "interconnect": interconnect()
-                    if r.device == "gpu" else None},
+                    if r.device == "gpu" else None,
+                    "collectives": collective_settings(launch_plan.envs[0])},
             "started_at": started, "wall_s": round(time.perf_counter() - clock, 3),
             "scaling": self.scaling_fields(case, data, hosts, launch_plan),
         }
@@ -166,7 +173,7 @@ class ScalingRunner:
         if data is None:
             return fields
         median = data["timing"]["median_ms"]
-        baseline = self.baselines.get((case.model, case.base_batch))
+        baseline = self.baselines.get((case.model, case.base_batch, case.precision))
         if case.devices == 1:
             baseline = median
         fields.update({
@@ -176,5 +183,6 @@ class ScalingRunner:
             "communication_share": data.get("communication_share"),
             "communication_method": data.get("communication_method"),
             "communication_kernels": data.get("communication_kernels"),
+            "communication_kernels_reason": data.get("communication_kernels_reason"),
         })
         return fields

@@ -3,6 +3,7 @@ into cases (``ScalingCase``). Plain data: this module imports no framework."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import tomllib
 from dataclasses import asdict, dataclass, field
@@ -11,6 +12,9 @@ from typing import Any
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 MODES = ("weak", "strong")
+# fp32 strict (the default everywhere) and bf16 mixed precision (the practice suite's);
+# TF32 stays with the single-device suites.
+PRECISIONS = ("fp32", "bf16")
 
 
 class ScalingSuiteError(ValueError):
@@ -56,14 +60,15 @@ class ScalingCase:
     devices: int
     per_device_batch: int
     base_batch: int             # weak: the per-device batch; strong: the global batch
+    precision: str = "fp32"
 
     @property
     def global_batch(self) -> int:
         return self.per_device_batch * self.devices
 
-    def case_id(self, suite: str, framework: str, device: str, precision: str) -> str:
+    def case_id(self, suite: str, framework: str, device: str) -> str:
         return (f"{suite}/{framework}/{device}/{self.model}/{self.mode}-b{self.base_batch}/"
-                f"n{self.devices}/data_parallel/{precision}")
+                f"n{self.devices}/data_parallel/{self.precision}")
 
 
 @dataclass(frozen=True)
@@ -84,20 +89,19 @@ class ScalingSuite:
         for group in self.groups:
             limit = min(available_devices, int(group.get("max_devices", available_devices)))
             counts = [n for n in group.get("devices", range(1, limit + 1)) if n <= limit]
-            for model in group["models"]:
-                for batch in group["batches"]:
-                    for mode in group.get("modes", ["weak"]):
-                        for n in counts:
-                            if mode == "strong" and batch % n:
-                                continue  # the global batch does not split evenly
-                            per_device = batch if mode == "weak" else batch // n
-                            case = ScalingCase(model, mode, n, per_device, batch)
-                            # One device at batch b is the baseline of both modes.
-                            key = (model, "any", 1, batch) if n == 1 else \
-                                (model, mode, n, batch)
-                            if key not in seen:
-                                seen.add(key)
-                                out.append(case)
+            for model, batch, mode, precision, n in itertools.product(
+                    group["models"], group["batches"], group.get("modes", ["weak"]),
+                    group.get("precisions", ["fp32"]), counts):
+                if mode == "strong" and batch % n:
+                    continue  # the global batch does not split evenly
+                per_device = batch if mode == "weak" else batch // n
+                case = ScalingCase(model, mode, n, per_device, batch, precision)
+                # One device at batch b is the baseline of both modes.
+                key = (model, "any", 1, batch, precision) if n == 1 else \
+                    (model, mode, n, batch, precision)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(case)
         return sorted(out, key=lambda c: c.devices)
 
 
@@ -147,6 +151,10 @@ def load(name_or_path: str) -> ScalingSuite:
         for mode in group.get("modes", ["weak"]):
             if mode not in MODES:
                 raise ScalingSuiteError(f"{where}: mode '{mode}' is not one of {MODES}")
+        for precision in group.get("precisions", ["fp32"]):
+            if precision not in PRECISIONS:
+                raise ScalingSuiteError(f"{where}: precision '{precision}' is not one of "
+                                        f"{PRECISIONS}")
         if any(not isinstance(b, int) or b < 1 for b in group["batches"]):
             raise ScalingSuiteError(f"{where}: batches must be positive integers")
     timer = data.get("timer", {})

@@ -5,7 +5,9 @@ Efficiency: weak scaling (fixed per-device batch b) t₁(b) / t_N(b); strong sca
 global batch B) t₁(B) / (N · t_N(B/N)), against the same framework's one-device step on
 the same engine. Communication share: the part of the step the gradient all-reduce adds
 (1 − step without all-reduce / step with it): exposed communication, not what overlaps
-with the backward pass.
+with the backward pass. NCCL kernels: their device time per step from CUPTI's kernel
+records and the part that ran beside compute kernels on the same GPU
+(``parallel/communication.py``): the measured reason a step scales below 100%.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ def scaling_rows(loaded: Loaded) -> list[dict[str, Any]]:
         if data.get("measure") == MEASURE and isinstance(data.get("scaling"), dict):
             latest[data.get("case_id", f"{raw.path}:{raw.line}")] = dict(data)
     return sorted(latest.values(), key=lambda r: (
-        r["settings"]["framework"], r["settings"]["device"], r["model"],
-        r["scaling"].get("mode", ""), r["scaling"].get("base_batch", 0),
+        r["settings"]["framework"], r["settings"]["device"], r["settings"]["precision"],
+        r["model"], r["scaling"].get("mode", ""), r["scaling"].get("base_batch", 0),
         r["scaling"].get("devices", 0)))
 
 
@@ -50,10 +52,16 @@ def _pct(value) -> str:
 
 
 def _kernels(kernels: dict[str, Any] | None, median_ms: float | None) -> str:
+    """NCCL kernel ms per step (share of the step), and how much of it overlapped compute
+    (rows traced before the overlap was measured give the total only)."""
     if not kernels or not median_ms:
         return "—"
     ms = kernels["nccl_kernel_ms_per_step"]
-    return f"{ms:.2f} ms ({ms / median_ms:.0%})"
+    text = f"{ms:.2f} ms ({ms / median_ms:.0%})"
+    overlap = kernels.get("overlap_share")
+    if overlap is not None:
+        text += f", {overlap:.0%} overlapped"
+    return text
 
 
 def scaling_table(rows: list[dict[str, Any]]) -> Table | None:
@@ -66,7 +74,8 @@ def scaling_table(rows: list[dict[str, Any]]) -> Table | None:
         step = (f"{timing['median_ms']:.2f} ({timing['ci_low_ms']:.2f}–"
                 f"{timing['ci_high_ms']:.2f})") if ok else row["status"]
         body.append((
-            Cell(row["settings"]["framework"]), Cell(_hardware(row)), Cell(row["model"]),
+            Cell(row["settings"]["framework"]), Cell(_hardware(row)),
+            Cell(row["settings"]["precision"]), Cell(row["model"]),
             Cell(s.get("mode", "")), Cell(str(s.get("devices", ""))),
             Cell(str(s.get("per_device_batch", ""))), Cell(str(s.get("global_batch", ""))),
             Cell(s.get("engine") or "—"), Cell(s.get("backend") or "—"),
@@ -74,21 +83,24 @@ def scaling_table(rows: list[dict[str, Any]]) -> Table | None:
             Cell(f"{s['images_per_s']:.1f}" if ok and s.get("images_per_s") else "—"),
             Cell(_pct(s.get("efficiency")) if ok else "—"),
             Cell(_pct(s.get("communication_share")) if ok else "—"),
-            Cell(_kernels(s.get("communication_kernels"), timing.get("median_ms"))),
+            Cell(_kernels(s.get("communication_kernels"), timing.get("median_ms")),
+                 title=s.get("communication_kernels_reason") or ""),
         ))
     return Table("scaling", "Data-parallel scaling",
-                 ("Framework", "Hardware", "Model", "Mode", "N", "Batch/device", "Global batch",
-                  "Engine", "Backend", "Step ms (95% CI)", "Images/s", "Efficiency",
-                  "Comm. share", "All-reduce kernels"), tuple(body),
-                 (False,) * 4 + (True,) * 3 + (False, False) + (True,) * 5,
+                 ("Framework", "Hardware", "Precision", "Model", "Mode", "N", "Batch/device",
+                  "Global batch", "Engine", "Backend", "Step ms (95% CI)", "Images/s",
+                  "Efficiency", "Comm. share", "NCCL kernels"), tuple(body),
+                 (False,) * 5 + (True,) * 3 + (False, False) + (True,) * 5,
                  notes=("Step: forward, loss, backward and gradient all-reduce, no optimizer "
                         "update (ONNX Runtime: one forward pass per session).",
                         "Efficiency: weak t₁(b)/t_N(b); strong t₁(B)/(N·t_N(B/N)), against the "
                         "same framework's one-device step.",
                         "Comm. share: 1 − (step without the all-reduce)/(step): the exposed "
                         "communication time.",
-                        "All-reduce kernels: NCCL kernel time per step from torch.profiler "
-                        "(GPU, torch only), overlapped or not, and its share of the step."))
+                        "NCCL kernels: their device time per step (share of the step) from "
+                        "CUPTI's kernel records, and the part of it that ran while a compute "
+                        "kernel ran on the same GPU (overlapped); the rest is exposed. NCCL "
+                        "kernels include time spent waiting for the slowest GPU."))
 
 
 def interconnect_lines(rows: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -120,11 +132,13 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
             s = r["scaling"]
             if (r["settings"]["framework"], r["settings"]["device"]) != (framework, device):
                 continue
-            label = f"{r['model']} {s['mode']} b{s['base_batch']}"
+            precision = r["settings"]["precision"]
+            label = f"{r['model']} {s['mode']} b{s['base_batch']} {precision}"
             if s["devices"] == 1:
                 # One-device baseline: the start of both modes' lines at this batch.
                 for mode in ("weak", "strong"):
-                    lines[f"{r['model']} {mode} b{s['base_batch']}"].append((1, 1.0))
+                    lines[f"{r['model']} {mode} b{s['base_batch']} {precision}"].append(
+                        (1, 1.0))
                 continue
             lines[label].append((s["devices"], s["efficiency"]))
         for label, points in sorted(lines.items()):
@@ -132,7 +146,7 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
                 continue
             points.sort()
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                    label=_safe(label))
+                    ls="--" if label.endswith("bf16") else "-", label=_safe(label))
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
         ax.axhline(0.9, color="grey", lw=0.8, ls="--")
         ax.set_title(_safe(f"{framework} ({device})"), fontsize=9)
@@ -143,4 +157,55 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
     axes[0][0].set_ylabel("scaling efficiency")
     return Plot("scaling-efficiency", "Scaling efficiency against N", _png(fig),
                 "Efficiency of the data-parallel step against the number of devices, per "
-                "framework (dashed: 90%).")
+                "framework (grey dashes: 90%; bf16 lines dashed, fp32 solid).")
+
+
+# The GPU counts a published scaling folder answers for (the lent multi-GPU hosts' sizes):
+# a count without rows is said to be not run, never left out silently.
+PUBLISHED_COUNTS = (2, 4, 8)
+
+
+def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last row of each data-parallel case among plain row dicts."""
+    latest = {row.get("case_id"): row for row in rows
+              if row.get("measure") == MEASURE and isinstance(row.get("scaling"), dict)}
+    return list(latest.values())
+
+
+def _summary_cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "not run"
+    if row["status"] != "ok":
+        return row["status"]
+    s = row["scaling"]
+    text = _pct(s.get("efficiency"))
+    kernels = s.get("communication_kernels") or {}
+    if kernels.get("overlap_share") is not None:
+        text += f" ({kernels['overlap_share']:.0%} ovl.)"
+    return text
+
+
+def efficiency_summary(rows: list[dict[str, Any]]) -> list[str]:
+    """A Markdown table for a published folder's README: efficiency at each GPU count per
+    framework, precision, model, mode and batch; 'not run' where no row has that count."""
+    gpu = [r for r in latest_rows(rows) if r["settings"]["device"] == "gpu"]
+    if not gpu:
+        return []
+    counts = sorted(set(PUBLISHED_COUNTS) | {r["scaling"]["devices"] for r in gpu} - {1})
+    groups: dict[tuple, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for row in gpu:
+        s = row["scaling"]
+        key = (row["settings"]["framework"], row["settings"]["precision"], row["model"],
+               s["mode"], s["base_batch"])
+        if s["devices"] == 1:
+            continue
+        groups[key][s["devices"]] = row
+    lines = ["| Framework | Precision | Model | Mode | Batch | "
+             + " | ".join(f"N = {n}" for n in counts) + " |",
+             "|:---|:---|:---|:---|---:|" + "---:|" * len(counts)]
+    for key in sorted(groups):
+        framework, precision, model, mode, batch = key
+        label = f"{batch}/GPU" if mode == "weak" else f"{batch} in all"
+        lines.append(f"| {framework} | {precision} | {model} | {mode} | {label} | "
+                     + " | ".join(_summary_cell(groups[key].get(n)) for n in counts) + " |")
+    return lines

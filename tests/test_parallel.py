@@ -116,9 +116,11 @@ def test_suite_expansion():
     assert [c.devices for c in cases] == sorted(c.devices for c in cases)
     assert ScalingCase("resnet50", "weak", 2, 64, 64) in cases
     assert ScalingCase("resnet50", "strong", 2, 32, 64) in cases
-    # One device at batch 64 is the baseline of both modes: it runs once.
-    assert sum(1 for c in cases if c.model == "resnet50" and c.devices == 1
-               and c.base_batch == 64) == 1
+    assert ScalingCase("resnet50", "strong", 2, 32, 64, "bf16") in cases
+    # One device at batch 64 is the baseline of both modes: it runs once per precision.
+    baselines = [c.precision for c in cases if c.model == "resnet50" and c.devices == 1
+                 and c.base_batch == 64]
+    assert sorted(baselines) == ["bf16", "fp32"]
     assert {c.devices for c in suite.cases(1)} == {1}
     assert max(c.devices for c in suite.cases(8)) == 8
 
@@ -132,8 +134,24 @@ def test_suite_errors_name_the_problem(tmp_path):
                    'modes = ["sideways"]\n')
     with pytest.raises(ScalingSuiteError, match="sideways"):
         load(str(bad))
+    bad.write_text('kind = "scaling"\n[[cases]]\nmodels = ["lenet"]\nbatches = [4]\n'
+                   'precisions = ["fp16"]\n')
+    with pytest.raises(ScalingSuiteError, match="precision 'fp16'"):
+        load(str(bad))
     assert is_scaling_suite(str(bad)) and is_scaling_suite("scaling-quick")
     assert not is_scaling_suite("default-cpu")
+
+
+def test_every_launch_keeps_nvlink_multicast_off(monkeypatch):
+    from parallel.engines import MULTICAST_OFF, base_env, collective_settings
+
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")   # a caller's environment asking for it
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    for framework in ("torch", "jax", "tf", "ort"):
+        env = base_env("gpu", 2, framework)
+        assert {k: env[k] for k in MULTICAST_OFF} == MULTICAST_OFF
+    assert collective_settings(base_env("gpu", 2, "torch")) == {**MULTICAST_OFF,
+                                                              "NCCL_DEBUG": "WARN"}
 
 
 def test_efficiency():
@@ -188,8 +206,41 @@ def test_report_has_the_scaling_section(tmp_path):
     table = section.tables[0]
     assert len(table.rows) == 4
     texts = [[c.text for c in row] for row in table.rows]
-    assert [texts[1][0], texts[1][4]] == ["jax", "2"] and texts[1][9] == "failed"
-    assert any(r[11] == "95.2%" for r in texts)
+    assert [texts[1][0], texts[1][2], texts[1][5]] == ["jax", "fp32", "2"]
+    assert texts[1][10] == "failed"
+    assert any(r[12] == "95.2%" for r in texts)
     assert any("NV18" in line for line in section.paragraphs)
     assert section.plots and section.plots[0].png.startswith(b"\x89PNG")
     assert (tmp_path / "report" / "plots" / "scaling-efficiency.png") in written
+
+
+def test_a_published_scaling_folder_says_which_gpu_counts_were_not_run(tmp_path):
+    from reports.publish import inventory
+
+    rows = [_row("torch", 1, 100.0, 1.0), _row("torch", 2, 105.0, 100 / 105),
+            _row("jax", 1, 90.0, 1.0), _row("jax", 2, 0.0, None, status="failed")]
+    rows[1]["scaling"]["communication_kernels"] = {"nccl_kernel_ms_per_step": 4.0,
+                                                   "overlap_share": 0.75}
+    for row in rows:
+        row["suite"] = "scaling"
+    folder = tmp_path / "scaling" / "h"
+    folder.mkdir(parents=True)
+    (folder / "torch_gpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    (folder / "jax_gpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[2:]))
+    text = inventory(tmp_path)
+    lines = text.splitlines()
+    assert "| torch | fp32 | resnet50 | weak | 64/GPU | 95.2% (75% ovl.) | not run | not run |" \
+        in lines
+    assert "| jax | fp32 | resnet50 | weak | 64/GPU | failed | not run | not run |" in lines
+    assert "report/plots/scaling-efficiency.png" in text
+    # The runs a scaling folder lacks are the scaling suite's, not the default suites'.
+    missing = next(line for line in lines if line.startswith("Not in this folder"))
+    assert "scaling ort gpu" in missing and "default-gpu" not in missing
+
+
+def test_a_model_the_suite_lacks_is_a_one_line_error(capsys):
+    from parallel.__main__ import main
+
+    assert main(["run", "scaling-short", "--framework", "torch", "--models", "vgg16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "vgg16" in err and "scaling-short" in err

@@ -90,27 +90,6 @@ class DataParallel:
                 return self._step()
         return run
 
-    def communication_kernels(self, iterations: int) -> dict[str, Any] | None:
-        """GPU only: device time of NCCL's kernels per step, from torch.profiler (Kineto),
-        over ``iterations`` synchronised steps. It counts the all-reduce whether or not it
-        overlaps the backward pass (the exposed share is the timing difference)."""
-        if not self.on_gpu:
-            return None
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
-
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as trace:
-            for _ in range(iterations):
-                self._step()
-                torch.cuda.synchronize()
-        kernels = [e for e in trace.key_averages() if e.device_type == DeviceType.CUDA]
-        nccl = sum(e.device_time_total for e in kernels if "nccl" in e.key.lower())
-        total = sum(e.device_time_total for e in kernels)
-        return {"tool": "torch.profiler (CUDA kernels named nccl*)", "iterations": iterations,
-                "nccl_kernel_ms_per_step": nccl / 1e3 / iterations,
-                "all_kernel_ms_per_step": total / 1e3 / iterations}
-
     def sync(self, handle: Any) -> None:
         if self.on_gpu:
             torch.cuda.synchronize()

@@ -91,8 +91,8 @@ def test_two_processes_standing_in_for_two_hosts(adapter, data_parallel):
 
 def test_scaling_quick_with_a_killed_rank(framework, tmp_path):
     """The CI suite end to end, every framework (ONNX Runtime's independent inference
-    processes included), with the last rank of the first N = 2 case SIGKILLed at its third
-    timed step: that case is a failed row, every other case still runs."""
+    processes included), fp32 and bf16, with the last rank of the first N = 2 case SIGKILLed
+    at its third timed step: that case is a failed row, every other case still runs."""
     from parallel.runner import ScalingRequest, ScalingRunner
     from parallel.spec import load
 
@@ -107,7 +107,15 @@ def test_scaling_quick_with_a_killed_rank(framework, tmp_path):
     assert rows[killed]["status"] == "failed"
     assert "signal 9" in rows[killed]["reason"] or "exit code" in rows[killed]["reason"]
     others = [row for i, row in enumerate(rows) if i != killed]
+    # ONNX Runtime has no mixed precision: its bf16 cases are rows with the reason.
+    refused = [row for row in others if framework == "ort"
+               and row["settings"]["precision"] == "bf16"]
+    assert all(row["status"] == "unsupported" and "mixed precision" in row["reason"]
+               for row in refused)
+    others = [row for row in others if row not in refused]
     assert all(row["status"] == "ok" for row in others), [r["reason"] for r in others]
+    assert {row["settings"]["precision"] for row in others} == \
+        ({"fp32"} if framework == "ort" else {"fp32", "bf16"})
     for row in others:
         s = row["scaling"]
         assert s["global_batch"] == s["devices"] * s["per_device_batch"]

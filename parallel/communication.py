@@ -1,0 +1,119 @@
+"""Communication against compute on each GPU, from CUPTI's kernel records: how long NCCL's
+kernels ran per step, how much of that ran while a compute kernel was running on the same
+device (overlapped: the all-reduce hidden behind backward), and how much ran alone
+(exposed: the step waits for it). Framework-neutral: the same CUPTI window
+(``adapters/cupti_window.py``) the device clock uses, in every engine's rank process.
+
+A kernel is communication when its name holds ``nccl`` (NCCL's ``ncclDevKernel_*`` and
+``ncclKernel_*``, whether PyTorch, XLA or TensorFlow launched them). An NCCL kernel's
+interval includes the time it spins waiting for its peers, so "NCCL kernel time" is an
+upper bound on transfer time; its exposed part is what the step pays for communication
+plus waiting on the slowest device, which is what a scaling loss is made of.
+
+This module is plain arithmetic over records (tested without a GPU); ``trace`` runs it on a
+live engine.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+NCCL_MARK = "nccl"
+TOOL = "CUPTI activity records (concurrent kernels), names holding 'nccl' against the rest"
+NS_PER_MS = 1e6
+
+
+def merged(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or touching intervals joined, in order."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def total(intervals: list[tuple[int, int]]) -> int:
+    return sum(end - start for start, end in intervals)
+
+
+def intersection(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Length of the time covered by both merged interval lists."""
+    i = j = covered = 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if end > start:
+            covered += end - start
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return covered
+
+
+def is_communication(name: str) -> bool:
+    return NCCL_MARK in name.lower()
+
+
+def per_device(records: Iterable[Any]) -> dict[int, dict[str, int]]:
+    """For each device: NCCL kernel time, compute kernel time, the two overlapped, and the
+    device's busy time (any kernel), in ns; each a union of intervals, so kernels on
+    several streams count once."""
+    nccl: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    compute: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for record in records:
+        target = nccl if is_communication(record.name) else compute
+        target[record.device_id].append((record.start_ns, record.end_ns))
+    out = {}
+    for device in sorted(set(nccl) | set(compute)):
+        a, b = merged(nccl[device]), merged(compute[device])
+        out[device] = {"nccl_ns": total(a), "compute_ns": total(b),
+                       "overlapped_ns": intersection(a, b),
+                       "busy_ns": total(merged(a + b))}
+    return out
+
+
+def summarise(records: Iterable[Any], steps: int) -> dict[str, Any] | None:
+    """Per step, averaged over the traced devices: NCCL kernel time, the part of it that
+    overlapped compute and the part that ran alone. None without kernel records."""
+    devices = per_device(records)
+    if not devices or steps < 1:
+        return None
+
+    def mean_ms(key: str) -> float:
+        return sum(d[key] for d in devices.values()) / len(devices) / steps / NS_PER_MS
+
+    nccl, overlapped = mean_ms("nccl_ns"), mean_ms("overlapped_ns")
+    return {"tool": TOOL, "iterations": steps, "devices": len(devices),
+            "nccl_kernel_ms_per_step": nccl,
+            "overlapped_ms_per_step": overlapped,
+            "exposed_nccl_ms_per_step": nccl - overlapped,
+            "overlap_share": overlapped / nccl if nccl else None,
+            "compute_kernel_ms_per_step": mean_ms("compute_ns"),
+            "all_kernel_ms_per_step": mean_ms("busy_ns")}
+
+
+def trace(engine: Any, steps: int) -> tuple[dict[str, Any] | None, str]:
+    """``steps`` synchronised steps of ``engine`` under a CUPTI window; (summary, "") or
+    (None, why not). Every rank calls it: the traced steps all-reduce too."""
+    from adapters.cupti_window import CuptiWindow, load_cupti
+    from adapters.kernel_trace import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        return None, reason
+    run = engine.step()
+    window = CuptiWindow(load_cupti(), ("CONCURRENT_KERNEL",), "communication")
+    window.open()
+    try:
+        for _ in range(steps):
+            engine.sync(run())
+    finally:
+        closed = window.close()
+    summary = summarise(closed.kept, steps)
+    return summary, "" if summary else (f"CUPTI recorded no kernel in {steps} steps "
+                                        f"({closed.received} records received)")

@@ -1,0 +1,100 @@
+"""NCCL kernel time against compute (parallel/communication.py), from CUPTI-shaped
+records: the interval arithmetic, per device, per step."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters.cupti_window import ActivityRecord
+from parallel import communication
+from parallel.communication import intersection, merged, per_device, summarise
+
+MS = 1_000_000   # ns
+
+
+def kernel(name: str, start_ms: float, end_ms: float, device: int = 0,
+           stream: int = 7) -> ActivityRecord:
+    return ActivityRecord(kind=10, name=name, start_ns=int(start_ms * MS),
+                          end_ns=int(end_ms * MS), device_id=device, stream_id=stream)
+
+
+def test_interval_arithmetic():
+    assert merged([(5, 7), (0, 2), (1, 3), (3, 4)]) == [(0, 4), (5, 7)]
+    assert intersection([(0, 10)], [(2, 3), (5, 12)]) == 6
+    assert intersection([(0, 2), (4, 6)], [(2, 4)]) == 0
+    assert intersection([], [(0, 1)]) == 0
+
+
+def test_overlapped_and_exposed_nccl_time_per_device():
+    # Device 0: backward kernels 0–8 ms on one stream; the all-reduce (two NCCL kernels on
+    # another stream) 6–10 ms, so 2 ms overlapped and 2 ms exposed. Device 1: the
+    # all-reduce 8–10 ms after its compute ended: nothing overlapped.
+    records = [kernel("sm90_xmma_gemm_f32", 0, 5), kernel("bn_bw", 5, 8),
+               kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 6, 9, stream=9),
+               kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 9, 10, stream=9),
+               kernel("volta_scudnn_128x64_relu", 0, 8, device=1),
+               kernel("_Z19ncclKernel_AllReduceILi1E", 8, 10, device=1, stream=3)]
+    devices = per_device(records)
+    assert devices[0] == {"nccl_ns": 4 * MS, "compute_ns": 8 * MS,
+                          "overlapped_ns": 2 * MS, "busy_ns": 10 * MS}
+    assert devices[1]["overlapped_ns"] == 0 and devices[1]["nccl_ns"] == 2 * MS
+    summary = summarise(records, steps=2)
+    # Means over the two devices, per step (two steps traced).
+    assert summary["devices"] == 2 and summary["iterations"] == 2
+    assert summary["nccl_kernel_ms_per_step"] == pytest.approx((4 + 2) / 2 / 2)
+    assert summary["overlapped_ms_per_step"] == pytest.approx((2 + 0) / 2 / 2)
+    assert summary["exposed_nccl_ms_per_step"] == pytest.approx((2 + 2) / 2 / 2)
+    assert summary["overlap_share"] == pytest.approx(2 / 6)
+    assert summary["all_kernel_ms_per_step"] == pytest.approx((10 + 10) / 2 / 2)
+
+
+def test_no_nccl_kernels_and_no_records():
+    summary = summarise([kernel("gemm", 0, 1)], steps=1)
+    assert summary["nccl_kernel_ms_per_step"] == 0 and summary["overlap_share"] is None
+    assert summarise([], steps=5) is None
+
+
+def test_trace_without_cupti_says_why(monkeypatch):
+    monkeypatch.setattr("adapters.kernel_trace.unavailable_reason",
+                        lambda: "CUPTI kernel tracer unavailable: no cupti-python")
+
+    class Engine:
+        def step(self):
+            raise AssertionError("no step runs without a tracer")
+
+    summary, reason = communication.trace(Engine(), 5)
+    assert summary is None and "cupti-python" in reason
+
+
+def test_trace_runs_the_engines_steps_in_a_cupti_window(monkeypatch):
+    from tests.fake_cupti import FakeCupti, install
+
+    fake = install(monkeypatch, FakeCupti())
+    monkeypatch.setattr("adapters.kernel_trace.unavailable_reason", lambda: None)
+
+    class Engine:
+        """Each step: 3 ms of backward, an all-reduce of 2 ms on another stream starting
+        1 ms before backward ends (1 ms overlapped), then the host's launch gap."""
+
+        steps = 0
+
+        def step(self):
+            def run():
+                self.steps += 1
+                fake.launch("conv_bw", 3 * MS)
+                fake.launch("ncclDevKernel_AllReduce", 2 * MS, stream=9,
+                            overlap_previous_ns=1 * MS)
+                fake.idle(MS)
+            return run
+
+        def sync(self, handle):
+            pass
+
+    engine = Engine()
+    fake.launch("timed_step_before_the_window", 5 * MS)
+    summary, reason = communication.trace(engine, 4)
+    assert reason == "" and engine.steps == 4
+    assert summary["nccl_kernel_ms_per_step"] == pytest.approx(2.0)
+    assert summary["overlapped_ms_per_step"] == pytest.approx(1.0)
+    assert summary["compute_kernel_ms_per_step"] == pytest.approx(3.0)
+    assert not fake.enabled   # CUPTI left with nothing enabled
