@@ -132,8 +132,8 @@ def inventory(target: Path) -> str:
                   "(report/plots/scaling-efficiency.png)"]
     missing = missing_runs({k for k in keys})
     if missing:
-        expected = "this folder's scaling suites" if scaling_only(set(keys)) else \
-            "the default suite and the four seed suites"
+        expected = "the default suite and the four seed suites" \
+            if matrix_folder(set(keys)) else "this folder's suites"
         lines += ["", f"Not in this folder (of {expected}, for "
                   "every framework the registry lists on these devices): "
                   + ", ".join(f"{suite} {framework} {device}" for suite, framework, device
@@ -154,22 +154,23 @@ def inventory(target: Path) -> str:
 SEED_SUITES = ("bahrampour2016", "cnn-benchmarks", "convnet-benchmarks", "li2016")
 
 
-def scaling_only(present: set[tuple[str, str, str]]) -> bool:
-    """A folder of data-parallel scaling runs only (``python -m parallel``)."""
-    from parallel.spec import is_scaling_suite
-
-    return bool(present) and all(is_scaling_suite(suite) for suite, _, _ in present)
+def matrix_folder(present: set[tuple[str, str, str]]) -> bool:
+    """The folder holds the default or a seed suite (a published matrix); otherwise it is
+    a folder of other suites (today's practice, data-parallel scaling)."""
+    return any(suite.startswith("default-") or suite in SEED_SUITES
+               for suite, _, _ in present)
 
 
 def missing_runs(present: set[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     """(suite, framework, device) runs expected on the devices present but absent: the
-    default and seed suites, or, in a folder of scaling suites only, those suites."""
+    default and seed suites in a matrix folder, the folder's own suites in another."""
     from adapters.registry import load_registry
 
     devices = sorted({device for _, _, device in present})
-    scaling = sorted({suite for suite, _, _ in present}) if scaling_only(present) else None
+    own = sorted({suite for suite, _, _ in present})
     expected = [(suite, name, device) for device in devices
-                for suite in (scaling or (f"default-{device}", *SEED_SUITES))
+                for suite in ((f"default-{device}", *SEED_SUITES) if matrix_folder(present)
+                              else own)
                 for name, entry in load_registry().items() if device in entry.devices]
     return [run for run in expected if run not in present]
 

@@ -233,7 +233,7 @@ def test_a_published_scaling_folder_says_which_gpu_counts_were_not_run(tmp_path)
         in lines
     assert "| jax | fp32 | resnet50 | weak | 64/GPU | failed | not run | not run |" in lines
     assert "report/plots/scaling-efficiency.png" in text
-    # The runs a scaling folder lacks are the scaling suite's, not the default suites'.
+    # The runs a scaling folder lacks are its own suite's, not the default suites'.
     missing = next(line for line in lines if line.startswith("Not in this folder"))
     assert "scaling ort gpu" in missing and "default-gpu" not in missing
 

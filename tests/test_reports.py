@@ -877,6 +877,15 @@ def users_run(root: Path) -> Path:
     return root / "results"
 
 
+def test_a_matrix_folder_lacks_the_default_and_seed_suites_it_does_not_hold():
+    from reports.publish import missing_runs
+
+    missing = missing_runs({("default-gpu", "torch", "gpu"), ("li2016", "jax", "gpu")})
+    assert ("default-gpu", "jax", "gpu") in missing and ("li2016", "ort", "gpu") in missing
+    assert ("li2016", "jax", "gpu") not in missing
+    assert all(device == "gpu" for _, _, device in missing)
+
+
 def test_publish_copies_rows_byte_for_byte_and_counts_them(tmp_path):
     target = published_reference(tmp_path)
     copied = target / "default-gpu" / "gpubox" / "torch_gpu.jsonl"
@@ -887,9 +896,11 @@ def test_publish_copies_rows_byte_for_byte_and_counts_them(tmp_path):
     assert f"{total} rows in 1 files" in readme
     assert "NVIDIA H100 80GB HBM3" in readme
     assert "    nox -s torch_gpu -- test\n" in readme and "    nox -s jax_gpu -- test\n" in readme
-    missing = readme.split("Not in this folder", 1)[1]
-    assert "default-gpu torch gpu" in missing and "li2016 ort gpu" in missing
-    assert "cpu" not in missing.split(".\n", 1)[0].replace("gpu", "")   # only devices present
+    # A folder of other suites than the matrix's: the runs it lacks are its own suite's.
+    missing = readme.split("Not in this folder", 1)[1].split(".\n", 1)[0]
+    assert "this folder's suites" in missing and "test ort gpu" in missing
+    assert "default-gpu" not in missing and "torch" not in missing and "jax" not in missing
+    assert "cpu" not in missing.replace("gpu", "")   # only devices present
     # text outside the generated block survives a second run; the block is rewritten
     (target / "README.md").write_text(readme.replace("TODO: anything else", "Set up by hand"))
     from reports import publish
