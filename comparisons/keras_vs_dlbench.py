@@ -3,6 +3,8 @@
     .nox/tf_cpu/bin/python -m comparisons.keras_vs_dlbench --threads 2 --batch 16
     python -m comparisons.keras_vs_dlbench --device gpu \
         --cases resnet50:16,vgg16:16,resnet50:64,googlenet:16,alexnet:16 --trace 20
+    python -m comparisons.keras_vs_dlbench --device gpu --cases resnet50:256 --precision bf16 \
+        --xla --measures forward,gradient,train_step --references keras   # the practice suite
     python -m comparisons.keras_vs_dlbench --models googlenet,alexnet --batch 1 --budget 0 \
         --warmup 0 --min-samples 1 --max-samples 1 --references tf_keras   # a smoke run
 
@@ -37,15 +39,44 @@ out, as dlbench ignores it.
 The canonical weights are loaded into the Keras model and both outputs are compared, so
 the two are the same network. Both are then timed in one process with the same timer and
 settings, input and threads: ``tf.function`` around ``model(x, training=False)`` for
-forward and around a GradientTape step (Keras loss, ``training=True``) for gradient,
-fp32 strict, NHWC (Keras's default channels_last). Each pair runs in A-B-B-A order
+forward and around a GradientTape step (Keras loss on float32 logits, ``training=True``)
+for gradient, NHWC (Keras's default channels_last). ``--measures`` (default
+forward,gradient) may add ``train_step``: the gradient step plus the Keras optimizer
+dlbench uses, ``SGD(learning_rate=SGD_LEARNING_RATE, momentum=SGD_MOMENTUM)``
+(adapters/measures.py), applying the gradients to the model's trainable variables in the
+same ``tf.function``, as a custom Keras training loop writes it; dlbench's adapter does
+the same on a copy of its network. Training changes the Keras model's weights, so
+train_step is timed last for each reference, after the identity check and the other
+measures. (tf_keras's optimizer, by its own default, XLA-compiles its per-variable update
+on a GPU even outside ``--xla``; Keras 3's does not.) Each pair runs in A-B-B-A order
 (``--rounds`` repeats it) so drift favours neither. A ratio near 1.00 (target ±5%) shows
 dlbench's TensorFlow numbers are TensorFlow's, not the adapter's.
 
-Identity is checked, not assumed: the forward outputs and the loss of one gradient step
-must agree within ``OUTPUT_TOLERANCE``, the gradients' global norm within
-``GRADIENT_TOLERANCE`` (both derived below); a pair that does not is reported as differing
-and the script exits with status 1.
+``--precision`` fp32 (the default) is strict: TF32 off on both sides (the adapter turns
+it off for the process). bf16 is Keras's mixed precision on both sides: dlbench's case
+runs at ``precision="bf16"`` (its network built as under the ``mixed_bfloat16`` policy:
+bfloat16 compute, float32 variables cast where used, float32 loss); the Keras model is
+built under ``keras.mixed_precision`` (tf_keras: its own ``mixed_precision``) global
+policy ``mixed_bfloat16``, which is set for the build only and restored afterwards, so no
+other model inherits it. The logits stay bfloat16 on both sides (the last Dense computes
+in bfloat16; both outputs' dtypes are checked) and the loss takes them cast to float32.
+No loss scaling: bfloat16 has float32's exponent range, and Keras wraps an optimizer in
+a LossScaleOptimizer only for ``mixed_float16``. The LRN layer, which TensorFlow has no
+bfloat16 kernel for, runs in float32 on both sides (a ``dtype="float32"`` layer in Keras,
+as its mixed-precision guide does for such layers).
+
+``--xla`` runs dlbench's ``xla`` variant (``tf.function(jit_compile=True)``) and wraps
+every Keras step the same way; each side's step then first runs ``UNTIMED_RUNS``
+untimed calls, which trace and compile it. Without it dlbench runs ``--variant``
+(default: the tf.function graph) and the Keras steps are plain ``tf.function``s.
+
+Identity is checked, not assumed, before anything is timed or trained: the forward
+outputs and the loss of one gradient step must agree within the precision's output
+tolerance, the gradients' global norm within its gradient tolerance (``TOLERANCES``,
+derived below), and both sides' logits must be of the precision's dtype; a pair that
+does not is reported as differing and the script exits with status 1. Every result in
+``--out``'s JSON records its precision, XLA flag, variant and measure, as the final
+table does.
 
 Each model is also compared with ``tf_keras`` (Keras 2, TensorFlow's former ``tf.keras``:
 the same model code, batch norm fused), and ResNet-50 with ``keras_fused_bn``: the same
@@ -73,8 +104,10 @@ run (a CPU, no cupti-python) one line says why and the comparison goes on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -83,6 +116,7 @@ from pathlib import Path
 import numpy as np
 
 from adapters.base import CaseConfig, RunConfig
+from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from models.googlenet import INCEPTION
 from models.inputs import make_batch
 from models.weights import canonical_weights
@@ -91,7 +125,12 @@ from suites.environment import limit_cpus
 from suites.timer import TimerSettings, measure
 
 MODELS = ("resnet50", "vgg16", "googlenet", "alexnet")
+MEASURES = ("forward", "gradient", TRAIN_STEP)   # in timing order: train_step last
+DEFAULT_MEASURES = ("forward", "gradient")
 TOLERANCE = 0.05          # the target: dlbench within ±5% of idiomatic Keras
+# With --xla each side's first call of a measure traces and XLA-compiles it, untimed: the
+# timer would count the compilation against its budget and cut the warm-up short.
+UNTIMED_RUNS = 2
 # Same network, same weights, fp32: the outputs differ only by rounding in another
 # summation order (or cuDNN algorithm). A dot product of K terms carries a relative error
 # near sqrt(K)·u (u = 2^-24 ≈ 6e-8, random-sign rounding), and independent errors of L
@@ -113,8 +152,101 @@ OUTPUT_TOLERANCE = 1e-3
 # without batch norm, differed by under 1e-8 at batches 1 and 2 there. 1e-2 still fails
 # TF32 and any wrong weight, whose errors are of order 1.
 GRADIENT_TOLERANCE = 1e-2
-TOLERANCES = {"output": OUTPUT_TOLERANCE, "loss": OUTPUT_TOLERANCE,
-              "grad_norm": GRADIENT_TOLERANCE}
+# bf16, Keras's mixed precision on both sides: the products are taken of bf16-rounded
+# operands, which both sides round alike (the same float32 variables cast to bfloat16,
+# the same input), and summed in float32 (oneDNN, cuDNN and XLA accumulate bf16
+# convolutions and matmuls in float32). What can differ is each layer's output rounded
+# to bf16 (unit roundoff u = 2^-8 ≈ 3.9e-3) where one side's float32 sum falls across a
+# rounding boundary from the other's, or where one side rounds where the other does not
+# (Keras 3's batch norm computes in float32 and rounds once; the fused kernel takes and
+# returns bf16): up to u per layer, and about sqrt(L)·u over L layers in sequence. The
+# deepest model sets the bound: ResNet-50's 54 layers (VGG-16 16, GoogLeNet 22, AlexNet
+# 8) give sqrt(54)·2^-8 ≈ 2.9e-2, and a margin of three 3·sqrt(54)·2^-8 ≈ 8.6e-2, the
+# torchvision twin's bound.
+# The loss is a float32 function of the training-mode logits: cross-entropy's derivative
+# with respect to them (softmax - one-hot) has an L1 norm of at most 2, so it moves by at
+# most twice their largest difference. At the canonical weights (batches 1 and 2) their
+# largest magnitude is 0.6 to 2.3 times the loss (ResNet-50 4.9 against 7.2-7.9,
+# GoogLeNet 20.8 against 9.1), so even with every rounding aligned the loss differs by at
+# most 2·2.3·sqrt(22)·u ≈ 8.4e-2 (GoogLeNet; ResNet-50 2·0.68·sqrt(54)·u ≈ 3.9e-2): the
+# output's bound serves it.
+# A gradient passes through twice the layers (backward-data and backward-filter of each,
+# each result rounded to bf16 before the cast to the float32 variable's gradient):
+# sqrt(2·54)·2^-8 ≈ 4.1e-2, with a margin of three 3·sqrt(108)·2^-8 ≈ 0.12; the global
+# norm averages the elementwise differences, so it stays well below that.
+# Seen on the CPU at batch 2, every model and reference, graph and XLA: at most output
+# 6.5e-3, loss 6.0e-3 and gradient norm 1.2e-2 (ResNet-50 against Keras 3, its batch norm
+# unfused, in the graph variant), 0 to 2.6e-3 elsewhere. A wrong weight differs by order
+# 1 in all three. That both sides computed in bf16 at all is checked by the logits'
+# dtype, not by the bounds: fp32 would pass them.
+BF16_UNIT_ROUNDOFF = 2.0 ** -8
+DEEPEST_MODEL_LAYERS = 54     # ResNet-50
+BF16_OUTPUT_TOLERANCE = 3 * math.sqrt(DEEPEST_MODEL_LAYERS) * BF16_UNIT_ROUNDOFF
+BF16_GRADIENT_TOLERANCE = 3 * math.sqrt(2 * DEEPEST_MODEL_LAYERS) * BF16_UNIT_ROUNDOFF
+# precision -> the bound of each identity measure (relative differences)
+TOLERANCES = {
+    "fp32": {"output": OUTPUT_TOLERANCE, "loss": OUTPUT_TOLERANCE,
+             "grad_norm": GRADIENT_TOLERANCE},
+    "bf16": {"output": BF16_OUTPUT_TOLERANCE, "loss": BF16_OUTPUT_TOLERANCE,
+             "grad_norm": BF16_GRADIENT_TOLERANCE},
+}
+PRECISIONS = tuple(TOLERANCES)
+# The dtype both sides' logits must have: under mixed_bfloat16 the last Dense computes,
+# and returns, bfloat16 (Keras leaves no layer in float32 unless told to).
+OUTPUT_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
+# The Keras global dtype policy each precision builds the Keras model under.
+KERAS_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16"}
+
+
+def within_tolerances(differences: dict[str, float], output_dtypes: dict[str, str],
+                      precision: str) -> bool:
+    """Whether a pair is the same network at this precision: every relative difference
+    within its bound and every side's logits in the precision's dtype."""
+    bounds = TOLERANCES[precision]
+    return (all(differences[k] <= bound for k, bound in bounds.items())
+            and all(dtype == OUTPUT_DTYPE[precision] for dtype in output_dtypes.values()))
+
+
+@contextlib.contextmanager
+def keras_policy(keras, precision: str):
+    """The precision's Keras global dtype policy while a model is built (layers take it
+    at construction), the previous one (float32) restored afterwards, also after an
+    error, so no later model or reference inherits mixed precision. ``keras`` is the
+    package the model is built with: Keras 3 and tf_keras keep separate global policies
+    behind the same ``mixed_precision`` API."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(KERAS_POLICY[precision])
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def adapter_variant(xla: bool, variant: str) -> str:
+    """The adapter variant dlbench runs: "xla" under --xla (then --variant may only be
+    left at its default or say xla), else --variant, which may not be "xla" alone: the
+    Keras side would then run without XLA. Raises ValueError for those contradictions."""
+    if xla:
+        if variant not in ("default", "xla"):
+            raise ValueError(f"--xla runs the adapter's xla variant; --variant {variant} "
+                             "contradicts it (leave --variant out)")
+        return "xla"
+    if variant == "xla":
+        raise ValueError("--variant xla would compile dlbench's side only: use --xla, which "
+                         "compiles both sides")
+    return variant
+
+
+def parse_measures(text: str) -> tuple[str, ...]:
+    """"train_step,forward" -> the named measures in timing order (train_step last, since
+    it trains the Keras model's weights); ValueError for an unknown or empty list."""
+    names = [m for m in text.split(",") if m]
+    if unknown := sorted(set(names) - set(MEASURES)):
+        raise ValueError(f"unknown measure(s) {', '.join(unknown)}: choose from "
+                         f"{', '.join(MEASURES)}")
+    if not names:
+        raise ValueError(f"no measure: choose from {', '.join(MEASURES)}")
+    return tuple(m for m in MEASURES if m in names)
 
 
 def fused_batch_norm_layer(keras):
@@ -122,12 +254,16 @@ def fused_batch_norm_layer(keras):
     ``BatchNormalization(fused=True)`` ran it: Keras 3 computes batch norm from
     tf.nn.moments and tf.nn.batch_normalization (keras/src/backend/tensorflow/nn.py),
     several kernels each way where the fused op is one. Moving averages are updated in
-    training, as Keras does."""
+    training, as Keras does. Under mixed precision the kernel takes bfloat16 activations
+    with float32 scale, offset and statistics (FusedBatchNormV3's T and U), as tf.keras 2's
+    fused layer and dlbench's batch norm give it: Keras 3 would autocast the variables to
+    bfloat16 inside ``call``, which the kernel refuses, so the layer does not autocast
+    (its input arrives in bfloat16 from the convolution before it)."""
     import tensorflow as tf
 
     class FusedBatchNormalization(keras.layers.Layer):
         def __init__(self, epsilon: float, momentum: float = 0.99, **kwargs):
-            super().__init__(**kwargs)
+            super().__init__(autocast=False, **kwargs)
             self.epsilon, self.momentum = epsilon, momentum
 
         def build(self, input_shape):
@@ -262,7 +398,15 @@ def keras_googlenet(keras, classes: int = 1000, data_format: str = "channels_las
     layers = keras.layers
     df = dict(data_format=data_format)
     axis = -1 if data_format == "channels_last" else 1
-    lrn = local_response_normalization_layer(keras)
+    lrn_layer = local_response_normalization_layer(keras)
+
+    def lrn(**kwargs):
+        # TensorFlow's LRN has float32 and float16 kernels only, so under mixed_bfloat16
+        # the layer gets a float32 policy, the Keras mixed-precision guide's way for a
+        # layer that must not run in the compute dtype (Keras casts its input up, the
+        # next layer casts back); dlbench's LRN casts around the op the same way. Under
+        # fp32 this changes nothing.
+        return lrn_layer(dtype="float32", **kwargs)
 
     def conv(x, filters: int, kernel: int, name: str):
         # Stride 1 with padding (kernel - 1) / 2: "same" pads exactly that.
@@ -395,31 +539,62 @@ GPU_CASES = "resnet50:16,vgg16:16,resnet50:64,googlenet:16,alexnet:16"
 
 class KerasSteps:
     """The idiomatic custom-loop steps for a Keras model, on dlbench's batch, converted
-    once (untimed, on the device) to the model's data format where it differs."""
+    once (untimed, on the device) to the model's data format where it differs. Each step
+    is a ``tf.function``, with ``jit_compile=True`` under ``xla``. The loss takes the
+    logits cast to float32, as Keras's mixed-precision guide keeps the loss (a no-op at
+    fp32: tf.cast returns a tensor of the dtype unchanged). train_step's optimizer, and
+    its momentum buffers, are made on first use, outside the timed calls (a tf.function
+    may create variables on its first trace only)."""
 
-    def __init__(self, keras, tf, model, weights: dict, prepared, data_format: str):
+    def __init__(self, keras, tf, model, weights: dict, prepared, data_format: str,
+                 xla: bool = False):
         load_canonical(keras, model, weights)
-        self.tf, self.model = tf, model
+        self.keras, self.tf, self.model = keras, tf, model
         x = prepared.x   # the same tensors, on the device
         if (data_format == "channels_last") != (prepared.layout.name == "NHWC"):
             x = tf.transpose(x, [0, 2, 3, 1] if data_format == "channels_last" else [0, 3, 1, 2])
         self.x, self.labels = x, prepared.inputs["labels"]
         self.channels_last = data_format == "channels_last"
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        self.forward = tf.function(self._forward)
-        self.gradient = tf.function(self._gradient)
-        self.loss_and_gradient = tf.function(self._loss_and_gradient)
+        self.compile = (lambda fn: tf.function(fn, jit_compile=True)) if xla else tf.function
+        self.forward = self.compile(self._forward)
+        self.gradient = self.compile(self._gradient)
+        self.loss_and_gradient = self.compile(self._loss_and_gradient)
+        self.optimizer = None
+        self.train = None
 
     def _forward(self):
         return self.model(self.x, training=False)
 
     def _loss_and_gradient(self):
         with self.tf.GradientTape() as tape:
-            loss = self.loss_fn(self.labels, self.model(self.x, training=True))
+            logits = self.model(self.x, training=True)
+            loss = self.loss_fn(self.labels, self.tf.cast(logits, self.tf.float32))
         return loss, tape.gradient(loss, self.model.trainable_variables)
 
     def _gradient(self):
         return self._loss_and_gradient()[1]
+
+    def _train(self):
+        """The gradient step and SGD with momentum's update of the model's own trainable
+        (float32) variables, in one function: the loss is its handle for sync()."""
+        loss, grads = self._loss_and_gradient()
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        return loss
+
+    def train_step(self):
+        if self.train is None:
+            self.optimizer = self.keras.optimizers.SGD(learning_rate=SGD_LEARNING_RATE,
+                                                       momentum=SGD_MOMENTUM)
+            with self.tf.device(self.x.device):
+                self.optimizer.build(self.model.trainable_variables)
+            self.train = self.compile(self._train)
+        return self.train
+
+    def step(self, measure_name: str):
+        if measure_name == TRAIN_STEP:
+            return self.train_step()
+        return {"forward": self.forward, "gradient": self.gradient}[measure_name]
 
 
 class CountedCalls:
@@ -457,18 +632,26 @@ def gradient_norm(grads) -> float:
                              for g in grads)))
 
 
-def identity_check(prepared, reference: KerasSteps, tf) -> dict[str, float]:
+def identity_check(prepared, reference: KerasSteps, tf
+                   ) -> tuple[dict[str, float], dict[str, str]]:
     """How far the reference's forward output, loss and gradients' global norm are from
-    dlbench's (relative), each to be within its TOLERANCES entry. Outputs are compared in
-    canonical NCHW/flat order: both models end in a dense layer, so (N, classes)."""
-    ours_out = prepared.forward_output()
-    theirs_out = reference.forward().numpy()
+    dlbench's (relative), each to be within its TOLERANCES entry, and the dtype each
+    side's logits were computed in (the forward step's own output, before any cast).
+    Both models end in a dense layer, so the outputs are (N, classes) in either layout;
+    they are compared in float32, to which bfloat16 converts exactly."""
+    ours_out = prepared.step("forward")()
+    theirs_out = reference.forward()
+    dtypes = {"dlbench": ours_out.dtype.name, "reference": theirs_out.dtype.name}
     ours_loss, ours_grads = prepared.loss_and_gradients()
     theirs_loss, theirs_grads = reference.loss_and_gradient()
-    return {"output": relative_difference(ours_out, theirs_out),
-            "loss": relative_difference(ours_loss, float(theirs_loss)),
-            "grad_norm": relative_difference(gradient_norm(ours_grads.values()),
-                                             gradient_norm(t.numpy() for t in theirs_grads))}
+    differences = {
+        "output": relative_difference(tf.cast(ours_out, tf.float32).numpy(),
+                                      tf.cast(theirs_out, tf.float32).numpy()),
+        "loss": relative_difference(ours_loss, float(theirs_loss)),
+        "grad_norm": relative_difference(
+            gradient_norm(ours_grads.values()),
+            gradient_norm(tf.cast(t, tf.float32).numpy() for t in theirs_grads))}
+    return differences, dtypes
 
 
 # --- --trace: where each side's time goes on the GPU -------------------------------------
@@ -565,11 +748,13 @@ def format_trace(measure: str, summaries: dict[str, dict]) -> list[str]:
 
 
 def print_table(results: list[dict]) -> None:
-    print("\nmodel     batch  measure   reference          dlbench ms  reference ms   ratio  "
-          f"verdict (target ±{TOLERANCE:.0%})  outputs     (* the target reference)")
+    print("\nmodel     batch  precision  xla  measure     reference          dlbench ms  "
+          f"reference ms   ratio  verdict (target ±{TOLERANCE:.0%})  outputs     "
+          "(* the target reference)")
     for r in results:
         mark = "*" if r["reference"] == TARGET_REFERENCE else " "
-        print(f"{r['model']:<9} {r['batch']:>5}  {r['measure']:<8}  {r['reference']:<16}{mark} "
+        print(f"{r['model']:<9} {r['batch']:>5}  {r['precision']:<9}  "
+              f"{'yes' if r['xla'] else 'no':<3}  {r['measure']:<10}  {r['reference']:<16}{mark} "
               f"{r['dlbench_ms']:>10.3f}  {r['reference_ms']:>12.3f}  {r['ratio']:>6.3f}  "
               f"{r['verdict']:<26} {'identical' if r['identical'] else 'DIFFER'}")
 
@@ -586,8 +771,18 @@ def main(argv: list[str] | None = None) -> int:
                              f"(on a GPU: {GPU_CASES})")
     parser.add_argument("--references", help="comma-separated reference labels (default: "
                         "all that run on the device)")
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                        help="fp32 strict, or bf16 mixed precision (Keras's mixed_bfloat16 "
+                             "policy) on both sides (default: fp32)")
+    parser.add_argument("--xla", action="store_true",
+                        help="XLA on both sides: the adapter's xla variant and "
+                             "tf.function(jit_compile=True) around every Keras step")
     parser.add_argument("--variant", default="default",
-                        help="the adapter's variant (graph, nchw, nhwc; default: graph)")
+                        help="the adapter's variant without --xla (graph, nchw, nhwc; "
+                             "default: graph)")
+    parser.add_argument("--measures", default=",".join(DEFAULT_MEASURES),
+                        help=f"comma-separated, some of {', '.join(MEASURES)} (default: "
+                             f"{','.join(DEFAULT_MEASURES)}); train_step is timed last")
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per timing")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--min-samples", type=int, default=5)
@@ -603,6 +798,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in REFERENCES]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}: choose from {', '.join(REFERENCES)}")
+    try:
+        variant = adapter_variant(args.xla, args.variant)
+        measures = parse_measures(args.measures)
+    except ValueError as error:
+        parser.error(str(error))
     cases = args.cases or [(m, int(b)) for m in models for b in args.batch.split(",")]
     if args.device == "cpu":
         limit_cpus(args.threads)  # as the worker does, before TensorFlow starts
@@ -618,10 +818,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = TimerSettings(warmup=args.warmup, min_samples=args.min_samples,
                              max_samples=args.max_samples, rel_ci=0.02, budget_s=args.budget)
     env = adapter.environment()
-    case = CaseConfig(variant=args.variant)
+    # The adapter prepares bf16 itself (its network as under mixed_bfloat16) and XLA as
+    # its "xla" variant, as in any dlbench run of the case.
+    case = CaseConfig(precision=args.precision, variant=variant)
+    tolerances = TOLERANCES[args.precision]
     print(f"tensorflow {env['framework_version']}, keras {env['keras_version']}, tf_keras "
           f"{tf_keras.__version__} on "
-          f"{env['gpu_model'] or 'CPU'}, {args.threads} threads, dlbench "
+          f"{env['gpu_model'] or 'CPU'}, {args.threads} threads, {args.precision}"
+          f"{', XLA' if args.xla else ''}, dlbench "
           f"{adapter.describe(case)}, load average before {os.getloadavg()[0]:.2f}")
     trace_reason = tracer_unavailable(args.device) if args.trace > 0 else None
     if trace_reason:
@@ -638,16 +842,27 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             keras = importlib.import_module(package)
             with tf.device(adapter.device):
-                reference = KerasSteps(keras, tf, build(keras), weights, prepared, data_format)
-            differences = identity_check(prepared, reference, tf)
-            same = all(d <= TOLERANCES[k] for k, d in differences.items())
+                with keras_policy(keras, args.precision):
+                    keras_model = build(keras)
+                reference = KerasSteps(keras, tf, keras_model, weights, prepared, data_format,
+                                       xla=args.xla)
+            del keras_model
+            # Before any measure: train_step changes the Keras model's weights.
+            differences, output_dtypes = identity_check(prepared, reference, tf)
+            same = within_tolerances(differences, output_dtypes, args.precision)
             identical &= same
             print(f"{name} b{batch} vs {label}: relative differences "
                   + ", ".join(f"{k} {v:.1e}" for k, v in differences.items())
-                  + ("" if same else f"  DIFFER (tolerances {TOLERANCES})"), flush=True)
-            for measure_name in ("forward", "gradient"):
+                  + f"; logits {output_dtypes['dlbench']} (dlbench), "
+                    f"{output_dtypes['reference']} ({label})"
+                  + ("" if same else f"  DIFFER (tolerances {tolerances}, logits "
+                                     f"{OUTPUT_DTYPE[args.precision]})"), flush=True)
+            for measure_name in measures:   # train_step, if asked for, last
                 steps = {"dlbench": prepared.step(measure_name),
-                         label: getattr(reference, measure_name)}
+                         label: reference.step(measure_name)}
+                for step in steps.values() if args.xla else ():
+                    for _ in range(UNTIMED_RUNS):   # the trace and XLA compilation
+                        prepared.sync(step())
                 medians: dict[str, list[float]] = {"dlbench": [], label: []}
                 busy: dict[str, list[float]] = {"dlbench": [], label: []}
                 cpu_ms: dict[str, list[float]] = {"dlbench": [], label: []}
@@ -677,16 +892,18 @@ def main(argv: list[str] | None = None) -> int:
                                                    measure_name, float(np.median(runs)))
                                   for side, runs in medians.items()}}
                 results.append({"model": name, "reference": label, "measure": measure_name,
-                                "batch": batch, "threads": args.threads,
-                                "variant": args.variant, "layout": prepared.layout.name,
+                                "batch": batch, "precision": args.precision, "xla": args.xla,
+                                "threads": args.threads, "variant": variant,
+                                "layout": prepared.layout.name,
                                 "reference_data_format": data_format,
                                 "dlbench_ms": ours_ms, "reference_ms": theirs_ms,
                                 "ratio": ratio, "verdict": verdict, "runs_ms": medians,
                                 "cores_busy": busy, "cpu_ms_per_call": cpu_ms,
                                 "cpu_ratio": cpu_ratio, "differences": differences,
+                                "tolerances": tolerances, "output_dtypes": output_dtypes,
                                 "identical": same, "device": env["gpu_model"] or "cpu",
                                 **traced})
-                print(f"{name:<9} b{batch:<4} {measure_name:<8} dlbench {ours_ms:9.3f} ms  "
+                print(f"{name:<9} b{batch:<4} {measure_name:<10} dlbench {ours_ms:9.3f} ms  "
                       f"{label:<14} {theirs_ms:9.3f} ms  ratio {ratio:.3f}  {verdict}  "
                       f"CPU-time ratio {cpu_ratio:.3f}  (medians {_rounded(medians, 3)}, "
                       f"cores busy {_rounded(busy, 2)})", flush=True)
@@ -698,10 +915,11 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     if args.out:
         args.out.write_text(json.dumps({"environment": env, "execution": adapter.describe(case),
+                                        "precision": args.precision, "xla": args.xla,
                                         "results": results}, indent=1))
     if not identical:
         print(f"some references computed another function (differences above "
-              f"{TOLERANCES})", file=sys.stderr)
+              f"{tolerances}, or logits not {OUTPUT_DTYPE[args.precision]})", file=sys.stderr)
     return 0 if identical else 1
 
 

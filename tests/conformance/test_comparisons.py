@@ -82,6 +82,116 @@ def test_the_keras_comparison_checks_googlenet_and_alexnet(framework, tmp_path):
                                                "gpu (CUPTI traces CUDA kernels)"}
 
 
+def test_the_keras_comparison_runs_bf16_xla_and_train_step(framework, tmp_path):
+    """The practice suite's Keras settings (bf16 under mixed_bfloat16, XLA on both sides,
+    train_step beside forward and gradient) on the cheapest model, against Keras 3: XLA
+    compiles every step on the CPU, the twins are identical at bf16 with bfloat16 logits
+    on both sides, and every row says its precision, XLA and measure."""
+    if framework != "tf":
+        pytest.skip("the Keras comparison runs in the TensorFlow session")
+    out = tmp_path / "keras-bf16-xla.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "comparisons.keras_vs_dlbench", "--device", "cpu",
+         "--threads", "2", "--batch", "1", "--models", "alexnet", "--references", "keras",
+         "--precision", "bf16", "--xla", "--measures", "forward,gradient,train_step",
+         "--budget", "0", "--warmup", "0", "--min-samples", "1", "--max-samples", "1",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert (report["precision"], report["xla"]) == ("bf16", True)
+    assert "XLA-compiled" in report["execution"]
+    rows = report["results"]
+    assert [r["measure"] for r in rows] == ["forward", "gradient", "train_step"]
+    for row in rows:
+        assert (row["model"], row["reference"], row["precision"], row["xla"],
+                row["variant"]) == ("alexnet", "keras", "bf16", True, "xla")
+        assert row["identical"], row["differences"]
+        assert row["output_dtypes"] == {"dlbench": "bfloat16", "reference": "bfloat16"}
+        assert row["tolerances"] == keras_comparison.TOLERANCES["bf16"]
+        assert row["dlbench_ms"] > 0 and row["reference_ms"] > 0
+    table = result.stdout[result.stdout.index("precision  xla  measure"):]
+    assert "bf16       yes  train_step  keras" in table
+
+
+def test_keras_comparison_bf16_bounds_are_the_derived_ones():
+    """3·sqrt(L)·u for outputs and the loss, 3·sqrt(2L)·u for the gradient norm, with u =
+    2^-8 and L = 54 (ResNet-50, the deepest); fp32's bounds unchanged."""
+    bf16 = keras_comparison.TOLERANCES["bf16"]
+    assert bf16["output"] == bf16["loss"] == pytest.approx(3 * 54 ** 0.5 / 256)
+    assert bf16["output"] == pytest.approx(8.61e-2, rel=1e-3)
+    assert bf16["grad_norm"] == pytest.approx(3 * 108 ** 0.5 / 256)
+    assert bf16["grad_norm"] == pytest.approx(0.1218, rel=1e-3)
+    assert keras_comparison.TOLERANCES["fp32"] == {"output": 1e-3, "loss": 1e-3,
+                                                   "grad_norm": 1e-2}
+    assert set(keras_comparison.PRECISIONS) == set(keras_comparison.OUTPUT_DTYPE)
+
+
+def test_keras_comparison_identity_needs_the_bounds_and_the_precisions_dtype():
+    within = keras_comparison.within_tolerances
+    bf16_logits = {"dlbench": "bfloat16", "reference": "bfloat16"}
+    small = {"output": 6.5e-3, "loss": 6.0e-3, "grad_norm": 1.2e-2}
+    assert within(small, bf16_logits, "bf16")
+    # The same differences fail fp32's bounds, and fp32 logits fail bf16's dtype check.
+    assert not within(small, {"dlbench": "float32", "reference": "float32"}, "fp32")
+    assert not within(small, {"dlbench": "bfloat16", "reference": "float32"}, "bf16")
+    assert not within({**small, "grad_norm": 0.2}, bf16_logits, "bf16")
+    assert within({"output": 0.0, "loss": 0.0, "grad_norm": 0.0},
+                  {"dlbench": "float32", "reference": "float32"}, "fp32")
+
+
+def test_keras_comparison_variant_follows_xla_and_rejects_contradictions():
+    variant = keras_comparison.adapter_variant
+    assert variant(True, "default") == variant(True, "xla") == "xla"
+    assert variant(False, "default") == "default"
+    assert variant(False, "nchw") == "nchw"
+    with pytest.raises(ValueError, match="contradicts"):
+        variant(True, "graph")
+    with pytest.raises(ValueError, match="use --xla"):
+        variant(False, "xla")
+
+
+def test_keras_comparison_measures_are_timed_with_train_step_last():
+    parse = keras_comparison.parse_measures
+    assert parse("forward,gradient") == keras_comparison.DEFAULT_MEASURES
+    assert parse("train_step,forward,gradient") == ("forward", "gradient", "train_step")
+    assert parse("train_step") == ("train_step",)
+    with pytest.raises(ValueError, match="grad_input"):
+        parse("forward,grad_input")
+    with pytest.raises(ValueError, match="no measure"):
+        parse(",")
+
+
+@pytest.mark.parametrize("argv", [["--xla", "--variant", "nchw"], ["--variant", "xla"],
+                                  ["--measures", "forward,profile"]])
+def test_keras_comparison_command_line_errors_are_parser_errors(argv, capsys):
+    """Contradictory flags stop the script before TensorFlow starts, with argparse's
+    usage line and exit status 2."""
+    with pytest.raises(SystemExit) as stop:
+        keras_comparison.main(argv)
+    assert stop.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("package", ["keras", "tf_keras"])
+def test_keras_policy_is_set_for_the_build_only(package):
+    """mixed_bfloat16 while the model is built, float32 again afterwards, also when the
+    build fails, so no later reference or model inherits it."""
+    keras = pytest.importorskip(package)
+    policy = keras.mixed_precision.global_policy
+    assert policy().name == "float32"
+    with keras_comparison.keras_policy(keras, "bf16"):
+        assert policy().name == "mixed_bfloat16"
+        layer = keras.layers.Dense(2)
+    assert policy().name == "float32"
+    assert (layer.compute_dtype, layer.variable_dtype) == ("bfloat16", "float32")
+    with pytest.raises(RuntimeError), keras_comparison.keras_policy(keras, "bf16"):
+        raise RuntimeError("a failed build")
+    assert policy().name == "float32"
+    with keras_comparison.keras_policy(keras, "fp32"):
+        assert policy().name == "float32"
+
+
 MS = 1_000_000  # ns
 
 
