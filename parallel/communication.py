@@ -20,39 +20,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from adapters.cupti_window import CuptiWindow, busy_and_span_ns, load_cupti
+
 NCCL_MARK = "nccl"
 TOOL = "CUPTI activity records (concurrent kernels), names holding 'nccl' against the rest"
 NS_PER_MS = 1e6
-
-
-def merged(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Overlapping or touching intervals joined, in order."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            if end > out[-1][1]:
-                out[-1] = (out[-1][0], end)
-        else:
-            out.append((start, end))
-    return out
-
-
-def total(intervals: list[tuple[int, int]]) -> int:
-    return sum(end - start for start, end in intervals)
-
-
-def intersection(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
-    """Length of the time covered by both merged interval lists."""
-    i = j = covered = 0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if end > start:
-            covered += end - start
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return covered
 
 
 def is_communication(name: str) -> bool:
@@ -61,19 +33,20 @@ def is_communication(name: str) -> bool:
 
 def per_device(records: Iterable[Any]) -> dict[int, dict[str, int]]:
     """For each device: NCCL kernel time, compute kernel time, the two overlapped, and the
-    device's busy time (any kernel), in ns; each a union of intervals, so kernels on
-    several streams count once."""
-    nccl: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    compute: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    device's busy time (any kernel), in ns. Each is a union of intervals
+    (``busy_and_span_ns``, the device clock's), so kernels on several streams count once;
+    the overlap is |NCCL| + |compute| − |NCCL ∪ compute|."""
+    nccl: dict[int, list[Any]] = defaultdict(list)
+    compute: dict[int, list[Any]] = defaultdict(list)
     for record in records:
-        target = nccl if is_communication(record.name) else compute
-        target[record.device_id].append((record.start_ns, record.end_ns))
+        (nccl if is_communication(record.name) else compute)[record.device_id].append(record)
     out = {}
     for device in sorted(set(nccl) | set(compute)):
-        a, b = merged(nccl[device]), merged(compute[device])
-        out[device] = {"nccl_ns": total(a), "compute_ns": total(b),
-                       "overlapped_ns": intersection(a, b),
-                       "busy_ns": total(merged(a + b))}
+        nccl_ns = busy_and_span_ns(nccl[device])[0]
+        compute_ns = busy_and_span_ns(compute[device])[0]
+        busy_ns = busy_and_span_ns(nccl[device] + compute[device])[0]
+        out[device] = {"nccl_ns": nccl_ns, "compute_ns": compute_ns,
+                       "overlapped_ns": nccl_ns + compute_ns - busy_ns, "busy_ns": busy_ns}
     return out
 
 
@@ -100,7 +73,6 @@ def summarise(records: Iterable[Any], steps: int) -> dict[str, Any] | None:
 def trace(engine: Any, steps: int) -> tuple[dict[str, Any] | None, str]:
     """``steps`` synchronised steps of ``engine`` under a CUPTI window; (summary, "") or
     (None, why not). Every rank calls it: the traced steps all-reduce too."""
-    from adapters.cupti_window import CuptiWindow, load_cupti
     from adapters.kernel_trace import unavailable_reason
 
     reason = unavailable_reason()

@@ -299,14 +299,21 @@ def share_cell(row) -> Cell:
                       f"{row['peak_source']}")
 
 
+MARK_NOTES = ((LAUNCH_BOUND, LAUNCH_BOUND_NOTE), (DEVICE_ABOVE, DEVICE_ABOVE_NOTE))
+
+
+def mark_notes(texts) -> tuple[str, ...]:
+    """The notes of the device marks (†, ≠) that end any of these cell texts."""
+    texts = list(texts)
+    return tuple(note for mark, note in MARK_NOTES
+                 if any(text.endswith(f" {mark}") for text in texts))
+
+
 def note_launch_bound(table: Table) -> Table:
     """A table with a launch-bound (†) or device-above-wall (≠) cell says what the mark
     means, once."""
-    for mark, note in ((LAUNCH_BOUND, LAUNCH_BOUND_NOTE), (DEVICE_ABOVE, DEVICE_ABOVE_NOTE)):
-        marked = any(c.text.endswith(f" {mark}") for row in table.rows for c in row)
-        if marked and note not in table.notes:
-            table = replace(table, notes=table.notes + (note,))
-    return table
+    notes = mark_notes(c.text for row in table.rows for c in row)
+    return replace(table, notes=table.notes + tuple(n for n in notes if n not in table.notes))
 
 
 def compact_repeated_failures(table: Table) -> Table:

@@ -27,14 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.cells import (
-    DEVICE_ABOVE,
-    DEVICE_ABOVE_NOTE,
-    DEVICE_NOTE,
-    LAUNCH_BOUND,
-    LAUNCH_BOUND_NOTE,
-    MISSING,
-)
+from reports.cells import DEVICE_NOTE, MARK_NOTES, MISSING, mark_notes
 from reports.naming import parse_conv
 from reports.table import Table, to_markdown
 
@@ -66,10 +59,7 @@ def compared_rows(table: Table, frameworks: int) -> Table | None:
     unused = set()
     if not any(", dev " in t for t in texts):
         unused.add(DEVICE_NOTE)
-    if not any(t.endswith(f" {LAUNCH_BOUND}") for t in texts):
-        unused.add(LAUNCH_BOUND_NOTE)
-    if not any(t.endswith(f" {DEVICE_ABOVE}") for t in texts):
-        unused.add(DEVICE_ABOVE_NOTE)
+    unused |= {note for _, note in MARK_NOTES} - set(mark_notes(texts))
     return replace(table, rows=rows, notes=tuple(n for n in table.notes if n not in unused))
 
 

@@ -150,10 +150,7 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
                     "update with momentum (adapters/measures.py).")
     if with_device:
         head.append(cells.DEVICE_COLUMNS_NOTE)
-    if any(c.text.endswith(cells.LAUNCH_BOUND) for row in body for c in row):
-        head.append(cells.LAUNCH_BOUND_NOTE)
-    if any(c.text.endswith(cells.DEVICE_ABOVE) for row in body for c in row):
-        head.append(cells.DEVICE_ABOVE_NOTE)
+    head.extend(cells.mark_notes(c.text for row in body for c in row))
     at = COLUMNS.index("Total (ms)") + 1
     added = (TRAIN_COLUMNS if with_train else ()) + (DEVICE_COLUMNS if with_device else ())
     columns = COLUMNS[:at] + added + COLUMNS[at:]

@@ -27,14 +27,16 @@ from reports.table import Cell, Table  # noqa: E402
 MEASURE = "data_parallel"
 
 
+def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last row of each data-parallel case (reruns keep the last)."""
+    latest = {row.get("case_id") or id(row): row for row in rows
+              if row.get("measure") == MEASURE and isinstance(row.get("scaling"), dict)}
+    return list(latest.values())
+
+
 def scaling_rows(loaded: Loaded) -> list[dict[str, Any]]:
-    """The latest row of each data-parallel case (reruns keep the last)."""
-    latest: dict[str, dict[str, Any]] = {}
-    for raw in loaded.rows:
-        data = raw.data
-        if data.get("measure") == MEASURE and isinstance(data.get("scaling"), dict):
-            latest[data.get("case_id", f"{raw.path}:{raw.line}")] = dict(data)
-    return sorted(latest.values(), key=lambda r: (
+    """The latest row of each data-parallel case, in table order."""
+    return sorted(latest_rows([raw.data for raw in loaded.rows]), key=lambda r: (
         r["settings"]["framework"], r["settings"]["device"], r["settings"]["precision"],
         r["model"], r["scaling"].get("mode", ""), r["scaling"].get("base_batch", 0),
         r["scaling"].get("devices", 0)))
@@ -163,13 +165,6 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
 # The GPU counts a published scaling folder answers for (the lent multi-GPU hosts' sizes):
 # a count without rows is said to be not run, never left out silently.
 PUBLISHED_COUNTS = (2, 4, 8)
-
-
-def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last row of each data-parallel case among plain row dicts."""
-    latest = {row.get("case_id"): row for row in rows
-              if row.get("measure") == MEASURE and isinstance(row.get("scaling"), dict)}
-    return list(latest.values())
 
 
 def _summary_cell(row: dict[str, Any] | None) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 from adapters.cupti_window import ActivityRecord
 from parallel import communication
-from parallel.communication import intersection, merged, per_device, summarise
+from parallel.communication import per_device, summarise
 
 MS = 1_000_000   # ns
 
@@ -18,11 +18,19 @@ def kernel(name: str, start_ms: float, end_ms: float, device: int = 0,
                           end_ns=int(end_ms * MS), device_id=device, stream_id=stream)
 
 
+def overlap_ns(nccl: list[tuple[int, int]], compute: list[tuple[int, int]]) -> dict[str, int]:
+    records = [ActivityRecord(kind=10, name="ncclDevKernel", start_ns=s, end_ns=e)
+               for s, e in nccl] + \
+        [ActivityRecord(kind=10, name="gemm", start_ns=s, end_ns=e) for s, e in compute]
+    return per_device(records)[0]
+
+
 def test_interval_arithmetic():
-    assert merged([(5, 7), (0, 2), (1, 3), (3, 4)]) == [(0, 4), (5, 7)]
-    assert intersection([(0, 10)], [(2, 3), (5, 12)]) == 6
-    assert intersection([(0, 2), (4, 6)], [(2, 4)]) == 0
-    assert intersection([], [(0, 1)]) == 0
+    # Overlapping and touching kernels of one kind count once.
+    assert overlap_ns([(5, 7), (0, 2), (1, 3), (3, 4)], [])["nccl_ns"] == 6
+    assert overlap_ns([(0, 10)], [(2, 3), (5, 12)])["overlapped_ns"] == 6
+    assert overlap_ns([(0, 2), (4, 6)], [(2, 4)])["overlapped_ns"] == 0
+    assert overlap_ns([], [(0, 1)])["overlapped_ns"] == 0
 
 
 def test_overlapped_and_exposed_nccl_time_per_device():
