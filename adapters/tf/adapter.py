@@ -135,10 +135,14 @@ def has_kernel(op: str, device: str, dtype: tf.DType) -> bool:
 def cudnn_lstm(on_gpu: bool, variant: str, precision: str) -> bool:
     """Whether Keras may pick cuDNN's fused LSTM (see network.LSTMLayer): only on a GPU
     (Keras looks for any visible GPU, not the one the case runs on), not under XLA, which
-    cannot compile the cuDNN op, and in bfloat16 only where the build has that kernel."""
+    cannot compile the cuDNN op, and never in bfloat16. TensorFlow 2.21's bfloat16
+    CudnnRNNV3 computes the forward right but not its gradients: on an H200, the sentiment
+    LSTM's gradient norms (lstm.w_ih) came out 0.0 at batch 128 with padded sequences,
+    1.4e4 with every sequence full length and 1.5e21 at batch 16, where the masked loop
+    gives 0.0560 in bfloat16 and cuDNN 0.0560 in float32; on an H100 they were NaN."""
     if not on_gpu or variant == "xla":
         return False
-    return precision != "bf16" or has_kernel("CudnnRNNV3", "GPU", tf.bfloat16)
+    return precision != "bf16"
 
 
 def _placed(device: str, array: np.ndarray) -> tf.Tensor:
