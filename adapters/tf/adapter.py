@@ -46,6 +46,7 @@ from adapters.tf.network import (
 from adapters.tf.profile import profile_steps
 from adapters.tf.settings import describe_settings, settings_in_force
 from models.inputs import Batch
+from models.ir import LSTM as IRLSTM
 from models.ir import Conv2d as IRConv2d
 from models.ir import Model, all_nodes
 from models.weights import Weights
@@ -121,15 +122,9 @@ def apply_precision(precision: str, on_gpu: bool) -> None:
     tf.config.experimental.enable_tensor_float_32_execution(tf32)
 
 
-def has_kernel(op: str, device: str, dtype: tf.DType) -> bool:
-    """Whether this TensorFlow build registers a ``device`` kernel of ``op`` for
-    ``dtype`` (no public API lists kernels; tf.raw_ops documents op definitions only)."""
-    from tensorflow.python.framework import kernels
-
-    return any(kernel.device_type == device and all(
-        dtype.as_datatype_enum in c.allowed_values.list.type
-        for c in kernel.constraint if c.name == "T")
-        for kernel in kernels.get_registered_kernels_for_op(op).kernel)
+# What each row of a network with an LSTM records of the kernel that ran it.
+LSTM_KERNELS = {True: "cuDNN's fused LSTM (CudnnRNNV3) where Keras may use it",
+                False: "Keras's masked tf.while_loop"}
 
 
 def cudnn_lstm(on_gpu: bool, variant: str, precision: str) -> bool:
@@ -313,7 +308,9 @@ class TFPrepared(Prepared):
                       "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
                       "layout": self.layout.name if model.input.kind == "image" else "NC",
                       "tf_settings": settings_in_force(self.on_gpu),
-                      **({"grouped_conv_split": split_groups} if grouped else {})}
+                      **({"grouped_conv_split": split_groups} if grouped else {}),
+                      **({"lstm_kernel": LSTM_KERNELS[self.build_options["cudnn_lstm"]]}
+                         if any(isinstance(n, IRLSTM) for n in all_nodes(model)) else {})}
         compile_fn = COMPILE[variant]
         self.run_forward = compile_fn(self._forward)
         self.run_gradient = compile_fn(self._gradient)

@@ -451,7 +451,7 @@ class LSTMLayer:
     calls cuDNN's fused LSTM (CudnnRNNV3 with per-sequence lengths, skipping padded
     steps). Elsewhere it runs its masked tf.while_loop, which holds the state past each
     length: always on the CPU; under XLA, which cannot compile the cuDNN op; and under
-    bfloat16 if the build has no bfloat16 CudnnRNNV3 kernel (adapter.cudnn_lstm). Keras
+    bfloat16, whose cuDNN gradients are wrong (adapter.cudnn_lstm). Keras
     would fall back by itself only in eager mode; inside a tf.function a missing kernel
     fails at run time, hence the explicit choice.
     """
