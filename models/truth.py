@@ -23,7 +23,11 @@ What it computes (``Plan``), and why no judged row loses anything:
   so their reference backward (twice a forward's work) is skipped unless
   ``DLBENCH_TRUTH_GRADIENTS=all``;
 * for a **single convolution under the "sum" loss**, loss and gradients in closed form
-  from box sums of the input (``models/closed_form.py``), so no full convolution runs.
+  from box sums of the input (``models/closed_form.py``), so no full convolution runs;
+* where the whole batch's passes would cost more than ``MAX_GFLOP`` (VGG-16 at batch
+  128, ResNet-50's bf16 batch sweep), the **output alone**: the k examples' inference
+  pass, which judges the output exactly as above; the loss and gradients of such a pair
+  are not judged (the rows say why), where before the pair had no float64 check at all.
 
 The cache key hashes the model's IR (its frozen dataclasses' repr names every layer and
 setting), the batch size, the seed, the plan, and the source of every module that decides
@@ -48,8 +52,9 @@ from models.analysis import analyse
 from models.error_bounds import grad_judged
 
 # Beyond this many GFLOP of reference passes per (model, batch) (``cost_gflop``: what the
-# plan runs, not the model's full training step) the truth is not computed and the report
-# falls back to pairwise agreement. float64 numpy runs these networks at 6 to 15 GFLOP
+# plan runs, not the model's full training step) the truth holds the k examples' output
+# alone (``Plan.whole_batch``), and beyond it even for those the report falls back to
+# pairwise agreement. float64 numpy runs these networks at 6 to 15 GFLOP
 # per CPU-second (measured on a 2-core AMD EPYC: GoogLeNet 5.9, ResNet-50 9.6, VGG-16
 # 14.7; 3-channel 11x11 convolutions 6.6), so 3 TFLOP is at most about 8 CPU-minutes,
 # once. Since only judged quantities are computed, every pair of the GPU suites is below
@@ -85,18 +90,20 @@ class Plan:
     gradients: bool            # the reference backward runs
     closed_form: bool          # single convolution, "sum" loss: models/closed_form.py
     separate_inference: bool   # batch norm: the k examples get an inference pass of their own
+    whole_batch: bool = True   # the training-mode loss over the whole batch (and gradients)
 
 
 @dataclass(frozen=True)
 class Truth:
     output: np.ndarray              # inference output of the first k examples, float64
-    loss: float                     # training-mode loss over the whole batch
-    loss_scale: float               # |loss|, or sum |output| for a "sum" loss (cancels)
+    loss: float | None              # training-mode loss over the whole batch (None: too costly)
+    loss_scale: float | None        # |loss|, or sum |output| for a "sum" loss (cancels)
     grads: dict[str, np.ndarray] | None  # canonical layouts, float64; None: not computed
     seconds: float                  # time it took to compute (0 when read from the cache)
     cached: bool
     batch: int                      # the whole batch's size (output holds its first k)
     grad_skipped: str = ""          # why grads is None
+    loss_skipped: str = ""          # why loss is None: the whole batch is above the cost cap
 
     @property
     def output_examples(self) -> int:
@@ -114,13 +121,24 @@ def _has_batch_norm(model: ir.Model) -> bool:
     return any(isinstance(node, ir.BatchNorm) for node in ir.all_nodes(model))
 
 
-def plan(model: ir.Model, batch: int) -> Plan:
-    every_gradient = gradient_mode() == "all"
+def max_gflop() -> float:
+    return float(os.environ.get("DLBENCH_TRUTH_MAX_GFLOP", MAX_GFLOP))
+
+
+def _whole_batch_plan(model: ir.Model, batch: int) -> Plan:
     shortcut = closed_form.applies(model)
     return Plan(output_examples=min(batch, OUTPUT_EXAMPLES),
-                gradients=shortcut or every_gradient or grad_judged(model),
+                gradients=shortcut or gradient_mode() == "all" or grad_judged(model),
                 closed_form=shortcut,
                 separate_inference=not shortcut and _has_batch_norm(model))
+
+
+def plan(model: ir.Model, batch: int) -> Plan:
+    whole = _whole_batch_plan(model, batch)
+    if whole.closed_form or _cost_gflop(model, batch, whole) <= max_gflop():
+        return whole
+    return Plan(whole.output_examples, gradients=False, closed_form=False,
+                separate_inference=True, whole_batch=False)
 
 
 def cache_dir() -> Path:
@@ -148,23 +166,40 @@ def _window_sum_gflop(model: ir.Model, batch: int) -> float:
             + channels * node.kernel[0] * node.kernel[1] * out_h * out_w) / 1e9
 
 
+def _cost_gflop(model: ir.Model, batch: int, steps: Plan) -> float:
+    per_example = analyse(model).flops / 1e9
+    head = steps.output_examples * per_example
+    if steps.closed_form:
+        return head + _window_sum_gflop(model, batch)
+    if not steps.whole_batch:
+        return head
+    passes = 3.0 if steps.gradients else 1.0
+    return passes * batch * per_example + (head if steps.separate_inference else 0.0)
+
+
 def cost_gflop(model: ir.Model, batch: int) -> float:
     """GFLOP of the passes ``plan`` runs, in forward FLOPs as ``models.analysis`` counts
     them: the training forward over the batch (which is also the inference pass without
     batch norm), its backward where gradients are computed (twice the forward's
     products), an inference pass over the k examples with batch norm; for the closed
-    form, the k examples' convolution and the box sums."""
+    form, the k examples' convolution and the box sums; for the output alone, the k
+    examples' inference pass."""
+    return _cost_gflop(model, batch, plan(model, batch))
+
+
+def whole_batch_skipped(model: ir.Model, batch: int) -> str:
+    """Why the truth of (model, batch) holds the output alone ("" where it holds all)."""
     steps = plan(model, batch)
-    per_example = analyse(model).flops / 1e9
-    head = steps.output_examples * per_example
-    if steps.closed_form:
-        return head + _window_sum_gflop(model, batch)
-    passes = 3.0 if steps.gradients else 1.0
-    return passes * batch * per_example + (head if steps.separate_inference else 0.0)
+    if steps.whole_batch:
+        return ""
+    whole = _cost_gflop(model, batch, _whole_batch_plan(model, batch))
+    return (f"loss and gradients not judged: the whole batch's float64 pass would be "
+            f"{whole:.0f} GFLOP > {max_gflop():.0f} (DLBENCH_TRUTH_MAX_GFLOP); output "
+            f"judged on the first {steps.output_examples} examples")
 
 
 def too_expensive(model: ir.Model, batch: int) -> str | None:
-    limit = float(os.environ.get("DLBENCH_TRUTH_MAX_GFLOP", MAX_GFLOP))
+    limit = max_gflop()
     cost = cost_gflop(model, batch)
     if cost > limit:
         return (f"float64 reference skipped: {cost:.0f} GFLOP > {limit:.0f} "
@@ -175,8 +210,8 @@ def too_expensive(model: ir.Model, batch: int) -> str | None:
 @dataclass(frozen=True)
 class _Computed:
     output: np.ndarray
-    loss: float
-    loss_scale: float
+    loss: float | None
+    loss_scale: float | None
     grads: dict[str, np.ndarray] | None
 
 
@@ -198,6 +233,9 @@ def _by_closed_form(model: ir.Model, w: weights.Weights, data: inputs.Batch,
 
 def _by_reference(model: ir.Model, w: weights.Weights, data: inputs.Batch,
                   steps: Plan) -> _Computed:
+    if not steps.whole_batch:
+        head = inputs.head(data, steps.output_examples)
+        return _Computed(reference.forward(model, w, head, train=False), None, None, None)
     if steps.gradients:
         loss, grads, trained = reference_grad.loss_gradients_and_output(model, w, data)
     else:
@@ -220,9 +258,10 @@ def compute(model: ir.Model, batch: int, seed: int) -> Truth:
     data = inputs.make_batch(model, batch, seed)
     run = _by_closed_form if steps.closed_form else _by_reference
     found = run(model, w, data, steps)
+    partial = whole_batch_skipped(model, batch)
     return Truth(found.output, found.loss, found.loss_scale, found.grads,
                  time.perf_counter() - started, False, batch,
-                 "" if found.grads is not None else GRAD_SKIPPED)
+                 "" if found.grads is not None else (partial or GRAD_SKIPPED), partial)
 
 
 def _path(model: ir.Model, batch: int, seed: int) -> Path:
@@ -238,8 +277,11 @@ def _load(path: Path) -> Truth:
         grads = {name[len("grad:"):]: stored[name] for name in stored.files
                  if name.startswith("grad:")}
         skipped = str(stored["grad_skipped"])
-        return Truth(stored["output"], float(stored["loss"]), float(stored["loss_scale"]),
-                     None if skipped else grads, 0.0, True, int(stored["batch"]), skipped)
+        loss_skipped = str(stored["loss_skipped"])
+        loss, scale = ((None, None) if loss_skipped
+                       else (float(stored["loss"]), float(stored["loss_scale"])))
+        return Truth(stored["output"], loss, scale, None if skipped else grads, 0.0, True,
+                     int(stored["batch"]), skipped, loss_skipped)
 
 
 def _store(path: Path, truth: Truth) -> None:
@@ -247,8 +289,11 @@ def _store(path: Path, truth: Truth) -> None:
     # Written under a private name and renamed: workers of other frameworks, and the
     # processes of fill_cache, may read the same entry at the same time.
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.npz")
-    np.savez(partial, output=truth.output, loss=truth.loss, loss_scale=truth.loss_scale,
+    np.savez(partial, output=truth.output,
+             loss=np.nan if truth.loss is None else truth.loss,
+             loss_scale=np.nan if truth.loss_scale is None else truth.loss_scale,
              batch=truth.batch, grad_skipped=np.str_(truth.grad_skipped),
+             loss_skipped=np.str_(truth.loss_skipped),
              **{f"grad:{name}": g for name, g in (truth.grads or {}).items()})
     os.replace(partial, path)
 

@@ -161,6 +161,8 @@ def truth_cell(printed: dict | None, truths: dict[str, RowTruth], equiv: Equival
                  if e.get(name) is not None]
         bound = (f"; bound: output {b.output:.1e}, gradient "
                  + (f"{b.grad:.1e}" if b.grad_judged else "not judged")) if b else ""
+        if e.get("whole_batch_skipped"):
+            bound += f"; {e['whole_batch_skipped']}"
         if truth.ok:
             return Cell(f"{truth.worst:.1e} ✓", title=", ".join(parts) + bound)
         return Cell(f"{truth.worst:.1e} ✗", kind="fail",

@@ -85,9 +85,11 @@ def judge(errors: dict, limits: Bounds,
     if floor is not None and output is not None and output < floor:
         failures.append(f"output {output:.1e} < {floor:.1e}, the fp32 bound: fp32's "
                         f"accuracy, not {limits.precision}'s")
-    if limits.grad_judged and errors.get("grad_skipped"):
-        # Never written today (models/truth.py computes every judged gradient); a row whose
-        # judged gradient was not computed cannot be proven, so it is not passed.
+    if limits.grad_judged and errors.get("grad_skipped") and not errors.get(
+            "whole_batch_skipped"):
+        # models/truth.py computes every judged gradient unless the whole batch is above
+        # its cost cap (the output alone is judged then, and the row says so); a row whose
+        # judged gradient was otherwise not computed cannot be proven, so it is not passed.
         failures.append("grad not computed by the float64 reference, though judged")
     for field, which in _BOUND_OF.items():
         if which == "grad" and not limits.grad_judged:
@@ -178,6 +180,8 @@ def _gradient_cell(errors: dict) -> str:
         return _e(errors["grad"])
     if errors.get("grad_norms") is not None:
         return f"norms {_e(errors['grad_norms'])}"
+    if errors.get("whole_batch_skipped"):
+        return "not judged (output only)"
     return "not computed" if errors.get("grad_skipped") else "—"
 
 
@@ -202,9 +206,11 @@ def truth_table(frame: pd.DataFrame) -> Table | None:
                  + (f"{b.grad:.1e}" if b.grad_judged else "not judged")),
             cell(verdict, kind="" if t.ok else "fail"),
         ))
-    skipped = sorted({json.loads(r["fingerprint"] or "{}").get("vs_f64", {}).get("skipped", "")
-                      for r in frame.to_dict("records")
-                      if r["measure"] == FINGERPRINT and r["status"] == "ok"} - {""})
+    printed = [json.loads(r["fingerprint"] or "{}").get("vs_f64", {})
+               for r in frame.to_dict("records")
+               if r["measure"] == FINGERPRINT and r["status"] == "ok"]
+    skipped = sorted({e.get("skipped", "") for e in printed} - {""})
+    output_only = sorted({e.get("whole_batch_skipped", "") for e in printed} - {""})
     notes = ("Errors against the float64 reference: output max |y − y64| / max |y64| over "
              "the batch's first examples (min(batch, 4) in rows that record "
              "output_examples: each example's inference output is independent of the "
@@ -220,7 +226,8 @@ def truth_table(frame: pd.DataFrame) -> Table | None:
              "accumulated rounding (2e-2 for PyTorch fp32 ResNet-50 on a CPU); their "
              "verdict rests on output and loss, and the float64 reference computes their "
              "gradients only with DLBENCH_TRUTH_GRADIENTS=all (\"not computed\").",
-             *(f"Pairwise only: {s}" for s in skipped))
+             *(f"Pairwise only: {s}" for s in skipped),
+             *(f"Output only: {s}" for s in output_only))
     return Table("truth", "Equivalence against float64",
                  ("model", "batch", "precision", "framework", "output err", "loss err",
                   "gradient err", "forward", "gradient", "bound out / grad", "verdict"),

@@ -70,7 +70,9 @@ def errors(output: OutputSummary, loss: float | None,
     against ``truth`` (module docstring)."""
     found: dict[str, Any] = {"norm": "output: max-abs / max |y64|; gradients: 2-norm / ||g64||"}
     found.update(_output_error(output, truth))
-    if loss is not None:
+    if truth.loss_skipped:
+        found["whole_batch_skipped"] = truth.loss_skipped
+    elif loss is not None:
         found["loss"] = abs(loss - truth.loss) / max(truth.loss_scale, 1e-300)
     if grads is None:
         return found

@@ -295,8 +295,41 @@ def test_pairs_that_fit_under_the_limit_now_are_computed(monkeypatch):
     # Beyond 3 TFLOP at four passes, within it at what is computed now.
     for name, batch in (("vgg_a", 64), ("alexnet_bvlc_plain", 512)):
         assert truth.too_expensive(get_model(name), batch) is None, name
-    monkeypatch.setenv("DLBENCH_TRUTH_MAX_GFLOP", "100")
-    assert "pairwise agreement only" in truth.too_expensive(get_model("vgg_a"), 64)
+        assert truth.plan(get_model(name), batch).whole_batch, name
+    # Beyond the cap for the whole batch: the output alone; beyond it for that too: none.
+    model = get_model("vgg_a")
+    head = truth.OUTPUT_EXAMPLES * analyse(model).flops / 1e9
+    monkeypatch.setenv("DLBENCH_TRUTH_MAX_GFLOP", str(2 * head))
+    assert truth.too_expensive(model, 64) is None
+    assert not truth.plan(model, 64).whole_batch
+    assert truth.cost_gflop(model, 64) == pytest.approx(head)
+    assert "output judged on the first 4 examples" in truth.whole_batch_skipped(model, 64)
+    monkeypatch.setenv("DLBENCH_TRUTH_MAX_GFLOP", str(head / 2))
+    assert "pairwise agreement only" in truth.too_expensive(model, 64)
+
+
+@pytest.mark.parametrize("name", ["lstm_tiny", "resnet_tiny", "lenet_tiny"])
+def test_above_the_cap_the_truth_is_the_output_of_the_first_examples(name, tmp_path,
+                                                                     monkeypatch):
+    # The same k outputs as the whole-batch truth, no loss, no gradients, the reason kept
+    # through the cache; the worker's errors judge the output and say what was not judged.
+    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
+    model = get_model(name)
+    whole = truth.compute(model, BATCH, 0)
+    head = truth.OUTPUT_EXAMPLES * analyse(model).flops / 1e9
+    monkeypatch.setenv("DLBENCH_TRUTH_MAX_GFLOP", str(head * 1.2))   # whole batch: >= 1.5x
+    assert truth.cost_gflop(model, BATCH) == pytest.approx(head)
+    for found in (truth.load_or_compute(model, BATCH, 0), truth.load_or_compute(model, BATCH, 0)):
+        np.testing.assert_allclose(found.output, whole.output, rtol=1e-12,
+                                   atol=1e-14 * np.abs(whole.output).max())
+        assert found.loss is None and found.loss_scale is None and found.grads is None
+        assert found.loss_skipped == found.grad_skipped == truth.whole_batch_skipped(model,
+                                                                                      BATCH)
+    assert found.cached
+    vs = truth_check.fingerprint_fields(_Prepared(model, BATCH), model, BATCH, 0,
+                                        NotImplementedError)["vs_f64"]
+    assert vs["output"] < 1e-14 and "loss" not in vs and vs["grad"] is None
+    assert vs["whole_batch_skipped"] == found.loss_skipped
 
 
 # --------------------------------------------------------------------------------------

@@ -169,3 +169,26 @@ def test_a_judged_gradient_that_was_not_computed_is_not_passed(tmp_path):
     equiv, _ = judged(rows, tmp_path)
     verdict = equiv.verdicts[("lstm", 16, "fp32")]
     assert verdict.agree is False and "not computed" in verdict.worst_pair
+
+
+def test_an_output_only_row_of_a_judged_gradient_network_is_judged_on_its_output(tmp_path):
+    # The whole batch above the float64 cost cap: the output alone is judged, and the
+    # missing loss and gradients (which the LSTM's bounds would judge) are not a failure.
+    reason = ("loss and gradients not judged: the whole batch's float64 pass would be "
+              "9000 GFLOP > 3000 (DLBENCH_TRUTH_MAX_GFLOP); output judged on the first 4 "
+              "examples")
+    output_only = {"norm": "max-abs", "output": 2e-6, "output_examples": 4,
+                   "whole_batch_skipped": reason, "grad": None, "grad_norms": None,
+                   "grad_skipped": reason}
+    rows = [fingerprint_row("lstm", 16, "torch", errors=output_only),
+            fingerprint_row("lstm", 16, "jax", errors={**output_only, "output": TF32_SIZED})]
+    equiv, frame = judged(rows, tmp_path)
+    by_framework = {r["framework"]: equiv.rows[r["source"]] for r in frame.to_dict("records")}
+    assert by_framework["torch"].agree and by_framework["torch"].against == "float64"
+    assert by_framework["jax"].agree is False
+    table = truth.truth_table(frame)
+    cells = {row[3].text.split()[0]: dict(zip(table.columns, (c.text for c in row)))
+             for row in table.rows}
+    assert cells["torch"]["gradient err"] == "not judged (output only)"
+    assert cells["torch"]["loss err"] == "—" and cells["torch"]["verdict"] == "✓"
+    assert any(reason in note for note in table.notes)
