@@ -320,7 +320,7 @@ class Matrix:
         if not item.reusable:
             return 0
         results = ResultsFile(item.results)
-        done = set(read_rows(item.results))
+        done = results.finished_case_ids()
         sources: dict[Path, dict] = {}
         copied = 0
         for case, candidates in item.reusable:

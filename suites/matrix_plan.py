@@ -34,7 +34,7 @@ from suites.estimate import (
     estimate_cases,
     minutes,
 )
-from suites.results import FINGERPRINT, read_rows
+from suites.results import FINGERPRINT, finished_case_ids
 from suites.reuse import ReuseIndex, Source, timer_of
 from suites.runner import (
     RunRequest,
@@ -236,7 +236,7 @@ def suite_jobs(suite: str, framework: str, device: str, out: Path, seed: int
 
 
 def finished_ids(path: Path) -> set[str]:
-    return set(read_rows(path)) if path.name else set()
+    return finished_case_ids(path) if path.name else set()
 
 
 def make_plan(device: str, frameworks: list[str], suites: list[str], out: Path, seed: int,

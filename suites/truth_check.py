@@ -126,6 +126,23 @@ def _truth_of(model, batch: int, seed: int) -> tuple[truth_module.Truth | None, 
     return truth, ""
 
 
+def judgeable_now(row: dict[str, Any]) -> bool:
+    """Whether ``row`` is a fingerprint written without float64 errors because its truth
+    was above the cost cap, which the truth now computes (the first examples' output
+    where the whole batch is still above it: models/truth.py), so that ``--resume`` takes
+    it again rather than keep a pairwise-only row."""
+    skipped = ((row.get("fingerprint") or {}).get("vs_f64") or {}).get("skipped", "")
+    if row.get("measure") != "fingerprint" or row.get("status") != "ok" \
+            or not skipped.startswith("float64 reference skipped") or not enabled():
+        return False
+    from models.zoo import UnknownModel, get_model
+
+    try:
+        return truth_module.too_expensive(get_model(row["model"]), int(row["batch"])) is None
+    except (UnknownModel, KeyError, TypeError, ValueError):
+        return False
+
+
 def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type) -> dict:
     """The fingerprint dict of ``prepared`` (``adapters.base.Fingerprint``) with its errors
     against float64 under ``vs_f64``. The adapter summarises its output and gradients

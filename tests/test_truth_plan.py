@@ -6,6 +6,7 @@ on the same examples (suites/truth_check.py) and the parallel cache fill
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import replace
@@ -417,3 +418,33 @@ def test_a_bad_gradient_setting_skips_the_truth_and_keeps_the_row(tmp_path, monk
                                             NotImplementedError)
     assert fields["vs_f64"]["skipped"].startswith("float64 reference failed")
     assert "DLBENCH_TRUTH_GRADIENTS" in fields["vs_f64"]["skipped"]
+
+
+def _fingerprint_row(case_id, model, batch, vs_f64, status="ok"):
+    return {"case_id": case_id, "model": model, "batch": batch, "measure": "fingerprint",
+            "status": status, "fingerprint": {"output_head": [0.0], "vs_f64": vs_f64}}
+
+
+def test_resume_takes_again_a_fingerprint_the_truth_now_judges(tmp_path, monkeypatch):
+    # Written when the truth was above the cap and skipped: resuming redoes the
+    # fingerprint (only it) once the truth judges the pair; still above the cap, with the
+    # truth off, or failed: recorded as before.
+    from suites.results import finished_case_ids
+
+    capped = {"skipped": "float64 reference skipped: 3960 GFLOP > 3000 "
+                         "(DLBENCH_TRUTH_MAX_GFLOP); pairwise agreement only"}
+    rows = [_fingerprint_row("a/fingerprint", "vgg16", 128, capped),
+            _fingerprint_row("b/fingerprint", "vgg16", 128, {"skipped": "DLBENCH_TRUTH=off"}),
+            _fingerprint_row("c/fingerprint", "vgg16", 128, capped, status="failed"),
+            _fingerprint_row("d/fingerprint", "no_such_model", 128, capped),
+            {**_fingerprint_row("e/forward", "vgg16", 128, capped), "measure": "forward"},
+            _fingerprint_row("f/fingerprint", "lenet", 64, {"output": 1e-7})]
+    path = tmp_path / "torch_gpu.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    everything = {r["case_id"] for r in rows}
+    assert finished_case_ids(path) == everything - {"a/fingerprint"}
+    monkeypatch.setenv("DLBENCH_TRUTH_MAX_GFLOP", "1")     # even 4 examples above it
+    assert finished_case_ids(path) == everything
+    monkeypatch.delenv("DLBENCH_TRUTH_MAX_GFLOP")
+    monkeypatch.setenv("DLBENCH_TRUTH", "off")
+    assert finished_case_ids(path) == everything
