@@ -198,11 +198,15 @@ def whole_batch_skipped(model: ir.Model, batch: int) -> str:
             f"judged on the first {steps.output_examples} examples")
 
 
+# How a skip for cost begins (``too_expensive``), which a resumed run looks for in rows.
+SKIPPED_FOR_COST = "float64 reference skipped"
+
+
 def too_expensive(model: ir.Model, batch: int) -> str | None:
     limit = max_gflop()
     cost = cost_gflop(model, batch)
     if cost > limit:
-        return (f"float64 reference skipped: {cost:.0f} GFLOP > {limit:.0f} "
+        return (f"{SKIPPED_FOR_COST}: {cost:.0f} GFLOP > {limit:.0f} "
                 "(DLBENCH_TRUTH_MAX_GFLOP); pairwise agreement only")
     return None
 

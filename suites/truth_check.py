@@ -39,6 +39,7 @@ import numpy as np
 from adapters.summary import HEAD_EXAMPLES, OutputSummary
 from models import truth as truth_module
 from suites import truth_pool
+from suites.results import FINGERPRINT
 
 
 def enabled() -> bool:
@@ -132,8 +133,8 @@ def judgeable_now(row: dict[str, Any]) -> bool:
     where the whole batch is still above it: models/truth.py), so that ``--resume`` takes
     it again rather than keep a pairwise-only row."""
     skipped = ((row.get("fingerprint") or {}).get("vs_f64") or {}).get("skipped", "")
-    if row.get("measure") != "fingerprint" or row.get("status") != "ok" \
-            or not skipped.startswith("float64 reference skipped") or not enabled():
+    if row.get("measure") != FINGERPRINT or row.get("status") != "ok" \
+            or not skipped.startswith(truth_module.SKIPPED_FOR_COST) or not enabled():
         return False
     from models.zoo import UnknownModel, get_model
 
