@@ -4,6 +4,8 @@ per thread setting, shows progress, and survives what a case can do to its proce
 * ``--resume`` skips every case already in the results file.
 * A worker that dies (a segfault, the kernel's OOM killer) leaves a ``failed`` row for the
   measurements it had in flight; the runner starts a new worker for the rest.
+* A job that runs out of device memory in a worker that ran other jobs first goes on in a
+  fresh worker (suites/worker.py says why); only there does an ``oom`` row stand.
 * A case (its build plus one measure) that runs past the suite's ``case_timeout_s`` (or
   ``--case-timeout``) becomes a ``timeout`` row; the worker's whole process tree is killed
   and a fresh worker goes on with the rest.
@@ -59,7 +61,7 @@ from suites.results import (
 )
 from suites.spec import Job, SuiteError, check_case_timeout, expand, load_suite, resolve_suite_path, suggest
 from suites.truth_check import fill_cache
-from suites.worker import EVENT_PREFIX, PARENT_PID, Plan
+from suites.worker import EVENT_PREFIX, FRESH_AFTER, FRESH_PROCESS_EXIT, PARENT_PID, Plan
 from suites.worker_pool import GPU, WorkerKey, WorkerPool
 from suites.worker_process import WorkerProcess
 
@@ -289,6 +291,9 @@ class Runner:
             pending_measures(jobs, self.key, set()), request.device, request.phases)) - self.total
         self.statuses: dict[str, int] = defaultdict(int)
         self.log_path = self.path.with_suffix(".log")
+        # Per case and phase: the out-of-memory error that sent its job to a fresh worker.
+        self.fresh_after: dict[tuple, str] = {}
+        self.fresh_reason = ""     # the last worker's fresh_process event
 
     @property
     def total(self) -> int:
@@ -389,6 +394,7 @@ class Runner:
             plan = Plan(self.suite, self.request.framework, self.request.device, threads,
                         remaining[0][0].interop_threads, str(self.path), self.request.seed,
                         [{**asdict(job), "pending": names,
+                          FRESH_AFTER: self.fresh_after.get((case_of(job), phase), ""),
                           "device_measures": list(self.device_measures.get(case_of(job), ())),
                           "recorded": recorded_references(
                               recorded, self.device_measures.get(case_of(job), ()),
@@ -409,6 +415,14 @@ class Runner:
             remaining = [(job, [n for n in names if self.key(job, n).id() not in finished])
                          for job, names in remaining]
             remaining = [(job, names) for job, names in remaining if names]
+            if code == FRESH_PROCESS_EXIT and remaining \
+                    and (case_of(remaining[0][0]), phase) not in self.fresh_after:
+                # Out of memory after other jobs: the job goes on in a fresh worker.
+                job = remaining[0][0]
+                self.fresh_after[(case_of(job), phase)] = self.fresh_reason
+                console.print(f"[yellow]fresh worker[/] {job.model} b{job.batch}: "
+                              f"{self.fresh_reason}")
+                continue
             if code != 0 and remaining:
                 # The worker died inside the first unfinished job: record that, go on.
                 job, names = remaining.pop(0)
@@ -534,6 +548,8 @@ class Runner:
                             spawned = None
                         if "fatal" in event:
                             fatal = event["fatal"]
+                        elif "fresh_process" in event:
+                            self.fresh_reason = event["fresh_process"]
                         elif "plan_done" in event:
                             self.pool.give_back(key, worker)
                             worker = None

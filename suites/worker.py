@@ -13,6 +13,18 @@ affinity and crashes stay contained.
 Each finished measurement is appended to its plan's results file at once, then announced
 on stdout as an event line for the runner's progress display. Each plan's stderr goes to
 its own log (``Plan.log``), the framework's C++ logging included.
+
+A job that runs out of device memory in a process that ran other jobs before it is not
+recorded as ``oom`` there: what earlier jobs left behind can refuse an allocation that a
+fresh process grants. TensorFlow's allocator never gives memory back ("we do not release
+memory, since it can lead to memory fragmentation": TensorFlow's GPU guide), and JAX
+without preallocation (adapters/jax/__init__.py) "is more prone to GPU memory
+fragmentation" (JAX docs, "GPU memory allocation"). On an H100, JAX's ResNet-50 bf16 training step at
+batch 1024 was refused a 38.9 GiB allocation after three other jobs and ran alone in a
+fresh process (42.7 GB at the allocator's peak). The worker announces ``fresh_process``
+and exits with ``FRESH_PROCESS_EXIT``; the runner gives the job's pending measures to a
+fresh worker, where an ``oom`` stands, and its rows say why they were taken there
+(``FRESH_AFTER``).
 """
 
 from __future__ import annotations
@@ -27,10 +39,11 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from adapters.measures import COUNTERS, EPOCH_MEASURES, PROFILE
@@ -45,6 +58,16 @@ PARENT_PID = "DLBENCH_RUNNER_PID"
 # waits on, so the runner's time limit has a whole process tree to kill).
 INJECT_HANG = "DLBENCH_INJECT_HANG"
 INTERRUPTED = threading.Event()
+# The exit code of a worker that leaves a job to a fresh process (the module's docstring).
+FRESH_PROCESS_EXIT = 76
+# The job field the runner sets on a job it gives to a fresh process after that: the
+# out-of-memory error of the first attempt, and how many jobs its process had run.
+FRESH_AFTER = "fresh_after"
+
+
+class FreshProcessNeeded(Exception):
+    """A job ran out of memory in a process that had run other jobs first (the module's
+    docstring); the message says what was refused and after how many jobs."""
 
 
 def _on_interrupt(signum, frame) -> None:
@@ -128,6 +151,10 @@ def log_to(path: str) -> None:
 class Worker:
     last_row: float | None = None   # when the previous row was written (perf_counter)
     after_wall = False              # device plans that follow this process's wall plans
+    # Jobs this process has started (every plan of a serving process), and the one
+    # running: an out-of-memory error after others goes to a fresh process.
+    jobs_started = 0
+    job: Mapping[str, Any] = MappingProxyType({})
 
     def __init__(self, plan: Plan):
         self.plan = plan
@@ -157,6 +184,11 @@ class Worker:
     def write(self, key: CaseKey, status: str, reason: str = "", started: float = 0.0,
               **fields: Any) -> None:
         now = time.perf_counter()
+        fresh_after = self.job.get(FRESH_AFTER)
+        if fresh_after and status != "ok":
+            reason = f"{reason} (in a fresh process; before that, {fresh_after})"
+        elif fresh_after and fields.get("timing") is not None:
+            fields["timing"] = {**fields["timing"], "fresh_process_after": fresh_after}
         row = Row(key=key, status=status, reason=reason, env=self.env,
                   started_at=datetime.now(UTC).isoformat(timespec="seconds"),
                   wall_s=round(now - started, 3) if started else 0.0,
@@ -176,6 +208,8 @@ class Worker:
         from models.zoo import get_model
         from suites.kernel_check import TimedReference
 
+        self.jobs_started += 1
+        self.job = job
         case = CaseConfig(job["precision"], job["variant"])
         settings = Settings(self.plan.framework, self.plan.device, job["precision"],
                             job["variant"], self.plan.threads, self.plan.interop_threads,
@@ -437,6 +471,11 @@ class Worker:
         if isinstance(error, unsupported):
             return "unsupported", str(error)
         if self.adapter.is_out_of_memory(error):
+            earlier = self.jobs_started - 1
+            if earlier and not self.job.get(FRESH_AFTER):
+                raise FreshProcessNeeded(
+                    f"{one_line(error)}, in a worker that had run {earlier} other "
+                    f"job{'s' if earlier > 1 else ''}")
             return "oom", one_line(error)
         traceback.print_exc(file=sys.stderr)
         return "failed", one_line(error)
@@ -517,6 +556,9 @@ def main(argv: list[str]) -> int:
             Worker(plan).run()
     except KeyboardInterrupt:
         return 130
+    except FreshProcessNeeded as needed:
+        emit({"fresh_process": str(needed)})
+        return FRESH_PROCESS_EXIT
     except OutputError as error:   # the results location became unusable (a full disk)
         emit({"fatal": str(error)})
         return 3

@@ -18,6 +18,9 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
   event), naming the process that holds it.
 * ``FAKE_EVENTS=<file>``: each prepared case appends ``<pid> <device> <model> b<batch>``
   to the file, so a test can read the order in which processes ran their cases.
+* ``FAKE_OOM=<model>``: preparing that model raises an out-of-memory error.
+  ``FAKE_OOM_AFTER_OTHERS=<model>``: only in a process that prepared another model
+  before, as an allocator fragmented by earlier jobs refuses what a fresh process grants.
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ REGISTRY = Path(__file__).with_name("data") / "fake_registry.toml"
 CRASH = "FAKE_CRASH"
 GPU_LOCK = "FAKE_GPU_LOCK"
 EVENTS = "FAKE_EVENTS"
+OOM = "FAKE_OOM"
+OOM_AFTER_OTHERS = "FAKE_OOM_AFTER_OTHERS"
+PREPARED: list[str] = []     # the models this process prepared, in order
+
+
+class FakeOutOfMemory(RuntimeError):
+    """What the stand-in raises for FAKE_OOM and FAKE_OOM_AFTER_OTHERS."""
 
 
 class HostClock(DeviceClock):
@@ -121,6 +131,12 @@ class FakeAdapter(Adapter):
             os.close(fd)
         if os.environ.get(CRASH) == model.name:
             os.kill(os.getpid(), signal.SIGKILL)
+        others = [name for name in PREPARED if name != model.name]
+        PREPARED.append(model.name)
+        if os.environ.get(OOM) == model.name or \
+                (os.environ.get(OOM_AFTER_OTHERS) == model.name and others):
+            raise FakeOutOfMemory(f"out of memory preparing {model.name} "
+                                  f"(after {len(others)} other models)")
         if self.resolve_variant(case.variant) == "cached":
             folder = Path(os.environ["FAKE_CACHE_DIR"])
             folder.mkdir(parents=True, exist_ok=True)
@@ -128,4 +144,4 @@ class FakeAdapter(Adapter):
         return FakePrepared(batch.size, self.config.device)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
-        return False
+        return isinstance(error, FakeOutOfMemory)
