@@ -19,9 +19,9 @@ recorded as ``oom`` there: what earlier jobs left behind can refuse an allocatio
 fresh process grants. TensorFlow's allocator never gives memory back ("we do not release
 memory, since it can lead to memory fragmentation": TensorFlow's GPU guide), and JAX
 without preallocation (adapters/jax/__init__.py) "is more prone to GPU memory
-fragmentation" (JAX docs, "GPU memory allocation"). On an H100, JAX's ResNet-50 bf16 training step at
-batch 1024 was refused a 38.9 GiB allocation after three other jobs and ran alone in a
-fresh process (42.7 GB at the allocator's peak). The worker announces ``fresh_process``
+fragmentation" (JAX docs, "GPU memory allocation"). On an H100, JAX's ResNet-50 bf16
+training step at batch 1024 was refused a 38.9 GiB allocation after three other jobs and
+ran alone in a fresh process (42.7 GB at the allocator's peak). The worker announces ``fresh_process``
 and exits with ``FRESH_PROCESS_EXIT``; the runner gives the job's pending measures to a
 fresh worker, where an ``oom`` stands, and its rows say why they were taken there
 (``FRESH_AFTER``).
