@@ -54,9 +54,10 @@ class VariantSettings:
     The search decides fp32 numerics too: on an H100 (onnxruntime-gpu 1.31.1, cuDNN 9.14)
     ResNet-50's fp32 forward at batch 256 came out 8.2e-5 from float64 with EXHAUSTIVE or
     HEURISTIC, 3.8e-7 with DEFAULT (98.7 ms instead of 72.1), and under
-    ``NVIDIA_TF32_OVERRIDE=0`` EXHAUSTIVE found no engine for one convolution: the engines
-    searched for some shapes use TF32 although ``use_tf32`` is 0
-    (published/h100-practice-2026-11/README.md). The float64 check flags such a row."""
+    ``NVIDIA_TF32_OVERRIDE=0`` EXHAUSTIVE found no engine for one convolution, which points
+    to engines that use TF32 for some shapes although ``use_tf32`` is 0 (not confirmed
+    kernel by kernel; published/h100-practice-2026-11/README.md). The float64 check flags
+    such a row."""
 
     optimization: ort.GraphOptimizationLevel
     conv_algo_search: str = "EXHAUSTIVE"
