@@ -30,6 +30,7 @@ import pandas as pd
 
 from models.error_bounds import Bounds, bounds
 from reports.equivalence import FINGERPRINT, Equivalence, RowCheck, Verdict
+from reports.grouping import Setting, extras, setting_of, variant_name
 from reports.table import Table, cell
 
 # Which bound judges each error field.
@@ -47,6 +48,7 @@ class RowTruth:
     bounds: Bounds | None
     failures: tuple[str, ...]    # "output 5.0e-04 > 9.1e-05", ...
     drift_from: str              # first parameter (model order) whose gradient is off
+    setting: Setting | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,25 +105,38 @@ def judge(errors: dict, limits: Bounds,
     return tuple(failures), drift
 
 
-def _who(row: dict) -> str:
-    return f"{row['framework']} {row['variant']}/{row['device']}"
+def _who(setting: Setting, extra: str) -> str:
+    """``jax jit/gpu``; a compile-cache job's and, where one model and batch has several
+    rows of one framework and variant, what tells them apart (``jit [host vm-…]``)."""
+    return (f"{setting.framework} {variant_name(setting.variant, setting.compile_cache, extra)}"
+            f"/{setting.device}")
 
 
 def row_truths(frame: pd.DataFrame) -> list[RowTruth]:
-    found = []
+    judged = []
     for row in frame.to_dict("records"):
         if row["status"] != "ok" or row["measure"] != FINGERPRINT:
             continue
         fingerprint = json.loads(row["fingerprint"] or "null") or {}
         errors = fingerprint.get("vs_f64")
-        if not errors or "output" not in errors:
-            continue
+        if errors and "output" in errors:
+            judged.append((row, errors, setting_of(row)))
+    # Hosts or versions that tell apart one framework's rows of a model and batch (a suite
+    # split over two hosts), named only where that model and batch has several.
+    told_apart: dict[str, str] = {}
+    for key in {(r["model"], r["batch"], r["precision"]) for r, _, _ in judged}:
+        members = {s: r["source"] for r, _, s in judged
+                   if (r["model"], r["batch"], r["precision"]) == key}
+        told_apart.update({members[s]: extra for s, extra in extras(list(members)).items()})
+    found = []
+    for row, errors, setting in judged:
         limits = _bounds_for(row["model"], int(row["batch"]), row["precision"])
         failures, drift = judge(errors, limits, bf16_floor(row["model"], int(row["batch"]),
                                                            row["precision"])) \
             if limits else ((), "")
-        found.append(RowTruth(row["source"], _who(row), row["model"], int(row["batch"]),
-                              row["precision"], errors, limits, failures, drift))
+        found.append(RowTruth(row["source"], _who(setting, told_apart[row["source"]]),
+                              row["model"], int(row["batch"]), row["precision"], errors,
+                              limits, failures, drift, setting))
     return found
 
 
@@ -159,13 +174,17 @@ def prefer_truth(equiv: Equivalence, frame: pd.DataFrame) -> Equivalence:
 
 
 def _timing(frame: pd.DataFrame, row: RowTruth, measure: str) -> str:
-    framework, rest = row.who.split(" ", 1)
-    variant, device = rest.rsplit("/", 1)
-    match = frame[(frame["model"] == row.model) & (frame["batch"] == row.batch)
-                  & (frame["precision"] == row.precision) & (frame["framework"] == framework)
-                  & (frame["variant"] == variant) & (frame["device"] == device)
-                  & (frame["measure"] == measure) & (frame["status"] == "ok")
-                  & (frame["compile_cache"] == "")]
+    """The steady-state median of the row's setting: its own host's where that host timed
+    it, another host's otherwise; for a compile-cache job's fingerprint, the ordinary
+    run's."""
+    setting = row.setting
+    same = ((frame["model"] == row.model) & (frame["batch"] == row.batch)
+            & (frame["measure"] == measure) & (frame["status"] == "ok")
+            & (frame["compile_cache"] == ""))
+    for name in ("framework", "variant", "device", "precision"):
+        same &= frame[name] == getattr(setting, name)
+    own_host = same & (frame["host"] == setting.host)
+    match = frame[own_host] if own_host.any() else frame[same]
     return "" if match.empty else f"{float(match['median_ms'].iloc[-1]):.3g} ms"
 
 

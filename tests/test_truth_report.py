@@ -192,3 +192,29 @@ def test_an_output_only_row_of_a_judged_gradient_network_is_judged_on_its_output
     assert cells["torch"]["gradient err"] == "not judged (output only)"
     assert cells["torch"]["loss err"] == "—" and cells["torch"]["verdict"] == "✓"
     assert any(reason in note for note in table.notes)
+
+
+def test_one_frameworks_rows_from_two_hosts_and_a_cold_cache_are_told_apart(tmp_path):
+    """A suite split over two hosts gives one framework two fingerprints of a model and
+    batch, and a compile-cache job a third: each is named by what differs, beside its own
+    host's time (identical labels read as a duplicated row)."""
+    other_host = {**fx.GPU_HOST, "host": "vm-other"}
+    first = fingerprint_row("resnet50", 16, "jax")
+    second = fingerprint_row("resnet50", 16, "jax")
+    second["env"] = {**other_host, "framework_version": first["env"]["framework_version"]}
+    second["case_id"] += "/other"
+    cold = fx.make_row("resnet50", 16, "fingerprint", "jax", "gpu", 1.0, threads=4,
+                       compile_cache="cold")
+    cold["fingerprint"] = {**fx.fingerprint("gradient"),
+                           "vs_f64": clean_errors("resnet50", 16)}
+    times = [fx.make_row("resnet50", 16, "forward", "jax", "gpu", 12.5, threads=4),
+             {**fx.make_row("resnet50", 16, "forward", "jax", "gpu", 11.0, threads=4),
+              "env": {**other_host, "framework_version": first["env"]["framework_version"]}}]
+    times[1]["case_id"] += "/other"
+    table = truth.truth_table(frame_of([first, second, cold, *times], tmp_path))
+    cells = {row[3].text: dict(zip(table.columns, (c.text for c in row))) for row in table.rows}
+    host = fx.GPU_HOST["host"]
+    assert set(cells) == {f"jax jit [host {host}]/gpu", "jax jit [host vm-other]/gpu",
+                          "jax jit [cache cold]/gpu"}, cells
+    assert cells[f"jax jit [host {host}]/gpu"]["forward"] == "12.5 ms"
+    assert cells["jax jit [host vm-other]/gpu"]["forward"] == "11 ms"
