@@ -200,7 +200,8 @@ def pair_table(pairs: list[Pair]) -> Table:
     for p in pairs:
         y, r = p.yours, p.reference
         body.append((Cell(y["model"]), Cell(str(y["batch"])), Cell(y["measure"]),
-                     Cell(f"{y['framework']} {y['variant']}"), Cell(y["device"]),
+                     Cell(y["precision"]), Cell(f"{y['framework']} {y['variant']}"),
+                     Cell(y["device"]),
                      _time_cell(y, y["hardware"]),
                      _time_cell(r, f"{r['hardware']}: {r['source']}"),
                      Cell(f"{p.ratio:.2f}×" + ("" if not p.overlap else " ≈"),
@@ -218,10 +219,10 @@ def pair_table(pairs: list[Pair]) -> Table:
                      "yours / the reference's, where both rows have one (it carries no "
                      "interval).")
     return Table("compare-rows", "Each row beside the reference",
-                 ("Model", "Batch", "Measure", "Framework", "Device", "Yours (ms)",
-                  "Reference (ms)", "Ratio", *(("Device ratio",) if device else ()),
-                  "Settings that differ"), tuple(body),
-                 (False, True, False, False, False, True, True, True,
+                 ("Model", "Batch", "Measure", "Precision", "Framework", "Device",
+                  "Yours (ms)", "Reference (ms)", "Ratio",
+                  *(("Device ratio",) if device else ()), "Settings that differ"), tuple(body),
+                 (False, True, False, False, False, False, True, True, True,
                   *((True,) if device else ()), False),
                  notes=tuple(notes))
 

@@ -960,6 +960,9 @@ def test_compare_pairs_rows_and_names_every_differing_setting(tmp_path):
     summary = section.tables[0]
     torch_row = next(r for r in summary.rows if r[0].text == "torch")
     assert torch_row[2].text == "2" and torch_row[5].text == "2"
+    # Each row names its precision: a tf32 row of a case reads apart from its fp32 row.
+    beside = dict(zip(section.tables[1].columns, (c.text for c in section.tables[1].rows[0])))
+    assert beside["Precision"] == "fp32" and beside["Framework"].startswith(("torch", "jax"))
 
 
 def test_cli_compares_with_a_published_folder_named_among_the_inputs(tmp_path):
