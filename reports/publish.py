@@ -87,6 +87,26 @@ def copy_results(sources: list[Path], target: Path, replace: bool) -> list[Path]
     return sorted(plan)
 
 
+def _version_text(framework: str, version: str | None) -> str:
+    return f"{framework} {version or '?'}"
+
+
+def _gpu_text(gpu: str, libraries: tuple) -> str:
+    cuda, cudnn = libraries
+    return f"{gpu}, CUDA {cuda}, cuDNN {cudnn})"
+
+
+def _known(pairs: set[tuple], text) -> list[str]:
+    """``text(key, value)`` of each pair, sorted, leaving out a key's unknown value (None,
+    or all None) where the key has a known one: rows written without loading the framework
+    (an ``unsupported`` case refused up front) know no version or CUDA."""
+    def unknown(value) -> bool:
+        return value is None or (isinstance(value, tuple) and all(v is None for v in value))
+    known_keys = {key for key, value in pairs if not unknown(value)}
+    return sorted(text(key, value) for key, value in pairs
+                  if not (unknown(value) and key in known_keys))
+
+
 def inventory(target: Path) -> str:
     """The README's generated block: what the folder holds, read from its rows."""
     files = result_files(target)
@@ -104,11 +124,14 @@ def inventory(target: Path) -> str:
                     row["status"])] += 1
             hosts.add(f"{env.get('host') or '?'}: {env.get('cpu_model') or '?'}"
                       f" ({env.get('physical_cores') or '?'} cores)")
-            versions.add(f"{s['framework']} {env.get('framework_version') or '?'}")
-            commits.add(str(env.get("dlbench_commit") or "?"))
+            versions.add((s["framework"], env.get("framework_version")))
+            # Rows name their commit at 7 or 12 hex digits: one commit, one name ("-dirty"
+            # kept: uncommitted changes).
+            commit, dash, dirty = str(env.get("dlbench_commit") or "?").partition("-")
+            commits.add(commit[:7] + dash + dirty)
             if s["device"] == "gpu":
-                devices.add(f"{env.get('gpu_model') or '?'} (driver {env.get('gpu_driver')}"
-                            f", CUDA {env.get('cuda')}, cuDNN {env.get('cudnn')})")
+                devices.add((f"{env.get('gpu_model') or '?'} (driver {env.get('gpu_driver')}",
+                             (env.get("cuda"), env.get("cudnn"))))
             dates.add(str(row.get("started_at") or "")[:10])
     keys = sorted({k[:3] for k in counts})
     lines = [BEGIN, "", "| Suite | Framework | Device | Rows | " + " | ".join(STATUSES) + " |",
@@ -141,8 +164,8 @@ def inventory(target: Path) -> str:
     lines += ["", f"{sum(counts.values())} rows in {len(files)} files, {size / 2**20:.2f} MiB "
               f"({size} bytes) of JSON Lines.", "",
               f"- Hosts: {'; '.join(sorted(hosts))}",
-              f"- GPUs: {'; '.join(sorted(devices)) or 'none'}",
-              f"- Frameworks: {', '.join(sorted(versions))}",
+              f"- GPUs: {'; '.join(_known(devices, _gpu_text)) or 'none'}",
+              f"- Frameworks: {', '.join(_known(versions, _version_text))}",
               f"- dlbench commits: {', '.join(sorted(commits))}",
               f"- Run dates: {min(dates, default='?')} to {max(dates, default='?')}",
               "", END]

@@ -911,6 +911,27 @@ def test_publish_copies_rows_byte_for_byte_and_counts_them(tmp_path):
     assert (target / "README.md").read_text() == again
 
 
+def test_publish_names_one_commit_once_and_no_unknown_beside_a_known_version(tmp_path):
+    """Rows name a commit at 7 or 12 digits, and an unsupported case refused before the
+    framework loaded knows no version: the README lists one commit and one version."""
+    from reports.publish import inventory
+
+    rows = [dict(r) for r in fx.gpu_rows() if r["settings"]["framework"] == "torch"][:3]
+    rows[0]["env"] = {**rows[0]["env"], "dlbench_commit": "e8a67b2"}
+    rows[1]["env"] = {**rows[1]["env"], "dlbench_commit": "e8a67b2c5094"}
+    rows[2]["env"] = {**rows[2]["env"], "dlbench_commit": "4eed41701e72-dirty",
+                      "framework_version": None, "cuda": None, "cudnn": None}
+    folder = tmp_path / "pub" / "default-gpu" / "gpubox"
+    folder.mkdir(parents=True)
+    fx._write(folder / "torch_gpu.jsonl", rows)
+    block = inventory(tmp_path / "pub")
+    assert "- dlbench commits: 4eed417-dirty, e8a67b2\n" in block
+    version = rows[0]["env"]["framework_version"]
+    assert f"- Frameworks: torch {version}\n" in block and "?" not in block.split(
+        "- Frameworks:")[1].split("\n")[0]
+    assert "CUDA None, cuDNN None" not in block
+
+
 def test_publish_refuses_a_torn_line(tmp_path, capsys):
     from reports import publish
 
