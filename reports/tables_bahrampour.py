@@ -25,7 +25,8 @@ from reports.table import Cell, Table
 
 def _order(s: Setting) -> tuple:
     # Bahrampour lists CPU (by threads: 1, 6, 12) before GPU.
-    return (s.device != "cpu", s.hardware, s.threads, s.framework, s.variant, s.precision)
+    # The whole setting last: rows alike but for a host never swap between runs.
+    return (s.device != "cpu", s.hardware, s.threads, s.framework, s.variant, s.precision, s)
 
 
 def _where(s: Setting) -> tuple[Cell, Cell]:

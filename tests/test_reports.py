@@ -1076,3 +1076,20 @@ def test_tracer_check_sets_busy_time_not_the_kernel_sum_against_the_median(tmp_p
     assert (line["Kernels summed (ms/iter)"], line["Busy (ms/iter)"]) == ("20.60", "10.30")
     assert line["Busy ÷ median"] == "0.82"                     # 10.3 / 12.6: launch gaps
     assert any("concurrent streams" in note for note in check.notes)
+
+
+def test_bahrampour_rows_alike_but_for_their_host_keep_one_order():
+    """Two hosts' rows of one framework (a suite split over two hosts) sorted the same
+    whatever order they arrive in: set order changes with the interpreter's hash seed, and a
+    published page must regenerate byte for byte."""
+    from dataclasses import replace
+
+    from reports.grouping import Setting
+    from reports.tables_bahrampour import _order
+
+    first = Setting(device="gpu", hardware="NVIDIA H200", framework="jax", variant="jit",
+                    precision="fp32", threads=16, interop_threads=1, layout="", execution="",
+                    host="vm-a", cpu_model="x", gpu_model="NVIDIA H200",
+                    framework_version="0.11.2")
+    second = replace(first, host="vm-b")
+    assert sorted([second, first], key=_order) == sorted([first, second], key=_order)
