@@ -48,7 +48,7 @@ class RowTruth:
     bounds: Bounds | None
     failures: tuple[str, ...]    # "output 5.0e-04 > 9.1e-05", ...
     drift_from: str              # first parameter (model order) whose gradient is off
-    setting: Setting | None = None
+    setting: Setting             # the row's identity (reports/grouping.py)
 
     @property
     def ok(self) -> bool:
@@ -123,18 +123,20 @@ def row_truths(frame: pd.DataFrame) -> list[RowTruth]:
             judged.append((row, errors, setting_of(row)))
     # Hosts or versions that tell apart one framework's rows of a model and batch (a suite
     # split over two hosts), named only where that model and batch has several.
-    told_apart: dict[str, str] = {}
-    for key in {(r["model"], r["batch"], r["precision"]) for r, _, _ in judged}:
-        members = {s: r["source"] for r, _, s in judged
-                   if (r["model"], r["batch"], r["precision"]) == key}
-        told_apart.update({members[s]: extra for s, extra in extras(list(members)).items()})
+    def case(row: dict) -> tuple:
+        return row["model"], row["batch"], row["precision"]
+
+    told_apart: dict[tuple, str] = {}
+    for key in {case(r) for r, _, _ in judged}:
+        named = extras([s for r, _, s in judged if case(r) == key])
+        told_apart.update({(key, s): extra for s, extra in named.items()})
     found = []
     for row, errors, setting in judged:
         limits = _bounds_for(row["model"], int(row["batch"]), row["precision"])
         failures, drift = judge(errors, limits, bf16_floor(row["model"], int(row["batch"]),
                                                            row["precision"])) \
             if limits else ((), "")
-        found.append(RowTruth(row["source"], _who(setting, told_apart[row["source"]]),
+        found.append(RowTruth(row["source"], _who(setting, told_apart[(case(row), setting)]),
                               row["model"], int(row["batch"]), row["precision"], errors,
                               limits, failures, drift, setting))
     return found

@@ -211,8 +211,12 @@ def test_one_frameworks_rows_from_two_hosts_and_a_cold_cache_are_told_apart(tmp_
              {**fx.make_row("resnet50", 16, "forward", "jax", "gpu", 11.0, threads=4),
               "env": {**other_host, "framework_version": first["env"]["framework_version"]}}]
     times[1]["case_id"] += "/other"
-    table = truth.truth_table(frame_of([first, second, cold, *times], tmp_path))
-    cells = {row[3].text: dict(zip(table.columns, (c.text for c in row))) for row in table.rows}
+    # Another model the first host alone ran: named plainly, whatever order cases come in.
+    alone = fingerprint_row("resnet18", 16, "jax")
+    table = truth.truth_table(frame_of([first, second, cold, *times, alone], tmp_path))
+    cells = {row[3].text: dict(zip(table.columns, (c.text for c in row)))
+             for row in table.rows if row[0].text == "resnet50"}
+    assert [row[3].text for row in table.rows if row[0].text == "resnet18"] == ["jax jit/gpu"]
     host = fx.GPU_HOST["host"]
     assert set(cells) == {f"jax jit [host {host}]/gpu", "jax jit [host vm-other]/gpu",
                           "jax jit [cache cold]/gpu"}, cells
