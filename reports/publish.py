@@ -91,9 +91,9 @@ def _version_text(framework: str, version: str | None) -> str:
     return f"{framework} {version or '?'}"
 
 
-def _gpu_text(gpu: str, libraries: tuple) -> str:
-    cuda, cudnn = libraries
-    return f"{gpu}, CUDA {cuda}, cuDNN {cudnn})"
+def _gpu_text(gpu: tuple, libraries: tuple) -> str:
+    (model, driver), (cuda, cudnn) = gpu, libraries
+    return f"{model} (driver {driver}, CUDA {cuda}, cuDNN {cudnn})"
 
 
 def _known(pairs: set[tuple], text) -> list[str]:
@@ -130,7 +130,7 @@ def inventory(target: Path) -> str:
             commit, dash, dirty = str(env.get("dlbench_commit") or "?").partition("-")
             commits.add(commit[:7] + dash + dirty)
             if s["device"] == "gpu":
-                devices.add((f"{env.get('gpu_model') or '?'} (driver {env.get('gpu_driver')}",
+                devices.add(((env.get("gpu_model") or "?", env.get("gpu_driver")),
                              (env.get("cuda"), env.get("cudnn"))))
             dates.add(str(row.get("started_at") or "")[:10])
     keys = sorted({k[:3] for k in counts})

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import defaultdict
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -123,20 +124,18 @@ def row_truths(frame: pd.DataFrame) -> list[RowTruth]:
             judged.append((row, errors, setting_of(row)))
     # Hosts or versions that tell apart one framework's rows of a model and batch (a suite
     # split over two hosts), named only where that model and batch has several.
-    def case(row: dict) -> tuple:
-        return row["model"], row["batch"], row["precision"]
-
-    told_apart: dict[tuple, str] = {}
-    for key in {case(r) for r, _, _ in judged}:
-        named = extras([s for r, _, s in judged if case(r) == key])
-        told_apart.update({(key, s): extra for s, extra in named.items()})
+    by_case: dict[tuple, list[Setting]] = defaultdict(list)
+    for row, _, setting in judged:
+        by_case[(row["model"], row["batch"], row["precision"])].append(setting)
+    told_apart = {key: extras(settings) for key, settings in by_case.items()}
     found = []
     for row, errors, setting in judged:
+        extra = told_apart[(row["model"], row["batch"], row["precision"])][setting]
         limits = _bounds_for(row["model"], int(row["batch"]), row["precision"])
         failures, drift = judge(errors, limits, bf16_floor(row["model"], int(row["batch"]),
                                                            row["precision"])) \
             if limits else ((), "")
-        found.append(RowTruth(row["source"], _who(setting, told_apart[(case(row), setting)]),
+        found.append(RowTruth(row["source"], _who(setting, extra),
                               row["model"], int(row["batch"]), row["precision"], errors,
                               limits, failures, drift, setting))
     return found
