@@ -16,6 +16,7 @@ live engine.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -25,6 +26,11 @@ from adapters.cupti_window import CuptiWindow, busy_and_span_ns, load_cupti
 NCCL_MARK = "nccl"
 TOOL = "CUPTI activity records (concurrent kernels), names holding 'nccl' against the rest"
 NS_PER_MS = 1e6
+# Kernel busy time may exceed the host's time for the same steps by this much (the two
+# clocks are read at slightly different points) before the records are taken as wrong.
+WALL_TOLERANCE = 0.05
+# The host clock the traced steps are timed on (tests replace it with a simulated one).
+host_clock = time.perf_counter
 
 
 def is_communication(name: str) -> bool:
@@ -50,9 +56,12 @@ def per_device(records: Iterable[Any]) -> dict[int, dict[str, int]]:
     return out
 
 
-def summarise(records: Iterable[Any], steps: int) -> dict[str, Any] | None:
+def summarise(records: Iterable[Any], steps: int,
+              wall_ms_per_step: float | None = None) -> dict[str, Any] | None:
     """Per step, averaged over the traced devices: NCCL kernel time, the part of it that
-    overlapped compute and the part that ran alone. None without kernel records."""
+    overlapped compute and the part that ran alone. None without kernel records.
+    ``wall_ms_per_step``: the host's time per traced step, recorded beside the kernels so a
+    reader sees how much of the step no kernel ran (launch gaps, host work)."""
     devices = per_device(records)
     if not devices or steps < 1:
         return None
@@ -67,25 +76,54 @@ def summarise(records: Iterable[Any], steps: int) -> dict[str, Any] | None:
             "exposed_nccl_ms_per_step": nccl - overlapped,
             "overlap_share": overlapped / nccl if nccl else None,
             "compute_kernel_ms_per_step": mean_ms("compute_ns"),
-            "all_kernel_ms_per_step": mean_ms("busy_ns")}
+            "all_kernel_ms_per_step": mean_ms("busy_ns"),
+            "traced_wall_ms_per_step": wall_ms_per_step}
+
+
+def implausible(summary: dict[str, Any]) -> str:
+    """Why a summary cannot be right, or "": one device's kernels, overlaps merged, cannot
+    be busy longer than the steps they ran in took on the host's clock."""
+    wall = summary.get("traced_wall_ms_per_step")
+    busy = summary["all_kernel_ms_per_step"]
+    if wall and busy > wall * (1 + WALL_TOLERANCE):
+        return (f"kernel busy time {busy:.2f} ms per step exceeds the traced steps' wall time "
+                f"{wall:.2f} ms: the records are not these steps'")
+    return ""
 
 
 def trace(engine: Any, steps: int) -> tuple[dict[str, Any] | None, str]:
     """``steps`` synchronised steps of ``engine`` under a CUPTI window; (summary, "") or
-    (None, why not). Every rank calls it: the traced steps all-reduce too."""
+    (None, why not). Every rank calls it: the traced steps all-reduce too.
+
+    The window opens with one step that is not counted. Opening a window attaches CUPTI,
+    which takes each process a different time; the first all-reduce after it waits for
+    the last rank to attach, and the NCCL kernels of the ranks that came first spin all
+    that while. Counted in, that wait showed as NCCL kernel time of 9.8 to 43 ms per step
+    in steps of 11.6 to 70 ms (PyTorch, one process per GPU, 4× H200), more than the steps
+    themselves. The uncounted step is a barrier: the counted ones start aligned."""
     from adapters.kernel_trace import unavailable_reason
 
     reason = unavailable_reason()
     if reason:
         return None, reason
     run = engine.step()
-    window = CuptiWindow(load_cupti(), ("CONCURRENT_KERNEL",), "communication")
+    cupti = load_cupti()
+    window = CuptiWindow(cupti, ("CONCURRENT_KERNEL",), "communication")
     window.open()
     try:
+        engine.sync(run())
+        counted_from = int(cupti.get_timestamp())
+        started = host_clock()
         for _ in range(steps):
             engine.sync(run())
+        wall_ms = (host_clock() - started) * 1e3 / steps
     finally:
         closed = window.close()
-    summary = summarise(closed.kept, steps)
-    return summary, "" if summary else (f"CUPTI recorded no kernel in {steps} steps "
-                                        f"({closed.received} records received)")
+    origin = closed.start_ns + round((counted_from - closed.start_ns) * closed.ns_per_tick)
+    counted = [record for record in closed.kept if record.start_ns >= origin]
+    summary = summarise(counted, steps, wall_ms)
+    if summary is None:
+        return None, (f"CUPTI recorded no kernel in {steps} steps "
+                      f"({closed.received} records received)")
+    wrong = implausible(summary)
+    return (None, wrong) if wrong else (summary, "")

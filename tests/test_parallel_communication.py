@@ -74,11 +74,18 @@ def test_trace_without_cupti_says_why(monkeypatch):
     assert summary is None and "cupti-python" in reason
 
 
-def test_trace_runs_the_engines_steps_in_a_cupti_window(monkeypatch):
+def traced(monkeypatch):
+    """A fake CUPTI, and the traced steps timed on its simulated clock."""
     from tests.fake_cupti import FakeCupti, install
 
     fake = install(monkeypatch, FakeCupti())
     monkeypatch.setattr("adapters.kernel_trace.unavailable_reason", lambda: None)
+    monkeypatch.setattr(communication, "host_clock", fake.host_clock)
+    return fake
+
+
+def test_trace_runs_the_engines_steps_in_a_cupti_window(monkeypatch):
+    fake = traced(monkeypatch)
 
     class Engine:
         """Each step: 3 ms of backward, an all-reduce of 2 ms on another stream starting
@@ -101,8 +108,53 @@ def test_trace_runs_the_engines_steps_in_a_cupti_window(monkeypatch):
     engine = Engine()
     fake.launch("timed_step_before_the_window", 5 * MS)
     summary, reason = communication.trace(engine, 4)
-    assert reason == "" and engine.steps == 4
+    # One uncounted step aligns the ranks, then four counted ones.
+    assert reason == "" and engine.steps == 5 and summary["iterations"] == 4
     assert summary["nccl_kernel_ms_per_step"] == pytest.approx(2.0)
+    # 3 ms of backward, then 1 ms of all-reduce alone, then 1 ms with no kernel: 5 ms.
+    assert summary["traced_wall_ms_per_step"] == pytest.approx(5.0)
+    assert summary["all_kernel_ms_per_step"] == pytest.approx(4.0)
     assert summary["overlapped_ms_per_step"] == pytest.approx(1.0)
     assert summary["compute_kernel_ms_per_step"] == pytest.approx(3.0)
     assert not fake.enabled   # CUPTI left with nothing enabled
+
+
+class SkewedRank:
+    """One rank of a one-process-per-GPU engine (DDP): its first step in the window waits
+    40 ms inside an NCCL kernel for a peer still attaching CUPTI; later steps are 2 ms of
+    backward and 1 ms of all-reduce, 0.5 ms of it overlapped."""
+
+    def __init__(self, fake, first_wait_ms: float = 40.0):
+        self.fake, self.first_wait_ms, self.steps = fake, first_wait_ms, 0
+
+    def step(self):
+        def run():
+            self.steps += 1
+            self.fake.launch("conv_bw", 2 * MS)
+            wait = self.first_wait_ms if self.steps == 1 else 0.0
+            self.fake.launch("ncclDevKernel_AllReduce", int((1 + wait) * MS), stream=9,
+                             overlap_previous_ns=MS // 2)
+        return run
+
+    def sync(self, handle):
+        pass
+
+
+def test_the_first_step_in_the_window_is_not_counted(monkeypatch):
+    # Counted in, the 40 ms wait would make 10.8 ms of NCCL kernel time per step in steps
+    # of 2.5 ms (the double-digit figures a 4× H200 run showed).
+    fake = traced(monkeypatch)
+    summary, reason = communication.trace(SkewedRank(fake), 4)
+    assert reason == ""
+    assert summary["nccl_kernel_ms_per_step"] == pytest.approx(1.0)
+    assert summary["overlapped_ms_per_step"] == pytest.approx(0.5)
+    assert summary["all_kernel_ms_per_step"] == pytest.approx(2.5)
+    assert summary["traced_wall_ms_per_step"] == pytest.approx(2.5)
+
+
+def test_kernels_busier_than_the_steps_wall_are_refused():
+    records = [kernel("gemm", 0, 9), kernel("ncclDevKernel", 9, 12, stream=9)]
+    summary = summarise(records, steps=1, wall_ms_per_step=10.0)
+    assert "exceeds the traced steps' wall time" in communication.implausible(summary)
+    assert communication.implausible(summarise(records, 1, 12.0)) == ""
+    assert communication.implausible(summarise(records, 1)) == ""   # no wall: no check
