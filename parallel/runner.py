@@ -22,7 +22,7 @@ from parallel.engines import collective_settings, plan, processes
 from parallel.launch import launch
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
-from suites.environment import host_id
+from suites.environment import host_environment, host_id
 from suites.results import SCHEMA_VERSION, read_rows
 
 MEASURE = "data_parallel"
@@ -159,7 +159,9 @@ class ScalingRunner:
             "scaling": self.scaling_fields(case, data, hosts, launch_plan),
         }
         if status != "ok":
-            row["env"].setdefault("host", host_id())
+            # No rank reported its environment: the host's, so that a refused or failed
+            # case still names its machine and commit.
+            row["env"] = {**host_environment(0, []), **row["env"]}
         return row
 
     def scaling_fields(self, case: ScalingCase, data, hosts: int, launch_plan) -> dict[str, Any]:

@@ -258,7 +258,9 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     if scaling_table is not None:
         scaling_plot = ts.efficiency_plot(scaling)
         sections.append(Section("scaling", "Data-parallel scaling",
-                                ts.interconnect_lines(scaling), tables=(scaling_table,),
+                                ts.interconnect_lines(scaling),
+                                tables=tuple(t for t in (scaling_table, ts.loss_table(scaling))
+                                             if t is not None),
                                 plots=(scaling_plot,) if scaling_plot else ()))
     failures = tm.failure_tables(core)
     if failures:

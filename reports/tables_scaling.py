@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from reports.load import Loaded  # noqa: E402
 from reports.plots import Plot, _png, _safe  # noqa: E402
+from reports.scaling_loss import EXPLAIN_BELOW, StepLoss, below_target, trace_problem  # noqa: E402
 from reports.table import Cell, Table  # noqa: E402
 
 MEASURE = "data_parallel"
@@ -53,11 +54,16 @@ def _pct(value) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
-def _kernels(kernels: dict[str, Any] | None, median_ms: float | None) -> str:
+def _kernels(row: dict[str, Any]) -> str:
     """NCCL kernel ms per step (share of the step), and how much of it overlapped compute
     (rows traced before the overlap was measured give the total only)."""
+    kernels = row["scaling"].get("communication_kernels")
+    median_ms = (row.get("timing") or {}).get("median_ms")
     if not kernels or not median_ms:
         return "—"
+    refused = trace_problem(row)
+    if refused:
+        return refused
     ms = kernels["nccl_kernel_ms_per_step"]
     text = f"{ms:.2f} ms ({ms / median_ms:.0%})"
     overlap = kernels.get("overlap_share")
@@ -85,7 +91,7 @@ def scaling_table(rows: list[dict[str, Any]]) -> Table | None:
             Cell(f"{s['images_per_s']:.1f}" if ok and s.get("images_per_s") else "—"),
             Cell(_pct(s.get("efficiency")) if ok else "—"),
             Cell(_pct(s.get("communication_share")) if ok else "—"),
-            Cell(_kernels(s.get("communication_kernels"), timing.get("median_ms")),
+            Cell(_kernels(row),
                  title=s.get("communication_kernels_reason") or ""),
         ))
     return Table("scaling", "Data-parallel scaling",
@@ -103,6 +109,69 @@ def scaling_table(rows: list[dict[str, Any]]) -> Table | None:
                         "CUPTI's kernel records, and the part of it that ran while a compute "
                         "kernel ran on the same GPU (overlapped); the rest is exposed. NCCL "
                         "kernels include time spent waiting for the slowest GPU."))
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.2f}"
+
+
+LOSS_NOTES = (
+    "Ideal step: the one-device step t₁ (weak) or t₁/N (strong). Lost = step − ideal.",
+    "Timed split: all-reduce = step − the same step without the all-reduce; per-device "
+    "step = step without the all-reduce − ideal (work that does not shrink with the shard).",
+    "CUPTI split of the traced steps, each against the one-device step's own figure scaled "
+    "like the ideal: GPU idle = more time with no kernel running (launch gaps, host work); "
+    "compute = more compute-kernel time; exposed NCCL = NCCL kernel time no compute kernel "
+    "hid. The three add up to the traced step minus the ideal traced step.")
+
+
+def _loss_cells(row: dict[str, Any], loss: StepLoss) -> tuple[str, ...]:
+    s = row["scaling"]
+    return (row["settings"]["framework"], _hardware(row), row["settings"]["precision"],
+            row["model"], s["mode"], str(s["devices"]), _pct(loss.efficiency),
+            f"{loss.step_ms:.2f}", f"{loss.ideal_ms:.2f}", f"{loss.lost_ms:+.2f}",
+            _ms(loss.allreduce_ms), _ms(loss.per_device_ms), _ms(loss.idle_ms),
+            _ms(loss.compute_ms), _ms(loss.exposed_nccl_ms), loss.cause)
+
+
+LOSS_HEADERS = ("Framework", "Hardware", "Precision", "Model", "Mode", "N", "Efficiency",
+                "Step ms", "Ideal ms", "Lost ms", "All-reduce", "Per-device step",
+                "GPU idle", "Compute", "Exposed NCCL", "Largest part")
+
+
+def loss_table(rows: list[dict[str, Any]]) -> Table | None:
+    """The cases below 90% and where their lost time goes (reports/scaling_loss.py)."""
+    explained = below_target(rows)
+    if not explained:
+        return None
+    body = tuple(tuple(Cell(text, title=loss.trace_note if index >= 12 else "")
+                       for index, text in enumerate(_loss_cells(row, loss)))
+                 for row, loss in explained)
+    return Table("scaling-loss", f"Below {EXPLAIN_BELOW:.0%}: where the step's time goes",
+                 LOSS_HEADERS, body, (False,) * 6 + (True,) * 9 + (False,), notes=LOSS_NOTES)
+
+
+def loss_summary(rows: list[dict[str, Any]]) -> list[str]:
+    """The same split as a Markdown table for a published folder's README."""
+    explained = below_target([r for r in latest_rows(rows) if r["settings"]["device"] == "gpu"])
+    if not explained:
+        return []
+    headers = [h for h in LOSS_HEADERS if h != "Hardware"]
+    lines = ["| " + " | ".join(headers) + " |",
+             "|:---|:---|:---|:---|---:|" + "---:|" * 9 + ":---|"]
+    for row, loss in sorted(explained, key=lambda pair: _order(pair[0])):
+        cells = list(_loss_cells(row, loss))
+        del cells[1]
+        if loss.trace_note and loss.idle_ms is None:
+            cells[-1] += f" ({loss.trace_note})"
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _order(row: dict[str, Any]) -> tuple:
+    s = row["scaling"]
+    return (row["settings"]["framework"], row["settings"]["precision"], row["model"],
+            s["mode"], s["base_batch"], s["devices"])
 
 
 def interconnect_lines(rows: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -175,7 +244,7 @@ def _summary_cell(row: dict[str, Any] | None) -> str:
     s = row["scaling"]
     text = _pct(s.get("efficiency"))
     kernels = s.get("communication_kernels") or {}
-    if kernels.get("overlap_share") is not None:
+    if kernels.get("overlap_share") is not None and not trace_problem(row):
         text += f" ({kernels['overlap_share']:.0%} ovl.)"
     return text
 

@@ -244,3 +244,22 @@ def test_a_model_the_suite_lacks_is_a_one_line_error(capsys):
     assert main(["run", "scaling-short", "--framework", "torch", "--models", "vgg16"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "vgg16" in err and "scaling-short" in err
+
+
+def test_a_case_no_rank_reported_still_names_its_host_and_commit(tmp_path, monkeypatch):
+    # A launch whose processes all fail writes no result: the row's environment is the
+    # host's, not empty (a published folder lists every row's machine and commit).
+    from parallel import runner
+    from parallel.launch import Outcome
+    from parallel.runner import ScalingRequest, ScalingRunner
+
+    monkeypatch.setattr(runner, "launch", lambda *a, **k: Outcome(
+        "failed", "process 0 exit code 1: boom", (1,), 0.1))
+    suite = load("scaling-quick")
+    request = ScalingRequest(suite, "torch", "cpu", tmp_path, max_devices=1)
+    assert ScalingRunner(request).run(echo=lambda line: None) == 0
+    rows = [json.loads(line) for line in next(tmp_path.rglob("*.jsonl")).read_text().splitlines()]
+    assert rows and all(r["status"] == "failed" for r in rows)
+    for row in rows:
+        assert row["env"]["dlbench_commit"] and row["env"]["cpu_model"]
+        assert row["env"]["host"] == rows[0]["env"]["host"] and "boom" in row["reason"]
