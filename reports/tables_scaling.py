@@ -197,6 +197,11 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
         return None
     fig, axes = plt.subplots(1, len(frameworks), figsize=(4.2 * len(frameworks), 3.4),
                              squeeze=False, sharey=True)
+    # One colour per case (model, mode, batch) in every panel, so frameworks compare at a
+    # glance; precision is the line style.
+    cases = sorted({(r["model"], r["scaling"]["mode"], r["scaling"]["base_batch"]) for r in ok})
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {case: palette[i % len(palette)] for i, case in enumerate(cases)}
     for ax, (framework, device) in zip(axes[0], frameworks):
         lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
         for r in ok:
@@ -216,7 +221,9 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
             if len(points) < 2:
                 continue
             points.sort()
+            model, mode, batch, _ = label.split(" ")
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                    color=colour.get((model, mode, int(batch[1:])), "black"),
                     ls="--" if label.endswith("bf16") else "-", label=_safe(label))
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
         ax.axhline(0.9, color="grey", lw=0.8, ls="--")
