@@ -3,6 +3,7 @@
     python -m parallel run scaling --framework torch --device gpu [--resume] [--out results]
     python -m parallel run scaling-short --framework tf --device gpu --precisions bf16
     python -m parallel run scaling-quick --framework jax --device cpu
+    python -m parallel run scaling --framework torch --device gpu --devices 2 4
     python -m parallel list
     python -m parallel spec --framework torch --device gpu --model resnet50 --batch 64 \
         --devices 16 --processes 8 --out spec.json     # one case, for a multi-host launch
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="run only these models of the suite (e.g. resnet50)")
     run.add_argument("--precisions", nargs="+", default=None, choices=PRECISIONS,
                      help="run only these precisions of the suite")
+    run.add_argument("--devices", nargs="+", type=int, default=None, metavar="N",
+                     help="device counts to run instead of the suite's (N = 1, every "
+                          "efficiency's baseline, runs too)")
     commands.add_parser("list", help="list the bundled scaling suites")
     spec = commands.add_parser("spec", help="write one case's rank spec (multi-host launch)")
     spec.add_argument("--framework", required=True, choices=FRAMEWORKS)
@@ -76,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                 suite = load(str(path))
                 print(f"{suite.name:<24} {suite.description}")
             return 0
+        if args.command == "run" and args.devices and min(args.devices) < 1:
+            raise ScalingSuiteError(f"--devices {' '.join(map(str, args.devices))}: device "
+                                    "counts must be positive")
         suite = load(args.suite)
         in_suite = {model for group in suite.groups for model in group["models"]}
         unknown = sorted(set(args.models or ()) - in_suite)
@@ -88,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     return ScalingRunner(ScalingRequest(suite, args.framework, args.device, args.out,
                                         args.resume, args.seed, max_devices=args.max_devices,
                                         hosts=args.hosts, models=args.models,
-                                        precisions=args.precisions)).run()
+                                        precisions=args.precisions,
+                                        device_counts=args.devices)).run()
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ class ScalingRequest:
     fault_case: int = -1             # tests: the case (index) whose last rank is killed
     models: list[str] | None = None  # only these models of the suite
     precisions: list[str] | None = None  # only these precisions of the suite
+    device_counts: list[int] | None = None  # these N instead of the suite's (and N = 1)
 
 
 def available_devices(device: str) -> int:
@@ -78,7 +79,13 @@ class ScalingRunner:
         if limit < 1:
             echo(f"error: no {r.device.upper()} devices present")
             return 3
-        cases = [c for c in r.suite.cases(limit) if (not r.models or c.model in r.models)
+        absent = sorted(n for n in (r.device_counts or ()) if n > limit)
+        if absent:
+            echo(f"not run: N = {', '.join(map(str, absent))} (only {limit} "
+                 f"{r.device.upper()} device{'s' if limit != 1 else ''} here)")
+        counts = tuple(r.device_counts) if r.device_counts else None
+        cases = [c for c in r.suite.cases(limit, counts)
+                 if (not r.models or c.model in r.models)
                  and (not r.precisions or c.precision in r.precisions)]
         existing = self._existing() if r.resume else {}
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -81,14 +81,19 @@ class ScalingSuite:
     groups: tuple[dict[str, Any], ...]
     path: Path
 
-    def cases(self, available_devices: int) -> list[ScalingCase]:
-        """Every case, N = 1, 2, … up to the devices present (and the group's limit), in
-        order of N so each N = 1 baseline runs before the cases it is compared with."""
+    def cases(self, available_devices: int,
+              device_counts: tuple[int, ...] | None = None) -> list[ScalingCase]:
+        """Every case, at the group's device counts (N = 1, 2, … when it lists none), or at
+        ``device_counts`` and N = 1 (the baseline) where given, up to the devices present
+        (and the group's limit), in order of N so each N = 1 baseline runs before the
+        cases it is compared with."""
         out: list[ScalingCase] = []
         seen: set[tuple] = set()
         for group in self.groups:
             limit = min(available_devices, int(group.get("max_devices", available_devices)))
-            counts = [n for n in group.get("devices", range(1, limit + 1)) if n <= limit]
+            listed = sorted({1, *device_counts}) if device_counts else \
+                group.get("devices", range(1, limit + 1))
+            counts = [n for n in listed if n <= limit]
             for model, batch, mode, precision, n in itertools.product(
                     group["models"], group["batches"], group.get("modes", ["weak"]),
                     group.get("precisions", ["fp32"]), counts):
@@ -157,6 +162,10 @@ def load(name_or_path: str) -> ScalingSuite:
                                         f"{PRECISIONS}")
         if any(not isinstance(b, int) or b < 1 for b in group["batches"]):
             raise ScalingSuiteError(f"{where}: batches must be positive integers")
+        counts = group.get("devices", [1])
+        if not isinstance(counts, list) or not counts or \
+                any(not isinstance(n, int) or n < 1 for n in counts):
+            raise ScalingSuiteError(f"{where}: devices must be a list of positive integers")
     timer = data.get("timer", {})
     return ScalingSuite(data.get("name", path.stem), data.get("description", ""),
                         int(timer.get("warmup", 5)), int(timer.get("samples", 30)),

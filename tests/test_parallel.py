@@ -263,3 +263,28 @@ def test_a_case_no_rank_reported_still_names_its_host_and_commit(tmp_path, monke
     for row in rows:
         assert row["env"]["dlbench_commit"] and row["env"]["cpu_model"]
         assert row["env"]["host"] == rows[0]["env"]["host"] and "boom" in row["reason"]
+
+
+def test_device_counts_come_from_the_suite_or_the_command_line(tmp_path, capsys):
+    suite = load("scaling")
+    # The bundled suite lists powers of two: a 4-GPU host runs N = 1, 2 and 4, not 3.
+    assert sorted({c.devices for c in suite.cases(4)}) == [1, 2, 4]
+    assert sorted({c.devices for c in suite.cases(8)}) == [1, 2, 4, 8]
+    # --devices replaces them, N = 1 (the baseline) kept, capped at the devices present.
+    assert sorted({c.devices for c in suite.cases(4, (3,))}) == [1, 3]
+    assert sorted({c.devices for c in suite.cases(2, (2, 4))}) == [1, 2]
+    cases = suite.cases(8, (4,))
+    # Strong at N = 4 splits the 64 four ways; its baseline is the one-device b64 case.
+    assert {c.per_device_batch for c in cases if c.mode == "strong"} == {16}
+    assert any(c.model == "resnet50" and c.devices == 1 and c.per_device_batch == 64
+               for c in cases)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('kind = "scaling"\n[[cases]]\nmodels = ["lenet"]\nbatches = [4]\n'
+                   'devices = [0, 2]\n')
+    with pytest.raises(ScalingSuiteError, match="devices must be"):
+        load(str(bad))
+    from parallel.__main__ import main
+
+    assert main(["run", "scaling-quick", "--framework", "torch", "--devices", "0"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--devices 0" in err
