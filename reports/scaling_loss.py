@@ -25,11 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from parallel.communication import implausible
+
 # Efficiency below which a case's lost time is explained (the issue's and Horovod's 90%).
 EXPLAIN_BELOW = 0.90
-# Kernel busy time may exceed the step's wall time by this much before the trace is
-# refused (parallel/communication.py's WALL_TOLERANCE, for rows that predate it).
-WALL_TOLERANCE = 0.05
 # What a trace needs for the split (rows traced with torch.profiler before CUPTI's window
 # carry the NCCL total only).
 SPLIT_KEYS = ("all_kernel_ms_per_step", "compute_kernel_ms_per_step",
@@ -77,12 +76,11 @@ def trace_problem(row: dict[str, Any]) -> str:
         # Written before the first traced step was left out: each rank's NCCL kernels
         # may hold its peers' CUPTI attach time.
         return "trace refused: its ranks were not aligned before it"
-    wall = kernels.get("traced_wall_ms_per_step") or step_ms
-    busy = kernels.get("all_kernel_ms_per_step") or 0.0
-    if busy > wall * (1 + WALL_TOLERANCE):
-        return (f"trace refused: kernels busy {busy:.2f} ms per step in steps of "
-                f"{wall:.2f} ms")
-    return ""
+    # The tracer's own check (rows that predate it: against the timed median).
+    wrong = implausible({"all_kernel_ms_per_step": kernels.get("all_kernel_ms_per_step") or 0.0,
+                         "traced_wall_ms_per_step": kernels.get("traced_wall_ms_per_step")
+                         or step_ms})
+    return f"trace refused: {wrong}" if wrong else ""
 
 
 def _traced(row: dict[str, Any]) -> tuple[float, float, float, float] | None:

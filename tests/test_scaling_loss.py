@@ -84,7 +84,8 @@ def test_a_multi_process_trace_from_before_the_aligned_window_is_refused():
 
 def test_kernels_busier_than_their_steps_are_refused():
     busy = _row(2, 24.6, 19.9, _kernels(26.0, 14.4, 11.6, 23.0))
-    assert "busy 26.00 ms per step in steps of 23.00 ms" in trace_problem(busy)
+    assert trace_problem(busy).startswith("trace refused: kernel busy time 26.00 ms per step "
+                                          "exceeds the traced steps' wall time 23.00 ms")
     assert step_loss(busy, BASELINE).idle_ms is None
 
 
