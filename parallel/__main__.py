@@ -4,6 +4,7 @@
     python -m parallel run scaling-short --framework tf --device gpu --precisions bf16
     python -m parallel run scaling-quick --framework jax --device cpu
     python -m parallel run scaling --framework torch --device gpu --devices 2 4
+    python -m parallel run scaling-short --framework tf --device gpu --plan   # minutes, no run
     python -m parallel list
     python -m parallel spec --framework torch --device gpu --model resnet50 --batch 64 \
         --devices 16 --processes 8 --out spec.json     # one case, for a multi-host launch
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--devices", nargs="+", type=int, default=None, metavar="N",
                      help="device counts to run instead of the suite's (N = 1, every "
                           "efficiency's baseline, runs too)")
+    run.add_argument("--plan", action="store_true",
+                     help="print the launches and the minutes they are expected to take "
+                          "(from earlier rows on this GPU model), then stop")
     commands.add_parser("list", help="list the bundled scaling suites")
     spec = commands.add_parser("spec", help="write one case's rank spec (multi-host launch)")
     spec.add_argument("--framework", required=True, choices=FRAMEWORKS)
@@ -96,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                                         args.resume, args.seed, max_devices=args.max_devices,
                                         hosts=args.hosts, models=args.models,
                                         precisions=args.precisions,
-                                        device_counts=args.devices)).run()
+                                        device_counts=args.devices,
+                                        plan_only=args.plan)).run()
 
 
 if __name__ == "__main__":

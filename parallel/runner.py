@@ -20,9 +20,11 @@ from typing import Any
 
 from parallel.engines import collective_settings, plan, processes
 from parallel.launch import launch
+from parallel.plan import PUBLISHED, plan_line
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
-from suites.environment import host_environment, host_id
+from suites.environment import cpu_model, host_environment, host_id, nvidia_smi
+from suites.estimate import minutes
 from suites.results import SCHEMA_VERSION, read_rows
 
 MEASURE = "data_parallel"
@@ -43,6 +45,8 @@ class ScalingRequest:
     models: list[str] | None = None  # only these models of the suite
     precisions: list[str] | None = None  # only these precisions of the suite
     device_counts: list[int] | None = None  # these N instead of the suite's (and N = 1)
+    plan_only: bool = False          # print the plan and stop
+    history: tuple[Path, ...] = (PUBLISHED,)   # earlier rows the plan estimates from
 
 
 def available_devices(device: str) -> int:
@@ -88,6 +92,14 @@ class ScalingRunner:
                  if (not r.models or c.model in r.models)
                  and (not r.precisions or c.precision in r.precisions)]
         existing = self._existing() if r.resume else {}
+        pending = [c for c in cases
+                   if (existing.get(self.case_id(c)) or {}).get("status") != "ok"]
+        device_name = nvidia_smi("name") if r.device == "gpu" else cpu_model()
+        echo(plan_line(pending, len(cases), r.framework, r.device, device_name,
+                       (r.out, *r.history)))
+        if r.plan_only:
+            return 0
+        started = time.perf_counter()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for index, case in enumerate(cases):
             progress = f"[{index + 1}/{len(cases)}]"
@@ -105,7 +117,7 @@ class ScalingRunner:
                  + (f" {row['timing']['median_ms']:.2f} ms" if row["status"] == "ok" else
                     f" ({row['reason'][:200]})")
                  + (f", efficiency {eff:.1%}" if eff is not None else ""))
-        echo(f"results: {self.path}")
+        echo(f"took {minutes(time.perf_counter() - started)}; results: {self.path}")
         return 0
 
     def _remember(self, case: ScalingCase, row: dict[str, Any]) -> None:
@@ -169,6 +181,8 @@ class ScalingRunner:
             # No rank reported its environment: the host's, so that a refused or failed
             # case still names its machine and commit.
             row["env"] = {**host_environment(0, []), **row["env"]}
+            if r.device == "gpu":
+                row["env"].setdefault("gpu_model", nvidia_smi("name"))
         return row
 
     def scaling_fields(self, case: ScalingCase, data, hosts: int, launch_plan) -> dict[str, Any]:
