@@ -74,11 +74,14 @@ def base_env(device: str, devices: int, framework: str) -> dict[str, str]:
     return env
 
 
-def plan(spec: RankSpec, spec_path: str, hosts: int = 1) -> Launch:
-    """The commands for one case. ``hosts`` > 1 stands several hosts in with processes
-    on this one, through the same multi-host path a real cluster uses."""
+def plan(spec: RankSpec, spec_paths: str | list[str], hosts: int = 1) -> Launch:
+    """The commands for one launch: ``spec``'s case, or several cases of the same framework,
+    device and N in turn (``spec_paths``, ``spec`` the first). ``hosts`` > 1 stands several
+    hosts in with processes on this one, through the same multi-host path a real cluster
+    uses."""
     python = sys.executable
-    rank = [python, "-m", "parallel.rank", spec_path]
+    paths = [spec_paths] if isinstance(spec_paths, str) else list(spec_paths)
+    rank = [python, "-m", "parallel.rank", *paths]
     env = base_env(spec.device, spec.devices // max(1, hosts)
                    if spec.framework == "jax" else spec.devices, spec.framework)
     if spec.framework == "torch":
@@ -94,7 +97,7 @@ def plan(spec: RankSpec, spec_path: str, hosts: int = 1) -> Launch:
                          "--rdzv-id", "dlbench"]
             commands.append([python, "-m", "torch.distributed.run", *where,
                              "--nproc-per-node", str(per_host), "--max-restarts", "0",
-                             "--monitor-interval", "0.5", "-m", "parallel.rank", spec_path])
+                             "--monitor-interval", "0.5", "-m", "parallel.rank", *paths])
             envs.append(env)
         return Launch(commands, envs)
     if spec.framework == "ort" or hosts > 1:

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,8 +63,10 @@ def _tail(path: Path, chars: int = 300) -> str:
 
 
 def launch(commands: list[list[str]], envs: list[dict[str, str]], timeout_s: float,
-           log_dir: Path, cwd: Path | None = None) -> Outcome:
-    """Run ``commands[i]`` with environment ``envs[i]`` until all exit or ``timeout_s``."""
+           log_dir: Path, cwd: Path | None = None,
+           watch: Callable[[], None] | None = None) -> Outcome:
+    """Run ``commands[i]`` with environment ``envs[i]`` until all exit or ``timeout_s``;
+    ``watch`` is called at every poll (the runner collects finished cases' results)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     processes: list[subprocess.Popen] = []
@@ -87,6 +90,8 @@ def launch(commands: list[list[str]], envs: list[dict[str, str]], timeout_s: flo
                 failed_at = now
             if now > deadline or (failed_at is not None and now - failed_at > GRACE_S):
                 break
+            if watch is not None:
+                watch()
             time.sleep(POLL_S)
     finally:
         codes_before_kill = [p.poll() for p in processes]

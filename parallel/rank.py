@@ -1,11 +1,12 @@
-"""One rank of a data-parallel case: ``python -m parallel.rank SPEC.json``.
+"""One rank of data-parallel cases: ``python -m parallel.rank SPEC.json [SPEC.json ...]``.
 
 Started by the launcher (directly, or by ``torch.distributed.run`` for torch). It builds
 the framework's data-parallel step from the adapter's own network, times it for a fixed
 number of iterations — every rank runs the same count, so no rank waits in a collective
 for a peer that has stopped — then times the same step without the gradient all-reduce,
-and rank 0 writes the result. The communication share is the time the all-reduce adds to
-the step: 1 − local / full (exposed communication; what overlaps with backward is free).
+and rank 0 writes the result; then the next spec's case, in the same process. The
+communication share is the time the all-reduce adds to the step: 1 − local / full
+(exposed communication; what overlaps with backward is free).
 On a GPU a few more steps run under CUPTI (``parallel/communication.py``): NCCL's kernel
 time per step, and how much of it overlapped compute. An engine that refuses the case
 (``adapters.base.Unsupported``: ONNX Runtime at bf16) makes rank 0 write the reason, and
@@ -82,35 +83,59 @@ def engine_module(framework: str):
     return importlib.import_module(f"adapters.{framework}.parallel")
 
 
-def main(argv: list[str]) -> int:
-    spec = RankSpec.from_file(Path(argv[0]))
-    info = RankInfo.from_environment()
-    from suites.environment import host_environment, limit_cpus
-    from suites.results import timing_fields
-    from suites.timer import TimerSettings, summarise
+def write_result(path: Path, data: dict[str, Any]) -> None:
+    """Whole or not at all: the runner reads a result as soon as the file appears."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, default=str))
+    os.replace(partial, path)
 
-    threads = max(1, len(os.sched_getaffinity(0)) // max(1, spec.processes))
+
+def main(argv: list[str]) -> int:
+    """Each spec in ``argv`` in turn, in this process (the cases of one launch share its
+    start: the processes, the framework's import, the collective group); the engine
+    module's ``finish`` ends the group after the last."""
+    specs = [RankSpec.from_file(Path(path)) for path in argv]
+    info = RankInfo.from_environment()
+    from suites.environment import limit_cpus
+
+    first = specs[0]
+    threads = max(1, len(os.sched_getaffinity(0)) // max(1, first.processes))
     affinity = []
-    if spec.device == "cpu" and spec.processes > 1:
+    if first.device == "cpu" and first.processes > 1:
         # Ranks on one CPU share it fairly: each gets its own slice of the cores.
         allowed = sorted(os.sched_getaffinity(0))
         affinity = allowed[info.local_rank * threads:(info.local_rank + 1) * threads] or allowed
         os.sched_setaffinity(0, affinity)
-    elif spec.device == "cpu":
+    elif first.device == "cpu":
         affinity = limit_cpus(threads)
-    from adapters.base import Unsupported
+    module = engine_module(first.framework)
     try:
-        engine = engine_module(spec.framework).DataParallel(spec, info, threads)
+        for spec in specs:
+            run_case(module, spec, info, threads, affinity)
+    finally:
+        getattr(module, "finish", lambda: None)()
+    return 0
+
+
+def run_case(module, spec: RankSpec, info: RankInfo, threads: int, affinity: list[int]) -> None:
+    """One case on this rank; rank 0 writes its result."""
+    from adapters.base import Unsupported
+    from suites.environment import host_environment
+    from suites.results import timing_fields
+    from suites.timer import TimerSettings, summarise
+
+    try:
+        engine = module.DataParallel(spec, info, threads)
     except Unsupported as refusal:
         if info.rank == 0:
-            Path(spec.result).write_text(json.dumps({"unsupported": str(refusal)}))
-        return 0
+            write_result(Path(spec.result), {"unsupported": str(refusal)})
+        return
     try:
         if spec.task == "gradients":
             loss, grads = engine.gradients()
             if info.rank == 0:
                 np.savez(spec.result, __loss__=np.float64(loss), **grads)
-            return 0
+            return
         fault = spec.fault_step if info.rank == info.world_size - 1 else -1
         first, full = fixed_count(engine.step(), engine.sync, spec.warmup, spec.samples, fault)
         _, local = fixed_count(engine.local_step(), engine.sync, max(1, spec.warmup // 2),
@@ -118,12 +143,12 @@ def main(argv: list[str]) -> int:
         communicates = getattr(engine, "step_kind", "gradient") != "forward"
         kernels, kernels_reason = traced_communication(engine, spec, communicates)
         if info.rank != 0:
-            return 0
+            return
         settings = TimerSettings(rel_ci=0.05)
         timing = timing_fields(summarise(first, full, 1, settings))
         local_timing = summarise(0.0, local, 1, settings)
         median, local_median = timing["median_ms"], local_timing.median_s * 1e3
-        result: dict[str, Any] = {
+        write_result(Path(spec.result), {
             "timing": {**timing, "local_median_ms": local_median,
                        "local_ci_low_ms": local_timing.ci_low_s * 1e3,
                        "local_ci_high_ms": local_timing.ci_high_s * 1e3},
@@ -136,9 +161,7 @@ def main(argv: list[str]) -> int:
             "step": getattr(engine, "step_kind", "gradient"),
             "memory": engine.peak_memory(),
             "env": {**host_environment(threads, affinity), **engine.environment()},
-        }
-        Path(spec.result).write_text(json.dumps(result, default=str))
-        return 0
+        })
     finally:
         engine.close()
 

@@ -288,3 +288,81 @@ def test_device_counts_come_from_the_suite_or_the_command_line(tmp_path, capsys)
     assert main(["run", "scaling-quick", "--framework", "torch", "--devices", "0"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "--devices 0" in err
+
+
+class FakeLaunches:
+    """Stands in for parallel.launch.launch: acts as rank 0 of every case in the launch's
+    spec files, in turn, writing each result and calling the runner's watch; a case whose
+    model is ``crash_model`` kills the launch (the rest of it never runs)."""
+
+    def __init__(self, crash_model: str = ""):
+        self.crash_model = crash_model
+        self.launches: list[list[tuple[str, int]]] = []
+
+    def __call__(self, commands, envs, timeout_s, log_dir, cwd=None, watch=None):
+        from parallel.launch import Outcome
+        from parallel.spec import RankSpec
+
+        paths = commands[0][commands[0].index("parallel.rank") + 1:]
+        specs = [RankSpec.from_file(Path(p)) for p in paths]
+        self.launches.append([(s.model, s.devices) for s in specs])
+        for spec in specs:
+            if spec.model == self.crash_model:
+                return Outcome("failed", "process 0 killed by signal 9: boom", (-9,), 1.0)
+            Path(spec.result).write_text(json.dumps({
+                "timing": {"median_ms": 10.0 * spec.devices, "ci_low_ms": 1.0,
+                           "ci_high_ms": 1.0, "samples": spec.samples},
+                "engine": "fake", "backend": "none", "step": "gradient"}))
+            if watch is not None:
+                watch()
+        return Outcome("ok", "", (0,), 1.0)
+
+
+def _suite_of(tmp_path, models):
+    path = tmp_path / "suite.toml"
+    path.write_text('kind = "scaling"\nname = "s"\ntimeout_s = 5\n[timer]\nwarmup = 1\n'
+                    'samples = 2\n[[cases]]\nmodels = ' + json.dumps(models) +
+                    '\nbatches = [4]\nmodes = ["weak"]\n')
+    return load(str(path))
+
+
+def test_the_cases_of_one_n_share_a_launch(tmp_path, monkeypatch):
+    from parallel import runner
+    from parallel.runner import ScalingRequest, ScalingRunner
+
+    fake = FakeLaunches()
+    monkeypatch.setattr(runner, "launch", fake)
+    suite = _suite_of(tmp_path, ["alexnet_tiny", "lenet"])
+    request = ScalingRequest(suite, "jax", "cpu", tmp_path / "out", history=())
+    assert ScalingRunner(request).run(echo=lambda line: None) == 0
+    # One launch per N, both models in it.
+    assert fake.launches == [[("alexnet_tiny", 1), ("lenet", 1)],
+                             [("alexnet_tiny", 2), ("lenet", 2)]]
+    rows = [json.loads(line) for line in
+            next((tmp_path / "out").rglob("*.jsonl")).read_text().splitlines()]
+    assert [(r["model"], r["scaling"]["devices"], r["status"]) for r in rows] == [
+        ("alexnet_tiny", 1, "ok"), ("lenet", 1, "ok"), ("alexnet_tiny", 2, "ok"),
+        ("lenet", 2, "ok")]
+    assert all(r["wall_s"] >= 0 for r in rows)
+    assert rows[2]["scaling"]["efficiency"] == pytest.approx(0.5)   # 10 ms against 20
+
+
+def test_a_crash_in_a_shared_launch_is_the_row_of_its_case(tmp_path, monkeypatch):
+    from parallel import runner
+    from parallel.runner import ScalingRequest, ScalingRunner
+
+    fake = FakeLaunches(crash_model="lenet")
+    monkeypatch.setattr(runner, "launch", fake)
+    suite = _suite_of(tmp_path, ["alexnet_tiny", "lenet", "sae_ae1"])
+    request = ScalingRequest(suite, "jax", "cpu", tmp_path / "out", max_devices=1,
+                             history=())
+    assert ScalingRunner(request).run(echo=lambda line: None) == 0
+    # The shared launch died in lenet: alexnet_tiny's row stands, lenet and sae_ae1 get
+    # launches of their own, and only lenet's row is a failure.
+    assert fake.launches == [[("alexnet_tiny", 1), ("lenet", 1), ("sae_ae1", 1)],
+                             [("lenet", 1)], [("sae_ae1", 1)]]
+    rows = [json.loads(line) for line in
+            next((tmp_path / "out").rglob("*.jsonl")).read_text().splitlines()]
+    assert [(r["model"], r["status"]) for r in rows] == [
+        ("alexnet_tiny", "ok"), ("lenet", "failed"), ("sae_ae1", "ok")]
+    assert "boom" in rows[1]["reason"]

@@ -29,6 +29,10 @@ from models.zoo import get_model
 from parallel.shards import shard
 
 AXIS = "data"
+# Cases this process has run (a launch runs several in turn), and whether it has joined
+# jax.distributed (once per process).
+_CASES = 0
+_DISTRIBUTED = False
 
 
 class DataParallel:
@@ -36,9 +40,11 @@ class DataParallel:
                             "gradients minus median of the same shard_map program without it")
 
     def __init__(self, spec, info, threads: int):
+        global _CASES, _DISTRIBUTED
+        _CASES += 1
         self.on_gpu = spec.device == "gpu"
         self.multi_process = info.world_size > 1
-        if self.multi_process:
+        if self.multi_process and not _DISTRIBUTED:
             options: dict[str, Any] = {}
             if self.on_gpu:
                 per_process = spec.devices // info.world_size
@@ -47,6 +53,7 @@ class DataParallel:
             else:
                 jax.config.update("jax_cpu_collectives_implementation", "gloo")
             jax.distributed.initialize(info.coordinator, info.world_size, info.rank, **options)
+            _DISTRIBUTED = True
         self.engine = ("JAX shard_map over a device mesh, " +
                        ("jax.distributed (one process per host)" if self.multi_process
                         else "one process"))
@@ -128,12 +135,22 @@ class DataParallel:
             return None
         stats = self.mesh.devices.flat[0].memory_stats() or {}
         peak = stats.get("peak_bytes_in_use")
-        return None if peak is None else {"peak_bytes": int(peak), "kind": "allocator"}
+        if peak is None:
+            return None
+        # XLA's allocator keeps one peak for the process's life, with no reset.
+        kind = "allocator" if _CASES == 1 else \
+            "allocator, the process's peak (earlier cases of the launch included)"
+        return {"peak_bytes": int(peak), "kind": kind}
 
     def environment(self) -> dict[str, Any]:
         return {**self.adapter.environment(), "jax_process_count": jax.process_count()}
 
     def close(self) -> None:
         del self.args, self.trainable, self.fixed
-        if self.multi_process:
-            jax.distributed.shutdown()
+        self.prepared.close()
+
+
+def finish() -> None:
+    """After the launch's last case: leave jax.distributed (it serves every case)."""
+    if _DISTRIBUTED:
+        jax.distributed.shutdown()

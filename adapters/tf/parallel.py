@@ -11,6 +11,7 @@ statistics. ``local_step`` is the same step without the all-reduce.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -29,10 +30,27 @@ MEAN = tf.distribute.ReduceOp.MEAN
 
 def make_logical_cpus(count: int) -> None:
     """Split the CPU into ``count`` logical devices (before TensorFlow's runtime starts),
-    the CPU stand-in for ``count`` GPUs."""
+    the CPU stand-in for ``count`` GPUs. A later case of the same launch (the same N)
+    finds them made."""
     cpu = tf.config.list_physical_devices("CPU")[0]
+    made = tf.config.get_logical_device_configuration(cpu)
+    if made and len(made) == count:
+        return
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+
+
+@functools.cache
+def process_adapter(device: str, threads: int) -> TFAdapter:
+    """One adapter per process: TensorFlow fixes its thread pools and GPU memory growth at
+    its first operation, so the cases of a launch share the first case's."""
+    return TFAdapter(RunConfig(device, threads, 1))
+
+
+@functools.cache
+def multi_worker_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
+    """TensorFlow allows one MultiWorkerMirroredStrategy per process."""
+    return tf.distribute.MultiWorkerMirroredStrategy()
 
 
 class DataParallel:
@@ -47,10 +65,13 @@ class DataParallel:
         local = spec.devices // workers
         if not self.on_gpu:
             make_logical_cpus(local)
-        self.adapter = TFAdapter(RunConfig(spec.device, threads, 1))
+        self.adapter = process_adapter(spec.device, threads)
+        if self.on_gpu:
+            # The peak of this case, not of an earlier case of the same launch.
+            tf.config.experimental.reset_memory_stats("GPU:0")
         kind = "GPU" if self.on_gpu else "CPU"
         if self.multi_worker:
-            self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            self.strategy = multi_worker_strategy()
             self.engine = "tf.distribute.MultiWorkerMirroredStrategy (TF_CONFIG)"
             self.backend = "NCCL" if self.on_gpu else "gRPC ring (collective ops)"
         else:
@@ -121,4 +142,5 @@ class DataParallel:
         return self.adapter.environment()
 
     def close(self) -> None:
-        pass
+        self.full_fn = self.local_fn = self.inputs = None
+        self.prepared.close()

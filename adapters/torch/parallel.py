@@ -50,8 +50,12 @@ class DataParallel:
         self.info = info
         if self.on_gpu:
             torch.cuda.set_device(info.local_rank)
-        # env:// rendezvous: MASTER_ADDR/PORT, RANK and WORLD_SIZE come from torchrun.
-        dist.init_process_group(self.backend)
+            # The peak of this case, not of an earlier case of the same launch.
+            torch.cuda.reset_peak_memory_stats()
+        if not dist.is_initialized():
+            # env:// rendezvous: MASTER_ADDR/PORT, RANK and WORLD_SIZE come from torchrun;
+            # the group serves every case of the launch (finish() ends it).
+            dist.init_process_group(self.backend)
         self.adapter = TorchAdapter(RunConfig(spec.device, threads, 1))
         if self.on_gpu:
             # The adapter's single-device runs use cuda:0; a rank uses its own GPU.
@@ -113,10 +117,20 @@ class DataParallel:
         return env
 
     def close(self) -> None:
-        # DDP's reducer holds gloo/NCCL work objects; release it while the group and the
-        # interpreter are alive, then the group, so nothing of either is torn down during
-        # interpreter finalization (which can abort the process: pytorch/pytorch#179291).
-        self.ddp = None
+        # DDP's reducer holds gloo/NCCL work objects; release it (and the case's tensors)
+        # while the group and the interpreter are alive.
+        self.ddp = self.params = None
+        if self.prepared is not None:
+            self.prepared.close()
+            self.prepared = None
         gc.collect()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        if self.on_gpu:
+            torch.cuda.empty_cache()
+
+
+def finish() -> None:
+    """End the launch's process group after its last case, before interpreter
+    finalization, which tearing it down can abort (pytorch/pytorch#179291)."""
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
