@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="device counts to run instead of the suite's (N = 1, every "
                           "efficiency's baseline, runs too)")
     run.add_argument("--plan", action="store_true",
-                     help="print the launches and the minutes they are expected to take "
+                     help="print the cases and the minutes they are expected to take "
                           "(from earlier rows on this GPU model), then stop")
     commands.add_parser("list", help="list the bundled scaling suites")
     spec = commands.add_parser("spec", help="write one case's rank spec (multi-host launch)")

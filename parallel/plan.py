@@ -1,9 +1,11 @@
 """What a scaling run will cost, said before it starts: a multi-GPU host is the dearest
 machine a benchmark rents, and a lease is planned around the minutes each engine takes.
 
-A case is one launch (``parallel/runner.py``), and its row's ``wall_s`` is what that launch
-cost: process start, the framework's import, the collective group's setup, the build, the
-first call, warm-up, the timed and the local steps and the traced ones. The estimate of a
+A row's ``wall_s`` is what its case cost (``parallel/runner.py``): the build, the first
+call, warm-up, the timed, local and traced steps, and for the first case of a launch the
+launch's start (processes, the framework's import, the collective group). Rows from runs
+of one launch per case (before the cases of one N shared a launch) carry a start each, so
+an estimate from them overstates a run today; the newest rows win. The estimate of a
 pending case is the newest earlier row of the same computation (framework, model, mode,
 batch per device and in all, N, precision; from any scaling suite, whose timers differ by
 a few steps that a launch's start-up outweighs) on the same GPU model, else on another GPU
@@ -96,5 +98,5 @@ def plan_line(pending: list[ScalingCase], cases: int, framework: str, device: st
     done = cases - len(pending)
     cost = f"about {guess.text()}" if guess.unknown < guess.cases else \
         "no estimate (no earlier row of these cases)"
-    return (f"plan: {len(pending)} launch{'es' if len(pending) != 1 else ''}"
+    return (f"plan: {len(pending)} case{'s' if len(pending) != 1 else ''}"
             + (f" ({done} of {cases} done)" if done else "") + f" on {where}, {cost}")

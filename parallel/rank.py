@@ -83,6 +83,10 @@ def engine_module(framework: str):
     return importlib.import_module(f"adapters.{framework}.parallel")
 
 
+def done_marker(result: Path, rank: int) -> Path:
+    return result.with_name(f"rank{rank}.done")
+
+
 def write_result(path: Path, data: dict[str, Any]) -> None:
     """Whole or not at all: the runner reads a result as soon as the file appears."""
     partial = path.with_name(path.name + ".partial")
@@ -112,6 +116,9 @@ def main(argv: list[str]) -> int:
     try:
         for spec in specs:
             run_case(module, spec, info, threads, affinity)
+            # This rank is through the case: its result stands only once every rank is
+            # (ONNX Runtime's processes share no collective that would say so).
+            done_marker(Path(spec.result), info.rank).touch()
     finally:
         getattr(module, "finish", lambda: None)()
     return 0

@@ -24,6 +24,7 @@ from typing import Any
 from parallel.engines import collective_settings, plan, processes
 from parallel.launch import launch
 from parallel.plan import PUBLISHED, plan_line
+from parallel.rank import done_marker
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
 from suites.environment import cpu_model, host_environment, host_id, nvidia_smi
@@ -177,13 +178,18 @@ class ScalingRunner:
                     folder / "spec.json")
                 paths.append(str(folder / "spec.json"))
             launch_plan = plan(RankSpec.from_file(Path(paths[0])), paths, hosts)
+            ranks = processes(r.framework, devices, hosts)
+
+            def finished(index: int) -> bool:
+                """Rank 0 wrote the result (whole) and every rank is through the case."""
+                return results[index].exists() and all(
+                    done_marker(results[index], rank).exists() for rank in range(ranks))
 
             def collect() -> None:
-                # Rank 0 writes a case's result whole (parallel/rank.py) once every rank is
-                # past its collectives: a row as soon as it appears, so a run stopped
-                # during a launch keeps the cases it finished.
+                # A row as soon as a case is finished, so a run stopped during a launch
+                # keeps the cases it finished.
                 for index, case in group:
-                    if index not in emitted and results[index].exists():
+                    if index not in emitted and finished(index):
                         emitted.add(index)
                         data = json.loads(results[index].read_text())
                         now = time.perf_counter()

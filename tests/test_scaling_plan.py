@@ -59,7 +59,7 @@ def test_only_scaling_suites_folders_are_read(tmp_path):
 def test_the_plan_line(tmp_path):
     _write(tmp_path, "scaling-short", [_row(ONE, 100.0, "NVIDIA H200", "2026-11-01")])
     line = plan_line([ONE, TWO], 3, "torch", "gpu", "NVIDIA H200", [tmp_path])
-    assert line == "plan: 2 launches (1 of 3 done) on NVIDIA H200, about 1.7 min (1 without " \
+    assert line == "plan: 2 cases (1 of 3 done) on NVIDIA H200, about 1.7 min (1 without " \
         "estimate)"
     assert plan_line([TWO], 1, "torch", "gpu", "NVIDIA H200", [tmp_path]).endswith(
         "no estimate (no earlier row of these cases)")
@@ -79,5 +79,5 @@ def test_plan_only_prints_the_plan_and_launches_nothing(tmp_path, monkeypatch):
     request = ScalingRequest(load("scaling-quick"), "torch", "cpu", tmp_path / "out",
                              plan_only=True, history=(tmp_path,))
     assert ScalingRunner(request).run(echo=lines.append) == 0
-    assert lines and lines[-1].startswith("plan: ") and "launches" in lines[-1]
+    assert lines and lines[-1].startswith("plan: 5 cases on ")
     assert not list((tmp_path / "out").rglob("*.jsonl"))
