@@ -31,6 +31,8 @@ from parallel import communication
 from parallel.spec import RankSpec
 
 PROFILED_STEPS = 5   # steps under CUPTI, after the timed ones
+# A rank's exit code when CUPTI could not be detached after a case's trace.
+DETACHED_EXIT = 3
 
 
 @dataclass(frozen=True)
@@ -114,11 +116,18 @@ def main(argv: list[str]) -> int:
         affinity = limit_cpus(threads)
     module = engine_module(first.framework)
     try:
-        for spec in specs:
+        for index, spec in enumerate(specs):
             run_case(module, spec, info, threads, affinity)
             # This rank is through the case: its result stands only once every rank is
             # (ONNX Runtime's processes share no collective that would say so).
             done_marker(Path(spec.result), info.rank).touch()
+            if communication.DETACH_PROBLEM and index + 1 < len(specs):
+                # Every rank traced and sees the same: all stop, and the runner gives the
+                # remaining cases processes of their own.
+                print(f"CUPTI stays attached ({communication.DETACH_PROBLEM}): the "
+                      f"remaining {len(specs) - index - 1} cases need fresh processes",
+                      file=sys.stderr)
+                return DETACHED_EXIT
     finally:
         getattr(module, "finish", lambda: None)()
     return 0

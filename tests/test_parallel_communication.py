@@ -81,6 +81,8 @@ def traced(monkeypatch):
     fake = install(monkeypatch, FakeCupti())
     monkeypatch.setattr("adapters.kernel_trace.unavailable_reason", lambda: None)
     monkeypatch.setattr(communication, "host_clock", fake.host_clock)
+    # trace() sets it: restored after each test.
+    monkeypatch.setattr(communication, "DETACH_PROBLEM", "")
     return fake
 
 
@@ -158,3 +160,15 @@ def test_kernels_busier_than_the_steps_wall_are_refused():
     assert "exceeds the traced steps' wall time" in communication.implausible(summary)
     assert communication.implausible(summarise(records, 1, 12.0)) == ""
     assert communication.implausible(summarise(records, 1)) == ""   # no wall: no check
+
+
+def test_trace_detaches_cupti_and_says_when_it_cannot(monkeypatch):
+    # Attached, CUPTI would slow the launches of the next case of a shared launch.
+    fake = traced(monkeypatch)
+    finalized = []
+    monkeypatch.setattr(fake, "finalize", lambda: finalized.append(1), raising=False)
+    summary, reason = communication.trace(SkewedRank(fake), 2)
+    assert finalized == [1] and communication.DETACH_PROBLEM == ""
+    monkeypatch.delattr(fake, "finalize")
+    communication.trace(SkewedRank(fake), 2)
+    assert "no finalize()" in communication.DETACH_PROBLEM
