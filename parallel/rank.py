@@ -118,9 +118,11 @@ def main(argv: list[str]) -> int:
     try:
         for index, spec in enumerate(specs):
             run_case(module, spec, info, threads, affinity)
-            # This rank is through the case: its result stands only once every rank is
-            # (ONNX Runtime's processes share no collective that would say so).
-            done_marker(Path(spec.result), info.rank).touch()
+            if len(specs) > 1:
+                # This rank is through the case: in a shared launch its result stands only
+                # once every rank is (ONNX Runtime's processes share no collective that
+                # would say so; a launch of one case says it by its exit).
+                done_marker(Path(spec.result), info.rank).touch()
             if communication.DETACH_PROBLEM and index + 1 < len(specs):
                 # Every rank traced and sees the same: all stop, and the runner gives the
                 # remaining cases processes of their own.

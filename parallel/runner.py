@@ -179,11 +179,13 @@ class ScalingRunner:
                 paths.append(str(folder / "spec.json"))
             launch_plan = plan(RankSpec.from_file(Path(paths[0])), paths, hosts)
             ranks = processes(r.framework, devices, hosts)
+            shared = len(group) > 1
 
             def finished(index: int) -> bool:
-                """Rank 0 wrote the result (whole) and every rank is through the case."""
-                return results[index].exists() and all(
-                    done_marker(results[index], rank).exists() for rank in range(ranks))
+                """Rank 0 wrote the result (whole) and, in a shared launch, every rank is
+                through the case (a launch of one case answers that by its outcome)."""
+                return results[index].exists() and (not shared or all(
+                    done_marker(results[index], rank).exists() for rank in range(ranks)))
 
             def collect() -> None:
                 # A row as soon as a case is finished, so a run stopped during a launch
@@ -199,8 +201,10 @@ class ScalingRunner:
 
             outcome = launch(launch_plan.commands, launch_plan.envs,
                              r.suite.timeout_s * len(group), Path(scratch) / "logs",
-                             cwd=Path(__file__).resolve().parent.parent, watch=collect)
-            collect()
+                             cwd=Path(__file__).resolve().parent.parent,
+                             watch=collect if shared else None)
+            if shared or outcome.status == "ok":
+                collect()
         missing = [(index, case) for index, case in group if index not in emitted]
         if len(group) > 1 and outcome.status != "ok":
             return missing
