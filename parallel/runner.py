@@ -105,6 +105,7 @@ class ScalingRunner:
             return 0
         started = time.perf_counter()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+
         def emit(index: int, row: dict[str, Any]) -> None:
             case = cases[index]
             self._remember(case, row)
