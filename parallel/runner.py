@@ -23,7 +23,7 @@ from typing import Any
 
 from parallel.engines import collective_settings, plan, processes
 from parallel.launch import launch
-from parallel.plan import PUBLISHED, plan_line
+from parallel.plan import MEASURE, PUBLISHED, plan_line
 from parallel.rank import done_marker
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
@@ -31,7 +31,6 @@ from suites.environment import cpu_model, host_environment, host_id, nvidia_smi
 from suites.estimate import minutes
 from suites.results import SCHEMA_VERSION, read_rows
 
-MEASURE = "data_parallel"
 OTHER_DEVICES = 2   # CPU: logical devices the engines make (a CPU run checks the path)
 
 

@@ -144,7 +144,8 @@ def loss_table(rows: list[dict[str, Any]]) -> Table | None:
     explained = below_target(rows)
     if not explained:
         return None
-    body = tuple(tuple(Cell(text, title=loss.trace_note if index >= 12 else "")
+    traced = LOSS_HEADERS.index("GPU idle")   # the CUPTI split's cells carry its note
+    body = tuple(tuple(Cell(text, title=loss.trace_note if index >= traced else "")
                        for index, text in enumerate(_loss_cells(row, loss)))
                  for row, loss in explained)
     return Table("scaling-loss", f"Below {EXPLAIN_BELOW:.0%}: where the step's time goes",
@@ -161,7 +162,7 @@ def loss_summary(rows: list[dict[str, Any]]) -> list[str]:
              "|:---|:---|:---|:---|---:|" + "---:|" * 9 + ":---|"]
     for row, loss in sorted(explained, key=lambda pair: _order(pair[0])):
         cells = list(_loss_cells(row, loss))
-        del cells[1]
+        del cells[LOSS_HEADERS.index("Hardware")]
         if loss.trace_note and loss.idle_ms is None:
             cells[-1] += f" ({loss.trace_note})"
         lines.append("| " + " | ".join(cells) + " |")
