@@ -176,6 +176,9 @@ def run_case(module, spec: RankSpec, info: RankInfo, threads: int, affinity: lis
             "communication_kernels": kernels,
             "communication_kernels_reason": kernels_reason,
             "engine": engine.engine, "backend": engine.backend,
+            # The thread pools this rank's framework ran with (the row's settings).
+            "threads": {"intra": engine.adapter.config.threads,
+                        "inter": engine.adapter.config.interop_threads},
             "step": getattr(engine, "step_kind", "gradient"),
             "memory": engine.peak_memory(),
             "env": {**host_environment(threads, affinity), **engine.environment()},

@@ -147,7 +147,7 @@ class ScalingRunner:
                 emit: Callable[[int, dict[str, Any]], None]) -> None:
         """Rows for ``todo`` (cases of one N, with their indices), each emitted as soon as
         its result is written. On one host the cases share one launch: the steps were
-        11–14% of a launch's time on 4× H200 (published/h200x4-2026-11), the rest the
+        11–14% of a launch's time on 4× H200 (commit d337fd6, one launch per case), the rest the
         processes' start, the framework's import, the collective group, the build and the
         first call, of which a shared launch pays the first three once. A launch that
         fails leaves its unfinished cases to launches of their own, so a crash or hang
@@ -234,7 +234,9 @@ class ScalingRunner:
                          # N and mode in the variant: rows of one model and global batch at
                          # different N are different settings, never merged.
                          "variant": f"{MEASURE}-n{case.devices}-{case.mode}",
-                         "threads": 0, "interop_threads": 0,
+                         # Each rank's pools (0: no rank reported them).
+                         "threads": (data or {}).get("threads", {}).get("intra", 0),
+                         "interop_threads": (data or {}).get("threads", {}).get("inter", 0),
                          "execution": (data or {}).get("engine", ""), "compile_cache": ""},
             "status": status, "reason": reason,
             "timing": (data or {}).get("timing"), "memory": (data or {}).get("memory"),

@@ -121,5 +121,10 @@ def test_scaling_quick_with_a_killed_rank(framework, tmp_path):
         assert s["global_batch"] == s["devices"] * s["per_device_batch"]
         assert s["efficiency"] > 0 and s["images_per_s"] > 0
         assert row["timing"]["samples"] == suite.samples
+        # The pools the ranks ran with, as the settings say. TensorFlow's one process
+        # drives every replica and gets an inter-op thread for each.
+        assert row["settings"]["threads"] >= 1
+        assert row["settings"]["interop_threads"] == \
+            (s["devices"] if framework == "tf" else 1)
         if s["devices"] == 1:
             assert s["efficiency"] == 1.0
