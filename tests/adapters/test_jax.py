@@ -383,6 +383,26 @@ def test_a_second_epoch_compiles_nothing(adapter, name, variant, measure):
     assert first.count > 0 and second.count == 0, (first.count, second.count)
 
 
+def test_a_device_output_summary_compiles_one_program_per_shape(adapter, monkeypatch):
+    """The fingerprint's device summary (head, sums, squares) is one program: one
+    compilation for an output shape, none when the same output is summarised again."""
+    import adapters.jax.adapter as jax_adapter
+
+    monkeypatch.setattr(jax_adapter, "DEVICE_SUMMARY_VALUES", 0)
+    model = get_model("conv_tiny")
+    prepared = adapter.prepare(model, canonical_weights(model), make_batch(model, 3),
+                               CaseConfig("fp32", "jit"))
+    try:
+        prepared.forward_output()          # the forward compiled, as timing leaves it
+        with CompileCounter() as first:
+            prepared.output_summary(2)
+        with CompileCounter() as again:
+            prepared.output_summary(2)
+    finally:
+        prepared.close()
+    assert (first.count, again.count) == (1, 0), (first.count, again.count)
+
+
 @pytest.mark.parametrize("name", ["lstm_tiny", "conv_tiny"])
 def test_an_epoch_computes_what_the_step_computes_on_each_batch(adapter, name):
     """The epoch's last result is the single-batch step's on the last batch: the same
