@@ -16,7 +16,6 @@ kernels.
 from __future__ import annotations
 
 import functools
-
 import importlib.metadata
 import math
 import os
