@@ -78,6 +78,25 @@ class OutputSummary:
         mean, std = mean_std(array.ravel())
         return OutputSummary(tuple(array.shape), np.array(array[:examples]), mean, std)
 
+    @staticmethod
+    def from_example_moments(shape: tuple[int, ...], head: np.ndarray, sums: np.ndarray,
+                             centres: np.ndarray, squares: np.ndarray) -> OutputSummary:
+        """The summary of an output reduced on its device example by example: per example
+        the float32 sum of its values, the centre the device subtracted (its float32 mean)
+        and the sum of squared deviations from that centre. Combined here in float64: each
+        example's squares moved from its centre c to its own mean m (Σ(x − m)² =
+        Σ(x − c)² − n(m − c)²), then the examples pooled about the overall mean (Chan,
+        Golub and LeVeque 1979's pairwise update)."""
+        per_example = math.prod(shape[1:]) if len(shape) > 1 else 1
+        means = np.asarray(sums, dtype=np.float64) / per_example
+        mean = float(means.mean())
+        own = np.asarray(squares, dtype=np.float64) \
+            - per_example * (means - np.asarray(centres, dtype=np.float64)) ** 2
+        total = float(own.sum() + per_example * ((means - mean) ** 2).sum())
+        values = per_example * shape[0]
+        return OutputSummary(tuple(int(n) for n in shape), np.asarray(head, dtype=np.float32),
+                             mean, math.sqrt(max(total / values, 0.0)))
+
 
 @dataclass(frozen=True)
 class GradientSummary:

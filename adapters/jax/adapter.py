@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -509,16 +508,8 @@ class JaxPrepared(Prepared):
         head, sums, centres, squares = (np.asarray(part) for part in
                                         _summary_parts(out, min(examples, out.shape[0])))
         head = self.canonical_output(head.astype(np.float32))
-        per_example = out.size // out.shape[0]
-        means = sums.astype(np.float64) / per_example
-        mean = float(means.mean())
-        # Each example's squares about its float32 centre c, moved to its own float64
-        # mean m (Σ(x − m)² = Σ(x − c)² − n(m − c)²), then the examples combined about the
-        # overall mean (Chan, Golub and LeVeque 1979's pairwise update).
-        own = squares.astype(np.float64) - per_example * (means - centres) ** 2
-        total = float(own.sum() + per_example * ((means - mean) ** 2).sum())
-        return OutputSummary((int(out.shape[0]), *head.shape[1:]), head, mean,
-                             math.sqrt(max(total / out.size, 0.0)))
+        return OutputSummary.from_example_moments((int(out.shape[0]), *head.shape[1:]), head,
+                                                  sums, centres, squares)
 
     def canonical_output(self, out: np.ndarray) -> np.ndarray:
         """An output in the IR's layout: NHWC activations back to NCHW."""

@@ -32,6 +32,8 @@ from adapters.base import (
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.ort.network import INPUT, LENGTHS, OUTPUT, build
 from adapters.ort.profile import profile_steps
+from adapters.ort.summary import summarise_bound_output
+from adapters.summary import OutputSummary
 from models import ir
 from models.inputs import Batch
 from models.ir import Model
@@ -41,6 +43,9 @@ CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 NO_GRADIENTS = ("ONNX Runtime runs here as an inference engine: its training API "
                 "(onnxruntime-training) is not part of the pinned onnxruntime packages")
+# Outputs of at least this many values (4 M, 16 MB) are summarised where they live
+# (output_summary), as the JAX adapter's are.
+DEVICE_SUMMARY_VALUES = 1 << 22
 NO_GPU_PEAK = ("ONNX Runtime's Python API exposes no statistics of its CUDA memory arena, "
                "and nvidia-smi's per-process figure (CUDA context plus arena reservation, "
                "never released) is not an allocator peak, so none is reported")
@@ -335,6 +340,17 @@ class OrtPrepared(Prepared):
     def forward_output(self) -> np.ndarray:
         self._forward()
         return np.asarray(self.binding.copy_outputs_to_cpu()[0])
+
+    def output_summary(self, examples: int) -> OutputSummary:
+        """A large output is reduced where the session left it, by a second graph
+        (summary.py); the head and four numbers per example reach the host. A small one is
+        fetched whole."""
+        self._forward()
+        self.sync(self.binding)
+        output = self.binding.get_outputs()[0]
+        if int(np.prod(output.shape())) < DEVICE_SUMMARY_VALUES:
+            return OutputSummary.of(np.asarray(self.binding.copy_outputs_to_cpu()[0]), examples)
+        return summarise_bound_output(output, examples, self.on_gpu, self.config)
 
     def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:
         raise Unsupported(NO_GRADIENTS)

@@ -540,3 +540,50 @@ def test_gpu_epoch_and_profile(gpu_adapter):
         prepared.close()
     assert profile.kernel_level
     assert profile.by_layer_type["conv"] > 0 and profile.by_layer_type["fc"] > 0
+
+
+def test_the_summary_graph_pools_examples_in_float64():
+    """The output summary read where the output lives (adapters/ort/summary.py) against
+    numpy's float64 mean and standard deviation of the whole array. Values 1000 + N(0, 1):
+    a float32 sum of squares about zero would lose the spread (1000² ≫ 1 in 24 bits), so
+    this checks that the squares are taken about each example's centre and pooled on the
+    host: the standard deviation to 1e-5. The mean comes from float32 sums of n = 3·40·40
+    values per example, each within n·2⁻²⁴ of its magnitude (sequential summation's
+    bound), so the mean is held to n·2⁻²⁴ of 1000."""
+    import onnxruntime as ort
+
+    from adapters.ort.summary import summarise_bound_output
+
+    values = (1000 + np.random.default_rng(3).standard_normal((5, 3, 40, 40))).astype(np.float32)
+    summary = summarise_bound_output(ort.OrtValue.ortvalue_from_numpy(values), 2, False,
+                                     RunConfig("cpu", 1, 1))
+    assert summary.shape == values.shape
+    np.testing.assert_array_equal(summary.head, values[:2])
+    exact = values.astype(np.float64)
+    per_example = values[0].size
+    assert summary.mean == pytest.approx(exact.mean(), abs=per_example * 2.0**-24 * 1000)
+    assert summary.std == pytest.approx(exact.std(), rel=1e-5)
+
+
+def test_a_large_output_is_summarised_where_it_lives(cpu_adapter, monkeypatch):
+    """From DEVICE_SUMMARY_VALUES values on, the fingerprint reads the output through the
+    summary graph, not as a whole copy."""
+    import adapters.ort.adapter as ort_adapter
+
+    used = []
+    real = ort_adapter.summarise_bound_output
+    monkeypatch.setattr(ort_adapter, "summarise_bound_output",
+                        lambda *args: used.append(args[0].shape()) or real(*args))
+    model = get_model("conv_tiny")
+    prepared = cpu_adapter.prepare(model, canonical_weights(model), make_batch(model, 3),
+                                   CaseConfig("fp32", "ort_all"))
+    try:
+        small = prepared.output_summary(2)
+        monkeypatch.setattr(ort_adapter, "DEVICE_SUMMARY_VALUES", 0)
+        large = prepared.output_summary(2)
+    finally:
+        prepared.close()
+    assert used == [list(large.shape)], used
+    assert small.shape == large.shape
+    np.testing.assert_array_equal(small.head, large.head)
+    assert large.std == pytest.approx(small.std, rel=1e-5)
