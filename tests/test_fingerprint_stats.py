@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from adapters.base import Fingerprint
-from adapters.summary import CHUNK, mean_std
+from adapters.summary import CHUNK, OutputSummary, mean_std
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e3])
@@ -23,6 +23,25 @@ def test_chunked_mean_and_std_equal_numpy_in_float64(offset):
     # (about 1e-7).
     assert mean == pytest.approx(float(reference.mean()), rel=1e-12)
     assert std == pytest.approx(float(reference.std()), rel=1e-12)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+def test_per_example_moments_pool_to_the_whole_arrays_mean_and_std(offset):
+    """What a device hands over (per example: sum, centre, squared deviations from the
+    centre) pools on the host to the whole array's float64 mean and std. The moments here
+    are exact (float64), the centres deliberately off the examples' means (float32-rounded
+    and shifted), so any error left is the pooling's: relative 1e-12."""
+    rng = np.random.default_rng(11)
+    values = offset + rng.standard_normal((6, 3, 7, 5)) * np.linspace(0.5, 2, 6)[:, None, None, None]
+    flat = values.reshape(6, -1)
+    sums = flat.sum(axis=1)
+    centres = (sums / flat.shape[1]).astype(np.float32).astype(np.float64) + 1e-3
+    squares = ((flat - centres[:, None]) ** 2).sum(axis=1)
+    summary = OutputSummary.from_example_moments(values.shape, values[:2], sums, centres,
+                                                 squares)
+    assert summary.shape == values.shape and summary.head.shape == (2, 3, 7, 5)
+    assert summary.mean == pytest.approx(values.mean(), rel=1e-12)
+    assert summary.std == pytest.approx(values.std(), rel=1e-12)
 
 
 def test_fingerprint_of_an_array_with_shape_and_of_an_empty_one():
