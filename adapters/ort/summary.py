@@ -83,6 +83,12 @@ def summarise_bound_output(output: ort.OrtValue, examples: int, on_gpu: bool,
     binding.bind_cpu_input(EXAMPLES, np.array([min(examples, shape[0])], dtype=np.int64))
     for name in PARTS:
         binding.bind_output(name, "cpu")
-    summary_session(on_gpu, config).run_with_iobinding(binding)
+    # The deviations are a temporary as large as the output, taken from this session's own
+    # arena: shrunk after the run, so the summary holds no GPU memory the cases that
+    # follow in the process could need (ONNX Runtime's arena shrinkage run option).
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage",
+                                 "gpu:0" if on_gpu else "cpu:0")
+    summary_session(on_gpu, config).run_with_iobinding(binding, options)
     head, sums, centres, squares = binding.copy_outputs_to_cpu()
     return OutputSummary.from_example_moments(shape, head, sums, centres, squares)
