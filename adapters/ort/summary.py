@@ -78,7 +78,8 @@ def summarise_bound_output(output: ort.OrtValue, examples: int, on_gpu: bool,
     """The summary of ``output`` (an OrtValue where the case's session wrote it), only the
     head and four numbers per example copied to the host."""
     shape = tuple(output.shape())
-    binding = summary_session(on_gpu, config).io_binding()
+    session = summary_session(on_gpu, config)
+    binding = session.io_binding()
     binding.bind_ortvalue_input(OUT, output)
     binding.bind_cpu_input(EXAMPLES, np.array([min(examples, shape[0])], dtype=np.int64))
     for name in PARTS:
@@ -89,6 +90,6 @@ def summarise_bound_output(output: ort.OrtValue, examples: int, on_gpu: bool,
     options = ort.RunOptions()
     options.add_run_config_entry("memory.enable_memory_arena_shrinkage",
                                  "gpu:0" if on_gpu else "cpu:0")
-    summary_session(on_gpu, config).run_with_iobinding(binding, options)
+    session.run_with_iobinding(binding, options)
     head, sums, centres, squares = binding.copy_outputs_to_cpu()
     return OutputSummary.from_example_moments(shape, head, sums, centres, squares)
