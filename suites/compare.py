@@ -163,6 +163,54 @@ def figures(pairs: list[Pair]) -> dict[str, dict[str, float]]:
     return result
 
 
+# A band's shared ratio needs at least this many other cases: fewer would let a case's own
+# deviation pass for the run's.
+SHIFT_MIN_CASES = 4
+
+
+@dataclass(frozen=True)
+class RunShift:
+    """How far a later run moved as a whole: per band, the median of later / first over
+    its cases, and the share of the later medians inside the first run's intervals once a
+    shared ratio is divided out of each. A ratio that most cases share is the host's speed
+    changing between runs (minutes apart on a VM: steal, a neighbour, the host's clock),
+    which no interval from one run's processes can see; what stays outside after it is
+    taken out is the case's own spread. Each case's shared ratio comes from the other
+    cases of its band (all other cases where its band has fewer than SHIFT_MIN_CASES), so
+    that no case explains itself away."""
+
+    ratios: dict[str, float]
+    slower: float                  # the share of cases slower in the later run
+    inside_after: float
+
+
+def ratio(pair: Pair) -> float:
+    return pair.later.median_ms / pair.first.median_ms
+
+
+def shared_ratio(pair: Pair, pairs: list[Pair]) -> float:
+    others = [p for p in pairs if p is not pair]
+    same_band = [p for p in others if band_of(p) == band_of(pair)]
+    pool = same_band if len(same_band) >= SHIFT_MIN_CASES else others
+    return statistics.median(map(ratio, pool)) if pool else 1.0
+
+
+def run_shift(pairs: list[Pair]) -> RunShift:
+    ratios = {name: statistics.median(map(ratio, group)) for name, _, _ in BANDS
+              if (group := [p for p in pairs if band_of(p) == name])}
+    inside = [p.first.ci_low_ms <= p.later.median_ms / shared_ratio(p, pairs)
+              <= p.first.ci_high_ms for p in pairs]
+    return RunShift(ratios, share([ratio(p) > 1 for p in pairs]), share(inside))
+
+
+def shift_line(pairs: list[Pair], index: int) -> str:
+    shift = run_shift(pairs)
+    ratios = ", ".join(f"{name} x{ratio:.3f}" for name, ratio in shift.ratios.items())
+    return (f"run shift: run {index + 1} / run 1, median by band: {ratios}; "
+            f"{percent(shift.slower)} of cases slower; inside run 1's interval with the "
+            f"shift its other cases share divided out: {percent(shift.inside_after)}")
+
+
 def targets(pairs: list[Pair], same_host: bool) -> list[tuple[str, float, float]]:
     """(what, achieved share, target share): the reproducibility targets. Cases >= 1 ms
     agree within 3% back to back on one host, within 5% across hosts; cases < 1 ms within
@@ -303,6 +351,8 @@ def render(runs: list[Path], loaded: list[dict[str, Timed]], worst: int = 10) ->
                   for name, row in figures(pairs).items()]
         lines.append("targets:")
         lines += [target_line(*target) for target in targets(pairs, same_host)]
+        if pairs:
+            lines.append(shift_line(pairs, index))
         lines.append(f"largest differences (median ms, run 1 -> run {index + 1}, "
                      f"run 1's interval, repetitions):")
         for pair in sorted(pairs, key=lambda p: -p.difference)[:worst]:

@@ -1,0 +1,46 @@
+"""``python -m suites compare``'s run shift: the ratio a later run's medians share, and the
+interval check with it divided out (suites/compare.py: run_shift)."""
+
+from __future__ import annotations
+
+import pytest
+
+from suites.compare import Pair, Timed, run_shift, shift_line
+
+
+def case(name: str, median: float, half_width: float = 0.05) -> Timed:
+    return Timed(name, median, median * (1 - half_width), median * (1 + half_width), 3, False)
+
+
+def runs(medians: dict[str, float], factors: dict[str, float]) -> list[Pair]:
+    return [Pair(case(name, median), case(name, median * factors[name]))
+            for name, median in medians.items()]
+
+
+def test_a_shift_every_case_shares_is_divided_out_but_a_case_of_its_own_is_not():
+    # Eight cases of >= 5 ms, seven 30% slower in the later run, one twice as slow.
+    medians = {f"c{i}": 10.0 + i for i in range(8)}
+    factors = {name: 1.3 for name in medians} | {"c7": 2.0}
+    pairs = runs(medians, factors)
+    shift = run_shift(pairs)
+    assert shift.ratios == {">= 5 ms": pytest.approx(1.3)}
+    assert shift.slower == 1.0
+    # Raw, none is inside the ±5% intervals; with the others' 1.3 divided out, all but c7.
+    assert not any(p.inside for p in pairs)
+    assert shift.inside_after == pytest.approx(7 / 8)
+
+
+def test_a_band_of_few_cases_borrows_the_other_cases_ratio():
+    # One sub-millisecond case, 40% slower, and six large ones 10% slower: the small case's
+    # own ratio would excuse it; the others' (1.1) does not.
+    medians = {"small": 0.5} | {f"big{i}": 20.0 + i for i in range(6)}
+    factors = {"small": 1.4} | {f"big{i}": 1.1 for i in range(6)}
+    shift = run_shift(runs(medians, factors))
+    assert shift.ratios["< 1 ms"] == pytest.approx(1.4)
+    assert shift.inside_after == pytest.approx(6 / 7)
+
+
+def test_the_line_names_the_ratio_per_band_and_the_share_inside():
+    medians = {f"c{i}": 2.0 + i / 10 for i in range(5)}
+    line = shift_line(runs(medians, dict.fromkeys(medians, 1.0)), 1)
+    assert "run 2 / run 1" in line and "1-5 ms x1.000" in line and "100.0%" in line
