@@ -41,7 +41,7 @@ def _launch_gradients(framework: str, model: str, devices: int, per_device_batch
                         processes=processes(framework, devices, hosts))
         spec_path = Path(scratch) / "spec.json"
         spec.to_file(spec_path)
-        launch_plan = plan(spec, str(spec_path), hosts)
+        launch_plan = plan(spec, [str(spec_path)], hosts)
         outcome = launch(launch_plan.commands, launch_plan.envs, timeout_s,
                          Path(scratch) / "logs", cwd=Path(__file__).resolve().parent.parent)
         if outcome.status != "ok" or not result.exists():

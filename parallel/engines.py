@@ -74,13 +74,12 @@ def base_env(device: str, devices: int, framework: str) -> dict[str, str]:
     return env
 
 
-def plan(spec: RankSpec, spec_paths: str | list[str], hosts: int = 1) -> Launch:
-    """The commands for one launch: ``spec``'s case, or several cases of the same framework,
-    device and N in turn (``spec_paths``, ``spec`` the first). ``hosts`` > 1 stands several
-    hosts in with processes on this one, through the same multi-host path a real cluster
-    uses."""
+def plan(spec: RankSpec, paths: list[str], hosts: int = 1) -> Launch:
+    """The commands for one launch: the cases whose specs are at ``paths`` (one, or several
+    of the same framework, device and N in turn; ``spec`` the first). ``hosts`` > 1 stands
+    several hosts in with processes on this one, through the same multi-host path a real
+    cluster uses."""
     python = sys.executable
-    paths = [spec_paths] if isinstance(spec_paths, str) else list(spec_paths)
     rank = [python, "-m", "parallel.rank", *paths]
     env = base_env(spec.device, spec.devices // max(1, hosts)
                    if spec.framework == "jax" else spec.devices, spec.framework)

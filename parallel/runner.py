@@ -169,15 +169,16 @@ class ScalingRunner:
         last = [time.perf_counter(), datetime.now(UTC).isoformat(timespec="seconds")]
         with tempfile.TemporaryDirectory(prefix="dlbench-dp-") as scratch:
             results: dict[int, Path] = {}
+            specs: list[RankSpec] = []
             paths: list[str] = []
             for index, case in group:
                 folder = Path(scratch) / f"case{index}"
                 folder.mkdir()
                 results[index] = folder / "result.json"
-                self.spec(case, results[index], index == r.fault_case).to_file(
-                    folder / "spec.json")
+                specs.append(self.spec(case, results[index], index == r.fault_case))
+                specs[-1].to_file(folder / "spec.json")
                 paths.append(str(folder / "spec.json"))
-            launch_plan = plan(RankSpec.from_file(Path(paths[0])), paths, hosts)
+            launch_plan = plan(specs[0], paths, hosts)
             ranks = processes(r.framework, devices, hosts)
             shared = len(group) > 1
 
@@ -226,6 +227,7 @@ class ScalingRunner:
         from models.analysis import analyse
         from models.zoo import get_model
         stats = analyse(get_model(case.model))
+        pools = (data or {}).get("threads", {})
         row: dict[str, Any] = {
             "schema": SCHEMA_VERSION, "case_id": self.case_id(case), "suite": r.suite.name,
             "model": case.model, "batch": case.global_batch, "measure": MEASURE,
@@ -235,8 +237,8 @@ class ScalingRunner:
                          # different N are different settings, never merged.
                          "variant": f"{MEASURE}-n{case.devices}-{case.mode}",
                          # Each rank's pools (0: no rank reported them).
-                         "threads": (data or {}).get("threads", {}).get("intra", 0),
-                         "interop_threads": (data or {}).get("threads", {}).get("inter", 0),
+                         "threads": pools.get("intra", 0),
+                         "interop_threads": pools.get("inter", 0),
                          "execution": (data or {}).get("engine", ""), "compile_cache": ""},
             "status": status, "reason": reason,
             "timing": (data or {}).get("timing"), "memory": (data or {}).get("memory"),

@@ -204,28 +204,32 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colour = {case: palette[i % len(palette)] for i, case in enumerate(cases)}
     for ax, (framework, device) in zip(axes[0], frameworks):
-        lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        # Keyed by (model, mode, batch, precision); a line's label is made from its key.
+        lines: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
         for r in ok:
             s = r["scaling"]
             if (r["settings"]["framework"], r["settings"]["device"]) != (framework, device):
                 continue
             precision = r["settings"]["precision"]
-            label = f"{r['model']} {s['mode']} b{s['base_batch']} {precision}"
             if s["devices"] == 1:
                 # One-device baseline: the start of both modes' lines at this batch.
                 for mode in ("weak", "strong"):
-                    lines[f"{r['model']} {mode} b{s['base_batch']} {precision}"].append(
-                        (1, 1.0))
+                    lines[(r["model"], mode, s["base_batch"], precision)].append((1, 1.0))
                 continue
-            lines[label].append((s["devices"], s["efficiency"]))
-        for label, points in sorted(lines.items()):
+            lines[(r["model"], s["mode"], s["base_batch"], precision)].append(
+                (s["devices"], s["efficiency"]))
+
+        def label(key: tuple) -> str:
+            model, mode, batch, precision = key
+            return f"{model} {mode} b{batch} {precision}"
+
+        for key, points in sorted(lines.items(), key=lambda item: label(item[0])):
             if len(points) < 2:
                 continue
             points.sort()
-            model, mode, batch, _ = label.split(" ")
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                    color=colour.get((model, mode, int(batch[1:])), "black"),
-                    ls="--" if label.endswith("bf16") else "-", label=_safe(label))
+                    color=colour.get(key[:3], "black"),
+                    ls="--" if key[3] == "bf16" else "-", label=_safe(label(key)))
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
         ax.axhline(0.9, color="grey", lw=0.8, ls="--")
         ax.set_title(_safe(f"{framework} ({device})"), fontsize=9)

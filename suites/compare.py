@@ -66,6 +66,11 @@ class Pair:
         return abs(self.later.median_ms - self.first.median_ms) / self.first.median_ms
 
     @property
+    def ratio(self) -> float:
+        """later / first."""
+        return self.later.median_ms / self.first.median_ms
+
+    @property
     def inside(self) -> bool:
         return self.first.ci_low_ms <= self.later.median_ms <= self.first.ci_high_ms
 
@@ -184,28 +189,24 @@ class RunShift:
     inside_after: float
 
 
-def ratio(pair: Pair) -> float:
-    return pair.later.median_ms / pair.first.median_ms
-
-
 def shared_ratio(pair: Pair, pairs: list[Pair]) -> float:
     others = [p for p in pairs if p is not pair]
     same_band = [p for p in others if band_of(p) == band_of(pair)]
     pool = same_band if len(same_band) >= SHIFT_MIN_CASES else others
-    return statistics.median(map(ratio, pool)) if pool else 1.0
+    return statistics.median(p.ratio for p in pool) if pool else 1.0
 
 
 def run_shift(pairs: list[Pair]) -> RunShift:
-    ratios = {name: statistics.median(map(ratio, group)) for name, _, _ in BANDS
+    ratios = {name: statistics.median(p.ratio for p in group) for name, _, _ in BANDS
               if (group := [p for p in pairs if band_of(p) == name])}
     inside = [p.first.ci_low_ms <= p.later.median_ms / shared_ratio(p, pairs)
               <= p.first.ci_high_ms for p in pairs]
-    return RunShift(ratios, share([ratio(p) > 1 for p in pairs]), share(inside))
+    return RunShift(ratios, share([p.ratio > 1 for p in pairs]), share(inside))
 
 
 def shift_line(pairs: list[Pair], index: int) -> str:
     shift = run_shift(pairs)
-    ratios = ", ".join(f"{name} x{ratio:.3f}" for name, ratio in shift.ratios.items())
+    ratios = ", ".join(f"{name} x{value:.3f}" for name, value in shift.ratios.items())
     return (f"run shift: run {index + 1} / run 1, median by band: {ratios}; "
             f"{percent(shift.slower)} of cases slower; inside run 1's interval with the "
             f"shift its other cases share divided out: {percent(shift.inside_after)}")
