@@ -527,6 +527,12 @@ class JaxPrepared(Prepared):
         """``loss_and_gradients`` already returns the IR's layouts (``net.canonical``)."""
         return grad
 
+    def lowered(self, measure: str, batch: Batch | None = None) -> Any:
+        """The forward or gradient step lowered for this case's batch (or ``batch``, placed
+        here), ready for XLA to compile: ``adapters/jax/compile_probe.py`` times that."""
+        inputs = Inputs(self.x, self.labels, self.lengths) if batch is None else self._place(batch)
+        return self._step_fn(measure).lower(*self._arguments(measure, inputs))
+
     def hlo_text(self, measure: str) -> str:
         """The StableHLO the step's jit traces to (tests read its precision configs)."""
         self.step(measure)

@@ -852,3 +852,29 @@ def test_a_first_call_from_a_persistent_cache_says_so(tmp_path):
         == (1, 1, 0), cold
     assert (warm["compiles"], warm["persistent_cache_hits"]) == (0, 1), warm
     assert warm["compile_s"] == 0 or warm["compile_s"] < cold["compile_s"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_compile_probe_times_each_program_once(threads):
+    """Every job's forward and gradient and each padded LSTM length is one program, each
+    compiled and timed once, one after another or in threads (the README's compile cost)."""
+    from adapters.jax.compile_probe import probe
+
+    result = probe(["--device", "cpu", "--jobs", "lenet_tiny:2", "--lstm-model", "lstm_tiny",
+                    "--lstm-lengths", "2", "--threads", str(threads)])
+    labels = sorted(result["each_s"])
+    assert labels[:2] == ["lenet_tiny b2 forward", "lenet_tiny b2 gradient"]
+    lengths = {label.split(" length ")[1] for label in labels[2:]}
+    assert len(labels) == result["programs"] == 4 and len(lengths) == 2
+    assert all(seconds > 0 for seconds in result["each_s"].values())
+    assert result["threads"] == threads and result["device"] == "cpu"
+    if threads == 1:   # one after another: the wall time is the programs' own times added
+        assert result["compile_wall_s"] >= 0.99 * result["sum_of_compiles_s"]
+
+
+def test_the_compile_probe_refuses_an_unknown_model_in_one_line(capsys):
+    from adapters.jax.compile_probe import main
+
+    assert main(["--device", "cpu", "--jobs", "lenet_tny:2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lenet_tny" in err[0] and "lenet_tiny" in err[0]
