@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--devices", nargs="+", type=int, default=None, metavar="N",
                      help="device counts to run instead of the suite's (N = 1, every "
                           "efficiency's baseline, runs too)")
+    run.add_argument("--compile-cache", default="", metavar="DIR|off",
+                     help="the frameworks' persistent compilation cache (default "
+                          "~/.cache/dlbench/compile, as the matrix's; off: none)")
     run.add_argument("--plan", action="store_true",
                      help="print the cases and the minutes they are expected to take "
                           "(from earlier rows on this GPU model), then stop")
@@ -101,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                                         hosts=args.hosts, models=args.models,
                                         precisions=args.precisions,
                                         device_counts=args.devices,
-                                        plan_only=args.plan)).run()
+                                        plan_only=args.plan,
+                                        compile_cache=args.compile_cache)).run()
 
 
 if __name__ == "__main__":

@@ -74,15 +74,18 @@ def base_env(device: str, devices: int, framework: str) -> dict[str, str]:
     return env
 
 
-def plan(spec: RankSpec, paths: list[str], hosts: int = 1) -> Launch:
+def plan(spec: RankSpec, paths: list[str], hosts: int = 1,
+         extra_env: dict[str, str] | None = None) -> Launch:
     """The commands for one launch: the cases whose specs are at ``paths`` (one, or several
     of the same framework, device and N in turn; ``spec`` the first). ``hosts`` > 1 stands
     several hosts in with processes on this one, through the same multi-host path a real
-    cluster uses."""
+    cluster uses. ``extra_env`` goes to every process (the persistent compilation cache's
+    variables, suites/compile_cache.py)."""
     python = sys.executable
     rank = [python, "-m", "parallel.rank", *paths]
-    env = base_env(spec.device, spec.devices // max(1, hosts)
-                   if spec.framework == "jax" else spec.devices, spec.framework)
+    env = {**base_env(spec.device, spec.devices // max(1, hosts)
+                      if spec.framework == "jax" else spec.devices, spec.framework),
+           **(extra_env or {})}
     if spec.framework == "torch":
         per_host = spec.devices // hosts
         port = free_port()

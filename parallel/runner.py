@@ -27,6 +27,7 @@ from parallel.plan import MEASURE, PUBLISHED, plan_line
 from parallel.rank import done_marker
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
+from suites.compile_cache import cache_env, cache_root, cache_view
 from suites.environment import cpu_model, host_environment, host_id, nvidia_smi
 from suites.estimate import minutes
 from suites.results import SCHEMA_VERSION, read_rows
@@ -50,6 +51,9 @@ class ScalingRequest:
     device_counts: list[int] | None = None  # these N instead of the suite's (and N = 1)
     plan_only: bool = False          # print the plan and stop
     history: tuple[Path, ...] = (PUBLISHED,)   # earlier rows the plan estimates from
+    # The persistent compilation cache (suites/compile_cache.py): a folder, "" for the
+    # default (~/.cache/dlbench/compile), "off" for none. The command line's default is "".
+    compile_cache: str = "off"
 
 
 def available_devices(device: str) -> int:
@@ -71,6 +75,7 @@ class ScalingRunner:
         self.path = request.out / request.suite.name / host_id() / \
             f"{request.framework}_{request.device}.jsonl"
         self.baselines: dict[tuple[str, int, str], float] = {}
+        self.cache_state = None   # the compile cache as the current launch met it
 
     def case_id(self, case: ScalingCase) -> str:
         r = self.request
@@ -178,7 +183,11 @@ class ScalingRunner:
                 specs.append(self.spec(case, results[index], index == r.fault_case))
                 specs[-1].to_file(folder / "spec.json")
                 paths.append(str(folder / "spec.json"))
-            launch_plan = plan(specs[0], paths, hosts)
+            cache = cache_env(r.framework, r.device, r.compile_cache)
+            # Whether the cache held files as this launch starts: its first calls may then
+            # load what an earlier launch compiled (the rows say so).
+            self.cache_state = cache_view(cache, host_id())
+            launch_plan = plan(specs[0], paths, hosts, cache)
             ranks = processes(r.framework, devices, hosts)
             shared = len(group) > 1
 
@@ -246,7 +255,8 @@ class ScalingRunner:
                            "flops_per_example": stats.flops},
             "env": {**(data or {}).get("env", {}), "interconnect": interconnect()
                     if r.device == "gpu" else None,
-                    "collectives": collective_settings(launch_plan.envs[0])},
+                    "collectives": collective_settings(launch_plan.envs[0]),
+                    "compile_cache": self.compile_cache_fields()},
             "started_at": started, "wall_s": round(wall_s, 3),
             "scaling": self.scaling_fields(case, data, hosts, launch_plan),
         }
@@ -257,6 +267,15 @@ class ScalingRunner:
             if r.device == "gpu":
                 row["env"].setdefault("gpu_model", nvidia_smi("name"))
         return row
+
+    def compile_cache_fields(self) -> dict[str, Any] | None:
+        """The persistent compilation cache the launch used (None: none), and whether it
+        held files when the launch started."""
+        view = self.cache_state
+        if view is None:
+            return None
+        return {"dir": str(cache_root(self.request.compile_cache, self.request.device)),
+                "kept_at_launch": view.kept}
 
     def scaling_fields(self, case: ScalingCase, data, hosts: int, launch_plan) -> dict[str, Any]:
         fields: dict[str, Any] = {

@@ -76,8 +76,9 @@ from rich.console import Console
 from adapters.registry import load_registry
 from models.zoo import get_model
 from suites import matrix_log
+from suites.compile_cache import cache_env, cache_view
 from suites.environment import dlbench_commit, host_id
-from suites.estimate import CacheView, History, load_history, minutes
+from suites.estimate import History, load_history, minutes
 from suites.matrix_plan import (
     DEFAULT_SUITES,
     ROOT,
@@ -136,28 +137,7 @@ def default_frameworks(device: str) -> tuple[str, ...]:
 def compile_cache_env(request: MatrixRequest, framework: str) -> dict[str, str]:
     """The worker environment that points a framework's persistent compilation cache at
     the matrix's cache folder (nothing with ``--compile-cache off``)."""
-    if request.compile_cache == "off":
-        return {}
-    root = Path(request.compile_cache or os.environ.get("DLBENCH_COMPILE_CACHE")
-                or Path.home() / ".cache" / "dlbench" / "compile") / request.device
-    entry = load_registry()[framework]
-    env = {name: value.replace("{dir}", str(root.resolve()))
-           for name, value in entry.compile_cache_env.items()}
-    return {**env, "DLBENCH_PERSISTENT_CACHE": str(root.resolve())} if env else {}
-
-
-def cache_view(env: dict[str, str], host: str) -> CacheView | None:
-    """The framework's persistent compilation cache as this run meets it (None for a
-    framework that keeps none, or with ``--compile-cache off``): whether the folders its
-    ``env`` points at already hold files (suites/estimate.py prefers history of that
-    state)."""
-    root = env.get("DLBENCH_PERSISTENT_CACHE")
-    if not root:
-        return None
-    folders = [Path(value[value.index(root):]) for name, value in env.items()
-               if name != "DLBENCH_PERSISTENT_CACHE" and root in value]
-    kept = any(p.is_file() for folder in folders if folder.is_dir() for p in folder.rglob("*"))
-    return CacheView(host, kept)
+    return cache_env(framework, request.device, request.compile_cache)
 
 
 @contextlib.contextmanager

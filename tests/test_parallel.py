@@ -293,11 +293,14 @@ def test_device_counts_come_from_the_suite_or_the_command_line(tmp_path, capsys)
 class FakeLaunches:
     """Stands in for parallel.launch.launch: acts as rank 0 of every case in the launch's
     spec files, in turn, writing each result and calling the runner's watch; a case whose
-    model is ``crash_model`` kills the launch (the rest of it never runs)."""
+    model is ``crash_model`` kills the launch (the rest of it never runs). ``fill_cache``:
+    each launch leaves a file in JAX's compilation cache, as compiling there would."""
 
-    def __init__(self, crash_model: str = ""):
+    def __init__(self, crash_model: str = "", fill_cache: bool = False):
         self.crash_model = crash_model
+        self.fill_cache = fill_cache
         self.launches: list[list[tuple[str, int]]] = []
+        self.envs: list[dict[str, str]] = []
 
     def __call__(self, commands, envs, timeout_s, log_dir, cwd=None, watch=None):
         from parallel.launch import Outcome
@@ -306,6 +309,11 @@ class FakeLaunches:
         paths = commands[0][commands[0].index("parallel.rank") + 1:]
         specs = [RankSpec.from_file(Path(p)) for p in paths]
         self.launches.append([(s.model, s.devices) for s in specs])
+        self.envs.append(envs[0])
+        cache = envs[0].get("JAX_COMPILATION_CACHE_DIR")
+        if self.fill_cache and cache:
+            Path(cache).mkdir(parents=True, exist_ok=True)
+            (Path(cache) / f"executable-n{specs[0].devices}").write_text("compiled")
         for spec in specs:
             if spec.model == self.crash_model:
                 return Outcome("failed", "process 0 killed by signal 9: boom", (-9,), 1.0)
@@ -367,3 +375,38 @@ def test_a_crash_in_a_shared_launch_is_the_row_of_its_case(tmp_path, monkeypatch
     assert [(r["model"], r["status"]) for r in rows] == [
         ("alexnet_tiny", "ok"), ("lenet", "failed"), ("sae_ae1", "ok")]
     assert "boom" in rows[1]["reason"]
+
+
+def test_launches_share_the_persistent_compilation_cache_and_rows_say_its_state(tmp_path,
+                                                                               monkeypatch):
+    """The scaling runner points every process at the frameworks' compilation cache, as the
+    matrix does (suites/compile_cache.py); a row says whether the cache held files when its
+    launch started, so a first call that loaded an executable is not read as a compile."""
+    from parallel import runner
+    from parallel.runner import ScalingRequest, ScalingRunner
+
+    fake = FakeLaunches(fill_cache=True)
+    monkeypatch.setattr(runner, "launch", fake)
+    suite = _suite_of(tmp_path, ["lenet"])
+    cache = tmp_path / "cache"
+    request = ScalingRequest(suite, "jax", "cpu", tmp_path / "out", history=(),
+                             compile_cache=str(cache))
+    assert ScalingRunner(request).run(echo=lambda line: None) == 0
+    assert [env["JAX_COMPILATION_CACHE_DIR"] for env in fake.envs] == \
+        [str(cache.resolve() / "cpu" / "jax")] * 2
+    rows = [json.loads(line) for line in
+            next((tmp_path / "out").rglob("*.jsonl")).read_text().splitlines()]
+    assert [r["env"]["compile_cache"] for r in rows] == [
+        {"dir": str(cache.resolve() / "cpu"), "kept_at_launch": False},   # N = 1: empty
+        {"dir": str(cache.resolve() / "cpu"), "kept_at_launch": True}]    # N = 2: N = 1's
+
+    off = FakeLaunches()
+    monkeypatch.setattr(runner, "launch", off)
+    request = ScalingRequest(suite, "jax", "cpu", tmp_path / "off", history=(),
+                             compile_cache="off")
+    assert ScalingRunner(request).run(echo=lambda line: None) == 0
+    assert all(env.get("JAX_COMPILATION_CACHE_DIR") != str(cache.resolve() / "cpu" / "jax")
+               for env in off.envs)
+    rows = [json.loads(line) for line in
+            next((tmp_path / "off").rglob("*.jsonl")).read_text().splitlines()]
+    assert [r["env"]["compile_cache"] for r in rows] == [None, None]

@@ -1,0 +1,55 @@
+"""The frameworks' persistent compilation caches, as the matrix and the scaling runner
+point their processes at them: one folder per device under ``~/.cache/dlbench/compile``
+(``$DLBENCH_COMPILE_CACHE``, or a folder named by the caller; ``off`` for none), and each
+framework's variables from ``adapters/registry.toml`` (``[<framework>.compile_cache]``).
+
+Why on by default: JAX's compile on a GPU is mostly XLA's autotuning (README, "Where JAX's
+first calls go"), and where a persistent cache is set jax also keeps XLA's per-fusion
+autotuning results there, so a process that meets a program, or fusions, compiled before on
+this host loads them instead of autotuning again. Rows say where a first call loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from adapters.registry import load_registry
+from suites.estimate import CacheView
+
+OFF = "off"
+
+
+def cache_root(setting: str, device: str) -> Path | None:
+    """The cache folder of ``device``'s runs: ``setting`` is a folder, "" for the default,
+    or ``off`` (None)."""
+    if setting == OFF:
+        return None
+    base = setting or os.environ.get("DLBENCH_COMPILE_CACHE") or \
+        Path.home() / ".cache" / "dlbench" / "compile"
+    return (Path(base) / device).resolve()
+
+
+def cache_env(framework: str, device: str, setting: str = "") -> dict[str, str]:
+    """The environment that points ``framework``'s persistent compilation cache at the
+    folder (empty for a framework that keeps none, or with ``off``)."""
+    root = cache_root(setting, device)
+    if root is None:
+        return {}
+    entry = load_registry()[framework]
+    env = {name: value.replace("{dir}", str(root))
+           for name, value in entry.compile_cache_env.items()}
+    return {**env, "DLBENCH_PERSISTENT_CACHE": str(root)} if env else {}
+
+
+def cache_view(env: dict[str, str], host: str) -> CacheView | None:
+    """The framework's persistent compilation cache as this run meets it (None for a
+    framework that keeps none, or with ``off``): whether the folders its ``env`` points at
+    already hold files (suites/estimate.py prefers history of that state)."""
+    root = env.get("DLBENCH_PERSISTENT_CACHE")
+    if not root:
+        return None
+    folders = [Path(value[value.index(root):]) for name, value in env.items()
+               if name != "DLBENCH_PERSISTENT_CACHE" and root in value]
+    kept = any(p.is_file() for folder in folders if folder.is_dir() for p in folder.rglob("*"))
+    return CacheView(host, kept)
