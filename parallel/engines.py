@@ -48,6 +48,12 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
                  "NVSHMEM_DISABLE_NVLS": "1"}
 
 
+# The engines whose step is a program a persistent compilation cache keeps: JAX's shard_map
+# step is one XLA executable. DDP runs PyTorch eager, MirroredStrategy a TensorFlow graph
+# without XLA, ONNX Runtime a session per GPU: nothing of theirs is kept between processes.
+CACHED_ENGINES = frozenset({"jax"})
+
+
 def collective_settings(env: dict[str, str]) -> dict[str, str]:
     """The launch environment's NCCL and multicast variables, as a row records them."""
     return {key: value for key, value in sorted(env.items())

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from parallel.engines import collective_settings, plan, processes
+from parallel.engines import CACHED_ENGINES, collective_settings, plan, processes
 from parallel.launch import launch
 from parallel.plan import MEASURE, PUBLISHED, plan_line
 from parallel.rank import done_marker
@@ -183,7 +183,8 @@ class ScalingRunner:
                 specs.append(self.spec(case, results[index], index == r.fault_case))
                 specs[-1].to_file(folder / "spec.json")
                 paths.append(str(folder / "spec.json"))
-            cache = cache_env(r.framework, r.device, r.compile_cache)
+            cache = cache_env(r.framework, r.device, r.compile_cache) \
+                if r.framework in CACHED_ENGINES else {}
             # Whether the cache held files as this launch starts: its first calls may then
             # load what an earlier launch compiled (the rows say so).
             self.cache_state = cache_view(cache, host_id())

@@ -410,3 +410,11 @@ def test_launches_share_the_persistent_compilation_cache_and_rows_say_its_state(
     rows = [json.loads(line) for line in
             next((tmp_path / "off").rglob("*.jsonl")).read_text().splitlines()]
     assert [r["env"]["compile_cache"] for r in rows] == [None, None]
+
+    # DDP's eager step compiles nothing to keep: no cache for its processes.
+    eager = FakeLaunches()
+    monkeypatch.setattr(runner, "launch", eager)
+    request = ScalingRequest(suite, "torch", "cpu", tmp_path / "torch", history=(),
+                             compile_cache=str(cache))
+    assert ScalingRunner(request).run(echo=lambda line: None) == 0
+    assert all(str(cache.resolve()) not in json.dumps(env) for env in eager.envs)
