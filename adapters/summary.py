@@ -35,6 +35,12 @@ CHUNK = 1 << 20
 # Values a device converts to float64 at a time for the squared deviations: 128 MiB.
 DEVICE_CHUNK = 1 << 24
 
+# Outputs of at least this many values (4 M, 16 MB in float32) are summarised where they
+# live by the adapters whose summary is a compiled program (JAX's jit, ONNX Runtime's second
+# graph): the copy and host reduction of an output grow with its size, while the device's
+# summary costs a compilation or a run setup per output shape at any size.
+DEVICE_SUMMARY_VALUES = 1 << 22
+
 
 def examples_per_chunk(shape: tuple[int, ...]) -> int:
     """How many examples (leading-axis slices) of an output of ``shape`` hold about

@@ -43,7 +43,7 @@ from adapters.jax.profile import profile_steps
 from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.profiling import WARMUP_RUNS
-from adapters.summary import OutputSummary
+from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
 from models.analysis import analyse
 from models.inputs import Batch
 from models.ir import Model
@@ -186,11 +186,6 @@ class CompileLog:
 
 
 COMPILE_LOG = CompileLog()
-
-# Outputs of at least this many values (4 M, 16 MB) are summarised on the device
-# (output_summary): the copy and host reduction of an output grow with its size, while
-# the device's summary costs a compilation per output shape at any size.
-DEVICE_SUMMARY_VALUES = 1 << 22
 
 
 @functools.partial(jax.jit, static_argnums=1)

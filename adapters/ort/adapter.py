@@ -33,7 +33,7 @@ from adapters.memory import peak_rss, reset_peak_rss
 from adapters.ort.network import INPUT, LENGTHS, OUTPUT, build
 from adapters.ort.profile import profile_steps
 from adapters.ort.summary import summarise_bound_output
-from adapters.summary import OutputSummary
+from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
 from models import ir
 from models.inputs import Batch
 from models.ir import Model
@@ -43,9 +43,6 @@ CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 NO_GRADIENTS = ("ONNX Runtime runs here as an inference engine: its training API "
                 "(onnxruntime-training) is not part of the pinned onnxruntime packages")
-# Outputs of at least this many values (4 M, 16 MB) are summarised where they live
-# (output_summary), as the JAX adapter's are.
-DEVICE_SUMMARY_VALUES = 1 << 22
 NO_GPU_PEAK = ("ONNX Runtime's Python API exposes no statistics of its CUDA memory arena, "
                "and nvidia-smi's per-process figure (CUDA context plus arena reservation, "
                "never released) is not an allocator peak, so none is reported")
