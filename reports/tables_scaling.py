@@ -19,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from reports.load import Loaded  # noqa: E402
 from reports.plots import Plot, _png, _safe  # noqa: E402
@@ -125,18 +126,24 @@ LOSS_NOTES = (
     "hid. The three add up to the traced step minus the ideal traced step.")
 
 
+def batch_label(scaling: dict[str, Any]) -> str:
+    """The batch a case keeps fixed: per GPU (weak scaling) or in all (strong)."""
+    batch = scaling["base_batch"]
+    return f"{batch}/GPU" if scaling["mode"] == "weak" else f"{batch} in all"
+
+
 def _loss_cells(row: dict[str, Any], loss: StepLoss) -> tuple[str, ...]:
     s = row["scaling"]
     return (row["settings"]["framework"], _hardware(row), row["settings"]["precision"],
-            row["model"], s["mode"], str(s["devices"]), _pct(loss.efficiency),
+            row["model"], s["mode"], batch_label(s), str(s["devices"]), _pct(loss.efficiency),
             f"{loss.step_ms:.2f}", f"{loss.ideal_ms:.2f}", f"{loss.lost_ms:+.2f}",
             _ms(loss.allreduce_ms), _ms(loss.per_device_ms), _ms(loss.idle_ms),
             _ms(loss.compute_ms), _ms(loss.exposed_nccl_ms), loss.cause)
 
 
-LOSS_HEADERS = ("Framework", "Hardware", "Precision", "Model", "Mode", "N", "Efficiency",
-                "Step ms", "Ideal ms", "Lost ms", "All-reduce", "Per-device step",
-                "GPU idle", "Compute", "Exposed NCCL", "Largest part")
+LOSS_HEADERS = ("Framework", "Hardware", "Precision", "Model", "Mode", "Batch", "N",
+                "Efficiency", "Step ms", "Ideal ms", "Lost ms", "All-reduce",
+                "Per-device step", "GPU idle", "Compute", "Exposed NCCL", "Largest part")
 
 
 def loss_table(rows: list[dict[str, Any]]) -> Table | None:
@@ -149,7 +156,7 @@ def loss_table(rows: list[dict[str, Any]]) -> Table | None:
                        for index, text in enumerate(_loss_cells(row, loss)))
                  for row, loss in explained)
     return Table("scaling-loss", f"Below {EXPLAIN_BELOW:.0%}: where the step's time goes",
-                 LOSS_HEADERS, body, (False,) * 6 + (True,) * 9 + (False,), notes=LOSS_NOTES)
+                 LOSS_HEADERS, body, (False,) * 7 + (True,) * 9 + (False,), notes=LOSS_NOTES)
 
 
 def loss_summary(rows: list[dict[str, Any]]) -> list[str]:
@@ -159,7 +166,7 @@ def loss_summary(rows: list[dict[str, Any]]) -> list[str]:
         return []
     headers = [h for h in LOSS_HEADERS if h != "Hardware"]
     lines = ["| " + " | ".join(headers) + " |",
-             "|:---|:---|:---|:---|---:|" + "---:|" * 9 + ":---|"]
+             "|:---|:---|:---|:---|---:|---:|" + "---:|" * 9 + ":---|"]
     for row, loss in sorted(explained, key=lambda pair: _order(pair[0])):
         cells = list(_loss_cells(row, loss))
         del cells[LOSS_HEADERS.index("Hardware")]
@@ -203,6 +210,7 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
     cases = sorted({(r["model"], r["scaling"]["mode"], r["scaling"]["base_batch"]) for r in ok})
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colour = {case: palette[i % len(palette)] for i, case in enumerate(cases)}
+    drawn: set[tuple] = set()   # the cases with a line in some panel
     for ax, (framework, device) in zip(axes[0], frameworks):
         # Keyed by (model, mode, batch, precision); a line's label is made from its key.
         lines: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
@@ -230,14 +238,24 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                     color=colour.get(key[:3], "black"),
                     ls="--" if key[3] == "bf16" else "-", label=_safe(label(key)))
+            drawn.add(key[:3])
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
         ax.axhline(0.9, color="grey", lw=0.8, ls="--")
         ax.set_title(_safe(f"{framework} ({device})"), fontsize=9)
         ax.set_xlabel("devices N")
         ax.xaxis.get_major_locator().set_params(integer=True)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
     axes[0][0].set_ylabel("scaling efficiency")
+    # One legend for the figure, below the panels: a colour per case and a style per
+    # precision (a legend per panel listed up to 14 lines over the curves it named).
+    handles = [Line2D([], [], color=colour[case], marker="o",
+                      label=_safe(f"{case[0]} {case[1]} b{case[2]}")) for case in sorted(drawn)]
+    handles += [Line2D([], [], color="black", ls="-", label="fp32"),
+                Line2D([], [], color="black", ls="--", label="bf16")]
+    columns = min(len(handles), 5)
+    legend_rows = -(-len(handles) // columns)
+    fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=7, frameon=False)
+    fig.set_figheight(3.4 + 0.22 * legend_rows)
+    fig.tight_layout(rect=(0, 0.2 * legend_rows / fig.get_figheight(), 1, 1))
     return Plot("scaling-efficiency", "Scaling efficiency against N", _png(fig),
                 "Efficiency of the data-parallel step against the number of devices, per "
                 "framework (grey dashes: 90%; bf16 lines dashed, fp32 solid).")
@@ -281,7 +299,7 @@ def efficiency_summary(rows: list[dict[str, Any]]) -> list[str]:
              "|:---|:---|:---|:---|---:|" + "---:|" * len(counts)]
     for key in sorted(groups):
         framework, precision, model, mode, batch = key
-        label = f"{batch}/GPU" if mode == "weak" else f"{batch} in all"
+        label = batch_label({"base_batch": batch, "mode": mode})
         lines.append(f"| {framework} | {precision} | {model} | {mode} | {label} | "
                      + " | ".join(_summary_cell(groups[key].get(n)) for n in counts) + " |")
     return lines

@@ -107,7 +107,8 @@ def test_a_published_folder_lists_the_split(tmp_path):
                          if line.startswith("| torch | bf16 | resnet50 | strong")]
     assert efficiency.split(" | ")[5] == "61.0% (50% ovl.)"
     row = split
-    assert row.split(" | ")[5:11] == ["61.0%", "24.60", "15.00", "+9.60", "+4.70", "+4.90"]
+    assert row.split(" | ")[4:12] == ["64 in all", "2", "61.0%", "24.60", "15.00", "+9.60",
+                                      "+4.70", "+4.90"]
     assert row.endswith("GPU idle (launch gaps, host work) |")
 
 
@@ -117,3 +118,19 @@ def test_a_trace_with_the_nccl_total_only_keeps_the_timed_split():
     loss = step_loss(old, BASELINE)
     assert loss.idle_ms is None and loss.trace_note == "the trace has no compute split"
     assert loss.per_device_ms == pytest.approx(4.9)
+
+
+def test_a_trace_that_lost_another_time_than_the_timed_steps_is_refused():
+    # A launch-bound step slowed by tracing: timed 4.5 ms against the ideal 4.0 (lost 0.5),
+    # traced 7.1 ms against the one-device trace's 5.65 (lost 1.45, the shape of JAX's LSTM
+    # at 16 per GPU on 4× H200). Its CUPTI split would explain 1.45 ms, not the 0.5 lost.
+    one = _row(1, 4.0, 4.0, _kernels(2.9, 2.9, 0.0, 5.65), mode="weak", baseline=4.0)
+    two = _row(2, 4.5, 4.2, _kernels(3.0, 2.7, 0.3, 7.1), mode="weak", baseline=4.0)
+    loss = step_loss(two, one)
+    assert loss.idle_ms is None and loss.compute_ms is None and loss.exposed_nccl_ms is None
+    assert loss.trace_note == ("trace refused: tracing changed the step, which lost +1.45 ms "
+                               "traced against +0.50 ms timed")
+    assert loss.cause == "exposed all-reduce"          # timed: 0.3 all-reduce, 0.2 per-device
+    # Within half the timed loss the split stands: traced 6.0 − 5.65 = 0.35 against 0.5.
+    near = _row(2, 4.5, 4.2, _kernels(3.0, 2.7, 0.3, 6.0), mode="weak", baseline=4.0)
+    assert step_loss(near, one).idle_ms == pytest.approx((6.0 - 3.0) - (5.65 - 2.9))
