@@ -154,6 +154,24 @@ def test_every_launch_keeps_nvlink_multicast_off(monkeypatch):
                                                               "NCCL_DEBUG": "WARN"}
 
 
+def test_jax_gpu_launches_schedule_collectives_beside_compute(monkeypatch):
+    from parallel.engines import LATENCY_HIDING, base_env, collective_settings
+
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    env = base_env("gpu", 4, "jax")
+    assert env["XLA_FLAGS"] == f"{LATENCY_HIDING}=true"
+    assert collective_settings(env)["XLA_FLAGS"] == env["XLA_FLAGS"]   # the rows say so
+    # Only JAX on GPUs: the other engines and JAX's CPU stand-in devices get no such flag.
+    assert "XLA_FLAGS" not in base_env("gpu", 4, "torch")
+    assert LATENCY_HIDING not in base_env("cpu", 2, "jax")["XLA_FLAGS"]
+    # A caller's flags are kept, and a caller naming the flag decides its value.
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=4")
+    assert base_env("gpu", 2, "jax")["XLA_FLAGS"] == \
+        f"--xla_gpu_autotune_level=4 {LATENCY_HIDING}=true"
+    monkeypatch.setenv("XLA_FLAGS", f"{LATENCY_HIDING}=false")
+    assert base_env("gpu", 2, "jax")["XLA_FLAGS"] == f"{LATENCY_HIDING}=false"
+
+
 def test_efficiency():
     weak = ScalingCase("m", "weak", 2, 64, 64)
     assert efficiency(weak, 110.0, 100.0) == pytest.approx(100 / 110)
