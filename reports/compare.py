@@ -78,7 +78,9 @@ class Pair:
 
 
 def _timed(row: dict) -> bool:
-    return row["status"] == "ok" and all(
+    """A timed row this comparison pairs: data-parallel rows are paired by their own key
+    (reports/compare_scaling.py), never by the nearest settings."""
+    return row["status"] == "ok" and row["measure"] != "data_parallel" and all(
         isinstance(row.get(k), float) and math.isfinite(row[k]) and row[k] > 0 for k in TIMED)
 
 
@@ -229,16 +231,22 @@ def pair_table(pairs: list[Pair]) -> Table:
 
 def section_parts(loaded: Loaded, reference_roots: tuple[Path, ...]
                   ) -> tuple[tuple[str, ...], tuple[Table, ...]]:
-    """The comparison section's paragraphs and tables (empty when nothing pairs)."""
+    """The comparison section's paragraphs and tables (empty when nothing pairs); the
+    data-parallel cases in a table of their own (reports/compare_scaling.py)."""
+    from reports import compare_scaling
+
     pairs, unmatched = pair_rows(*split(loaded, reference_roots))
+    scaling_text, scaling_tables = compare_scaling.section_parts(loaded, reference_roots)
     names = ", ".join(str(p) for p in reference_roots)
-    text = [f"Reference: {names}. {len(pairs)} of your timed rows have a reference row of "
-            f"the same model, measure, framework and device."]
+    text = [f"Reference: {names}."]
+    if pairs or unmatched or not scaling_text:
+        text[0] += (f" {len(pairs)} of your timed rows have a reference row of the same "
+                    "model, measure, framework and device.")
     if unmatched:
         missing = sorted({f"{r['framework']} {r['device']} {r['model']} {r['measure']}"
                           for r in unmatched})
         text.append(f"{len(unmatched)} row(s) without one: " + ", ".join(missing[:20])
                     + (", …" if len(missing) > 20 else "") + ".")
-    if not pairs:
-        return tuple(text), ()
-    return tuple(text), (summary_table(pairs), pair_table(pairs))
+    text += scaling_text
+    tables = (summary_table(pairs), pair_table(pairs)) if pairs else ()
+    return tuple(text), tables + scaling_tables

@@ -198,6 +198,15 @@ def interconnect_lines(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(seen.values())
 
 
+def _host(row: dict[str, Any]) -> str:
+    return (row.get("env") or {}).get("host") or "?"
+
+
+# A marker per host: a run beside the reference data (``python -m reports results
+# published/<folder>``) draws both hosts' curves in one panel, told apart by marker.
+HOST_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
 def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
     ok = [r for r in rows if r["status"] == "ok" and r["scaling"].get("efficiency") is not None]
     frameworks = sorted({(r["settings"]["framework"], r["settings"]["device"]) for r in ok})
@@ -206,13 +215,15 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
     fig, axes = plt.subplots(1, len(frameworks), figsize=(4.2 * len(frameworks), 3.4),
                              squeeze=False, sharey=True)
     # One colour per case (model, mode, batch) in every panel, so frameworks compare at a
-    # glance; precision is the line style.
+    # glance; precision is the line style, the host the marker.
     cases = sorted({(r["model"], r["scaling"]["mode"], r["scaling"]["base_batch"]) for r in ok})
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colour = {case: palette[i % len(palette)] for i, case in enumerate(cases)}
+    hosts = sorted({_host(r) for r in ok})
+    marker = {host: HOST_MARKERS[i % len(HOST_MARKERS)] for i, host in enumerate(hosts)}
     drawn: set[tuple] = set()   # the cases with a line in some panel
     for ax, (framework, device) in zip(axes[0], frameworks):
-        # Keyed by (model, mode, batch, precision); a line's label is made from its key.
+        # Keyed by (model, mode, batch, precision, host): one line per run of a case.
         lines: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
         for r in ok:
             s = r["scaling"]
@@ -222,22 +233,18 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
             if s["devices"] == 1:
                 # One-device baseline: the start of both modes' lines at this batch.
                 for mode in ("weak", "strong"):
-                    lines[(r["model"], mode, s["base_batch"], precision)].append((1, 1.0))
+                    lines[(r["model"], mode, s["base_batch"], precision, _host(r))].append(
+                        (1, 1.0))
                 continue
-            lines[(r["model"], s["mode"], s["base_batch"], precision)].append(
+            lines[(r["model"], s["mode"], s["base_batch"], precision, _host(r))].append(
                 (s["devices"], s["efficiency"]))
-
-        def label(key: tuple) -> str:
-            model, mode, batch, precision = key
-            return f"{model} {mode} b{batch} {precision}"
-
-        for key, points in sorted(lines.items(), key=lambda item: label(item[0])):
-            if len(points) < 2:
+        for key, points in sorted(lines.items()):
+            # A baseline alone (the mode it was set down for has no N > 1 row) is no line.
+            if not any(n > 1 for n, _ in points):
                 continue
             points.sort()
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                    color=colour.get(key[:3], "black"),
-                    ls="--" if key[3] == "bf16" else "-", label=_safe(label(key)))
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker=marker[key[4]],
+                    color=colour.get(key[:3], "black"), ls="--" if key[3] == "bf16" else "-")
             drawn.add(key[:3])
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
         ax.axhline(0.9, color="grey", lw=0.8, ls="--")
@@ -245,12 +252,16 @@ def efficiency_plot(rows: list[dict[str, Any]]) -> Plot | None:
         ax.set_xlabel("devices N")
         ax.xaxis.get_major_locator().set_params(integer=True)
     axes[0][0].set_ylabel("scaling efficiency")
-    # One legend for the figure, below the panels: a colour per case and a style per
-    # precision (a legend per panel listed up to 14 lines over the curves it named).
-    handles = [Line2D([], [], color=colour[case], marker="o",
+    # One legend for the figure, below the panels: a colour per case, a style per precision
+    # and, with several hosts, a marker per host (a legend per panel listed up to 14 lines
+    # over the curves it named).
+    handles = [Line2D([], [], color=colour[case], lw=2,
                       label=_safe(f"{case[0]} {case[1]} b{case[2]}")) for case in sorted(drawn)]
     handles += [Line2D([], [], color="black", ls="-", label="fp32"),
                 Line2D([], [], color="black", ls="--", label="bf16")]
+    if len(hosts) > 1:
+        handles += [Line2D([], [], color="black", ls="", marker=marker[host],
+                           label=_safe(host)) for host in hosts]
     columns = min(len(handles), 5)
     legend_rows = -(-len(handles) // columns)
     fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=7, frameon=False)
