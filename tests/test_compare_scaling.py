@@ -74,3 +74,16 @@ def test_the_row_comparison_leaves_scaling_rows_to_their_own_table(tmp_path):
     cells = dict(zip(tables[0].columns, (c.text for c in tables[0].rows[1])))
     assert cells["N"] == "2" and cells["Batch"] == "64/GPU" and cells["Points"] == "+0.1"
     assert cells["Settings that differ"] == "—"
+
+
+def test_the_efficiency_figure_takes_two_hosts_runs_of_one_case():
+    from reports.tables_scaling import efficiency_plot
+
+    # Two hosts' weak-scaling runs: their one-device rows also start the strong-scaling
+    # lines, which no strong case continues; two such starts once made a line of a case
+    # that never ran (and, with one legend per figure, a case with no colour).
+    rows = [_row("scaling", 1, 72.0, 72.0), _row("scaling", 2, 75.0, 72.0),
+            _row("scaling-short", 1, 70.0, 70.0, host="r"),
+            _row("scaling-short", 2, 73.0, 70.0, host="r")]
+    plot = efficiency_plot(rows)
+    assert plot is not None and plot.png.startswith(b"\x89PNG")
