@@ -8,7 +8,8 @@ step beside a one-GPU one. Here a pair is the same framework, device kind, model
 per-device and global batch, N and precision (``parallel.plan.row_key``, the key the
 scaling plan estimates by), from any scaling suite: ``scaling`` and ``scaling-short``
 run the same computation with a few more or fewer timed steps. What may still differ (the
-GPU model, the framework's version, the interconnect) is listed beside each pair.
+GPU model, the framework's version, the interconnect, the ranks' thread pools) is listed
+beside each pair.
 """
 
 from __future__ import annotations
