@@ -71,11 +71,9 @@ def collective_settings(env: dict[str, str]) -> dict[str, str]:
             if key.startswith("NCCL_") or key in MULTICAST_OFF or key == "XLA_FLAGS"}
 
 
-def _with_xla_flag(env: dict[str, str], flag: str, value: str) -> None:
-    """Append ``flag=value`` to XLA_FLAGS unless the flags already name it."""
-    flags = env.get("XLA_FLAGS", "")
-    if flag not in flags:
-        env["XLA_FLAGS"] = f"{flags} {flag}={value}".strip()
+def _add_xla_flag(env: dict[str, str], flag: str, value: object) -> None:
+    """Append ``flag=value`` to XLA_FLAGS (XLA reads the last of repeated flags)."""
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}={value}".strip()
 
 
 def base_env(device: str, devices: int, framework: str) -> dict[str, str]:
@@ -90,12 +88,11 @@ def base_env(device: str, devices: int, framework: str) -> dict[str, str]:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     if framework == "jax":
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    if framework == "jax" and device == "gpu":
-        _with_xla_flag(env, LATENCY_HIDING, "true")
+    if framework == "jax" and device == "gpu" and LATENCY_HIDING not in env.get("XLA_FLAGS", ""):
+        _add_xla_flag(env, LATENCY_HIDING, "true")   # unless the caller decided
     if framework == "jax" and device == "cpu":
         # Host "devices" for JAX on the CPU: must be set before jax is imported.
-        flags = env.get("XLA_FLAGS", "")
-        env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+        _add_xla_flag(env, "--xla_force_host_platform_device_count", devices)
         env["JAX_PLATFORMS"] = "cpu"
     return env
 

@@ -20,8 +20,9 @@ from pathlib import Path
 import pandas as pd
 
 from reports import cells
+from reports.compare_scaling import section_parts as scaling_section
 from reports.grouping import records
-from reports.load import Loaded
+from reports.load import Loaded, under_roots
 from reports.naming import sort_key
 from reports.table import Cell, Table
 from reports.tidy import tidy
@@ -43,10 +44,6 @@ def is_published(path: Path) -> bool:
 
     readme = path / "README.md"
     return path.is_dir() and readme.is_file() and BEGIN in readme.read_text(encoding="utf-8")
-
-
-def _under(path: str, roots: tuple[Path, ...]) -> bool:
-    return any(Path(path).resolve().is_relative_to(root) for root in roots)
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ def split(loaded: Loaded, reference_roots: tuple[Path, ...]) -> tuple[pd.DataFra
     roots = tuple(p.resolve() for p in reference_roots)
     sides: tuple[list, list] = ([], [])
     for row in loaded.rows:
-        sides[_under(row.path, roots)].append(row)
+        sides[under_roots(row.path, roots)].append(row)
     frames = []
     for rows in sides:
         if not rows:
@@ -233,10 +230,8 @@ def section_parts(loaded: Loaded, reference_roots: tuple[Path, ...]
                   ) -> tuple[tuple[str, ...], tuple[Table, ...]]:
     """The comparison section's paragraphs and tables (empty when nothing pairs); the
     data-parallel cases in a table of their own (reports/compare_scaling.py)."""
-    from reports import compare_scaling
-
     pairs, unmatched = pair_rows(*split(loaded, reference_roots))
-    scaling_text, scaling_tables = compare_scaling.section_parts(loaded, reference_roots)
+    scaling_text, scaling_tables = scaling_section(loaded, reference_roots)
     names = ", ".join(str(p) for p in reference_roots)
     text = [f"Reference: {names}."]
     if pairs or unmatched or not scaling_text:

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from parallel.plan import Key, row_key
-from reports.compare import _under
-from reports.load import Loaded
+from reports.load import Loaded, under_roots
 from reports.table import Cell, Table
-from reports.tables_scaling import MEASURE, batch_label, latest_rows
+from reports.tables_scaling import MEASURE, batch_label, latest_rows, percent
 
 # Efficiencies closer than this are called the same: between two runs of one case on two
 # hosts of one kind, 23 of 30 PyTorch, JAX and ONNX Runtime efficiencies agreed within
@@ -90,7 +89,7 @@ def pair_scaling(loaded: Loaded, reference_roots: tuple[Path, ...]
     sides: tuple[list[dict], list[dict]] = ([], [])
     for row in loaded.rows:
         if row.data.get("measure") == MEASURE and isinstance(row.data.get("scaling"), dict):
-            sides[_under(row.path, roots)].append(row.data)
+            sides[under_roots(row.path, roots)].append(row.data)
     reference: dict[Key, dict[str, Any]] = {}
     # Several reference runs of one computation (two suites, two folders): the newest.
     for row in sorted(latest_rows(sides[1]), key=lambda r: str(r.get("started_at") or "")):
@@ -116,10 +115,6 @@ def _order(pair: ScalingPair) -> tuple:
             s["devices"], row["settings"]["precision"])
 
 
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1%}"
-
-
 def scaling_table(pairs: list[ScalingPair]) -> Table:
     body = []
     for p in pairs:
@@ -132,8 +127,8 @@ def scaling_table(pairs: list[ScalingPair]) -> Table:
                      Cell(f"{y['timing']['median_ms']:.2f}"),
                      Cell(f"{r['timing']['median_ms']:.2f}", title=r.get("case_id", "")),
                      Cell(f"{p.step_ratio:.2f}×"),
-                     Cell(_pct(s.get("efficiency"))),
-                     Cell(_pct(r["scaling"].get("efficiency"))),
+                     Cell(percent(s.get("efficiency"))),
+                     Cell(percent(r["scaling"].get("efficiency"))),
                      Cell("—" if points is None else f"{points:+.1f}",
                           emphasis="bold" if points is not None
                           and abs(points) > SAME_POINTS else ""),

@@ -33,6 +33,12 @@ class RawRow:
     data: Mapping[str, Any]
 
 
+def under_roots(path: str, roots: tuple[Path, ...]) -> bool:
+    """Whether a row's file lies under one of ``roots`` (resolved folders): the reference
+    side of a comparison."""
+    return any(Path(path).resolve().is_relative_to(root) for root in roots)
+
+
 @dataclass(frozen=True)
 class Loaded:
     rows: tuple[RawRow, ...]

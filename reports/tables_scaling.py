@@ -51,7 +51,7 @@ def _hardware(row: dict[str, Any]) -> str:
     return env.get("cpu_model") or "CPU"
 
 
-def _pct(value) -> str:
+def percent(value: float | None) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
@@ -90,8 +90,8 @@ def scaling_table(rows: list[dict[str, Any]]) -> Table | None:
             Cell(s.get("engine") or "—"), Cell(s.get("backend") or "—"),
             Cell(step, kind="" if ok else "fail", title=row.get("reason", "")),
             Cell(f"{s['images_per_s']:.1f}" if ok and s.get("images_per_s") else "—"),
-            Cell(_pct(s.get("efficiency")) if ok else "—"),
-            Cell(_pct(s.get("communication_share")) if ok else "—"),
+            Cell(percent(s.get("efficiency")) if ok else "—"),
+            Cell(percent(s.get("communication_share")) if ok else "—"),
             Cell(_kernels(row),
                  title=s.get("communication_kernels_reason") or ""),
         ))
@@ -135,7 +135,7 @@ def batch_label(scaling: dict[str, Any]) -> str:
 def _loss_cells(row: dict[str, Any], loss: StepLoss) -> tuple[str, ...]:
     s = row["scaling"]
     return (row["settings"]["framework"], _hardware(row), row["settings"]["precision"],
-            row["model"], s["mode"], batch_label(s), str(s["devices"]), _pct(loss.efficiency),
+            row["model"], s["mode"], batch_label(s), str(s["devices"]), percent(loss.efficiency),
             f"{loss.step_ms:.2f}", f"{loss.ideal_ms:.2f}", f"{loss.lost_ms:+.2f}",
             _ms(loss.allreduce_ms), _ms(loss.per_device_ms), _ms(loss.idle_ms),
             _ms(loss.compute_ms), _ms(loss.exposed_nccl_ms), loss.cause)
@@ -283,7 +283,7 @@ def _summary_cell(row: dict[str, Any] | None) -> str:
     if row["status"] != "ok":
         return row["status"]
     s = row["scaling"]
-    text = _pct(s.get("efficiency"))
+    text = percent(s.get("efficiency"))
     kernels = s.get("communication_kernels") or {}
     if kernels.get("overlap_share") is not None and not trace_problem(row):
         text += f" ({kernels['overlap_share']:.0%} ovl.)"
