@@ -30,12 +30,22 @@ nox.options.sessions = ["torch_cpu", "report"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-def install(session: nox.Session, *requirements: str) -> None:
-    """Install unless the session runs without a virtualenv (``--no-venv``)."""
+def install(session: nox.Session, *requirements: str,
+            without_dependencies: list[str] | tuple[str, ...] = ()) -> None:
+    """Install unless the session runs without a virtualenv (``--no-venv``); then the
+    ``without_dependencies`` packages with pip's --no-deps (registry.toml says why)."""
     if session.venv_backend == "none":
         session.log("no virtualenv: using the packages already installed")
         return
     session.install(*requirements)
+    if without_dependencies:
+        session.install("--no-deps", *without_dependencies)
+
+
+def without_dependencies(framework: str, device: str) -> list[str]:
+    """The framework's packages for ``device`` that pip installs without their
+    requirements (adapters/registry.toml)."""
+    return REGISTRY[framework].get("requirements_without_dependencies", {}).get(device, [])
 
 
 def python(session: nox.Session) -> str:
@@ -47,7 +57,8 @@ def python(session: nox.Session) -> str:
 def make_framework_session(framework: str, device: str, requirements: list[str],
                            description: str) -> None:
     def run(session: nox.Session) -> None:
-        install(session, *CORE, *requirements)
+        install(session, *CORE, *requirements,
+                without_dependencies=without_dependencies(framework, device))
         args = list(session.posargs)
         suite = args.pop(0) if args and not args[0].startswith("-") else DEFAULT_SUITE[device]
         session.run(python(session), "-m", "suites", "run", suite, "--framework", framework,
@@ -127,7 +138,7 @@ TEST_TARGETS = ["core", *REGISTRY]
 FRAMEWORK_CORE_TESTS = {"torch": ["tests/test_reference.py", "tests/test_models.py",
                                   "tests/test_faults.py", "tests/test_matrix_runs.py"]}
 # What comparisons/ compares with, for their CPU smoke runs (tests/conformance/
-# test_comparisons.py); keras and tf_keras are already in TensorFlow's requirements.
+# test_comparisons.py); keras and tf_keras are already among TensorFlow's packages.
 # torchvision 0.28 is the release built against torch 2.13; flax 0.12.8 is the newest
 # that accepts jax 0.10.2 (pip's resolver on both pins).
 COMPARISON_REQUIREMENTS = {"torch": ["torchvision==0.28.0"], "jax": ["flax==0.12.8"]}
@@ -143,7 +154,8 @@ def tests(session: nox.Session, target: str) -> None:
                     "--ignore=tests/adapters", *session.posargs)
         return
     install(session, *CORE, *REGISTRY[target]["requirements"]["cpu"], *EXTRAS["test"],
-            *COMPARISON_REQUIREMENTS.get(target, []))
+            *COMPARISON_REQUIREMENTS.get(target, []),
+            without_dependencies=without_dependencies(target, "cpu"))
     session.run(python(session), "-m", "pytest", "-q", "tests/conformance",
                 f"tests/adapters/test_{target}.py", *FRAMEWORK_CORE_TESTS.get(target, []),
                 f"--framework={target}", *session.posargs)
