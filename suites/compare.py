@@ -7,7 +7,10 @@ prints, by the first run's median (< 1 ms, 1-5 ms, >= 5 ms), the share of cases 
 medians agree within 3%, 5% and 10%, the median and largest difference, and the share of
 the later run's medians that fall inside the first run's reported interval; then the
 reproducibility targets (run 2 is taken as the back-to-back re-run on the same host, run 3
-as the run on another host) and the cases that differ most.
+as the run on another host) and the cases that differ most. Where the rows carry the host
+probes (suites/host_probe.py) it prints how the later run's compare with the first's,
+beside the shift of the whole run: whether the host's single-core speed or its cross-core
+wake-up changed with it.
 
 On a GPU it prints the same for the device medians (the GPU's own time of each case, from
 the device phase's ``device_time`` rows): bands by device median, a target for cases
@@ -33,6 +36,9 @@ DEVICE_LIMIT = 0.03
 # Host-to-device copies: their device time is the PCIe link's, which varies with the
 # host's memory and bus, not the GPU's compute; they are reported apart from the target.
 TRANSFERS = ("transfer", "transfer_pinned")
+# A probe's median over a run's cases that moves by more than this between runs marks the
+# host as changed (README, "Reproducibility", gives the probes' run-to-run spread).
+PROBE_SHIFT = 0.10
 
 
 class CompareError(Exception):
@@ -51,6 +57,9 @@ class Timed:
     # The GPU's own median: the device phase's figure, else the wall row's own (PyTorch's
     # CUDA events); None where the run has none (a CPU run).
     device_median_ms: float | None = None
+    # The host probes' medians while this case was sampled (suites/host_probe.py).
+    host_core_probe_ms: float | None = None
+    host_wakeup_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,9 @@ def load_run(path: Path) -> dict[str, Timed]:
                                           int(timing.get("repetitions") or 1),
                                           bool(timing.get("unstable")),
                                           str(data.get("measure") or ""),
-                                          positive(timing.get("device_median_ms")))
+                                          positive(timing.get("device_median_ms")),
+                                          positive(timing.get("host_core_probe_ms")),
+                                          positive(timing.get("host_wakeup_us")))
     if not rows:
         raise CompareError(f"{path} holds no timed rows")
     # The device phase's figure replaces a wall row's own, as the report does
@@ -210,6 +221,33 @@ def shift_line(pairs: list[Pair], index: int) -> str:
     return (f"run shift: run {index + 1} / run 1, median by band: {ratios}; "
             f"{percent(shift.slower)} of cases slower; inside run 1's interval with the "
             f"shift its other cases share divided out: {percent(shift.inside_after)}")
+
+
+# The probes a row may carry, as compare names them.
+PROBES = (("single-core speed", "host_core_probe_ms"), ("cross-core wake-up", "host_wakeup_us"))
+
+
+def probe_ratio(pairs: list[Pair], field: str) -> tuple[float, int] | None:
+    """The median over cases of the later run's probe over the first's, and how many
+    cases carry that probe in both runs; None where none does."""
+    ratios = [getattr(p.later, field) / getattr(p.first, field) for p in pairs
+              if getattr(p.first, field) and getattr(p.later, field)]
+    return (statistics.median(ratios), len(ratios)) if ratios else None
+
+
+def probe_line(pairs: list[Pair], index: int) -> str | None:
+    """The host probes' ratios, each marked where it moved beyond ``PROBE_SHIFT``."""
+    parts = []
+    for name, field in PROBES:
+        if (found := probe_ratio(pairs, field)) is not None:
+            ratio, cases = found
+            moved = abs(math.log(ratio)) > math.log(1 + PROBE_SHIFT)
+            parts.append(f"{name} x{ratio:.3f} ({'changed' if moved else 'steady'}, "
+                         f"{cases} cases)")
+    if not parts:
+        return None
+    return (f"host probes before each repetition, run {index + 1} / run 1 (time, so > 1 is "
+            f"slower): {'; '.join(parts)}")
 
 
 def targets(pairs: list[Pair], same_host: bool) -> list[tuple[str, float, float]]:
@@ -354,6 +392,8 @@ def render(runs: list[Path], loaded: list[dict[str, Timed]], worst: int = 10) ->
         lines += [target_line(*target) for target in targets(pairs, same_host)]
         if pairs:
             lines.append(shift_line(pairs, index))
+            if (probe := probe_line(pairs, index)) is not None:
+                lines.append(probe)
         lines.append(f"largest differences (median ms, run 1 -> run {index + 1}, "
                      f"run 1's interval, repetitions):")
         for pair in sorted(pairs, key=lambda p: -p.difference)[:worst]:

@@ -1,5 +1,6 @@
 """The host CPU's state while a case is sampled, beside the GPU's (``device_state.py``):
-the share of CPU time the hypervisor took (steal), the load average and the CPU clock.
+the share of CPU time the hypervisor took (steal), the load average, the CPU clock, and
+two probes' times.
 
 A launch-bound GPU case's wall time follows the host (``suites/launch_bound.py``): on two
 H100 hosts the device medians agreed within 0.5% while the wall medians did not. These
@@ -13,6 +14,10 @@ framework for the cores being measured. Steal is the share of all CPU time betwe
 readings (psutil's ``cpu_times``, summed over CPUs, guest time not counted twice as the
 kernel already counts it in user time: proc(5)). Where a figure is unreadable (steal
 outside Linux, no cpufreq in a VM) it is None and ``host_state_reason`` says which.
+
+Two probes (``host_probe.py``) are timed before each repetition's sampling, outside the
+timed blocks: the single-core speed and the cross-core wake-up, which the readings above
+can miss.
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psutil
 
+from suites.host_probe import ProbeReading, run_probes
+
 HOST_FIELDS = ("host_steal_pct_median", "host_steal_pct_max", "host_load_1m",
-               "host_cpu_mhz_median", "host_readings")
+               "host_cpu_mhz_median", "host_core_probe_ms", "host_wakeup_us", "host_readings")
 PERIOD_S = 0.5
 # Fields of psutil.cpu_times() that are already inside user and nice (proc(5): guest time
 # is accounted to user time as well).
@@ -42,6 +49,7 @@ class HostReading:
     steal_s: float | None          # all CPUs' steal time since boot (None: not reported)
     load_1m: float | None
     cpu_mhz: float | None
+    probe: ProbeReading | None = None  # only the reading that starts a repetition's sampling
 
 
 def _call(function: Callable[[], Any]) -> Any:
@@ -89,6 +97,9 @@ def summarise_host(runs: list[list[HostReading]]) -> dict[str, Any]:
     steal = [share for run in runs for share in steal_shares(run)]
     load = [r.load_1m for r in readings if r.load_1m is not None]
     mhz = [r.cpu_mhz for r in readings if r.cpu_mhz is not None]
+    cores = [r.probe.core_ms for r in readings if r.probe is not None]
+    wakeups = [r.probe.wakeup_us for r in readings
+               if r.probe is not None and r.probe.wakeup_us is not None]
     missing = [what for what, values in (("steal time", steal), ("load average", load),
                                          ("CPU frequency", mhz)) if not values]
     if not steal and any(r.steal_s is not None for r in readings):
@@ -99,6 +110,8 @@ def summarise_host(runs: list[list[HostReading]]) -> dict[str, Any]:
         "host_steal_pct_max": max(steal) if steal else None,
         "host_load_1m": statistics.median(load) if load else None,
         "host_cpu_mhz_median": statistics.median(mhz) if mhz else None,
+        "host_core_probe_ms": statistics.median(cores) if cores else None,
+        "host_wakeup_us": statistics.median(wakeups) if wakeups else None,
         "host_readings": len(readings),
         "host_state_reason": (f"not readable here: {', '.join(missing)}" if missing else ""),
     }
@@ -114,6 +127,8 @@ def merge_host_fields(timings: list[dict[str, Any]]) -> dict[str, Any]:
         "host_steal_pct_max": max(steal_max) if steal_max else None,
         "host_load_1m": _median(pick("host_load_1m")),
         "host_cpu_mhz_median": _median(pick("host_cpu_mhz_median")),
+        "host_core_probe_ms": _median(pick("host_core_probe_ms")),
+        "host_wakeup_us": _median(pick("host_wakeup_us")),
         "host_readings": sum(pick("host_readings")),
         "host_state_reason": "; ".join(dict.fromkeys(
             t.get("host_state_reason") for t in timings if t.get("host_state_reason"))),
@@ -125,20 +140,24 @@ def _median(values: list[float]) -> float | None:
 
 
 class HostMonitor:
-    """Readings around each repetition's sampling; ``periodic`` adds one per ``PERIOD_S``
-    from a background thread (GPU runs, where the host's cores are not the ones measured)."""
+    """Readings around each repetition's sampling, the first with the probes' times;
+    ``periodic`` adds one per ``PERIOD_S`` from a background thread (GPU runs, where the
+    host's cores are not the ones measured)."""
 
     def __init__(self, periodic: bool, read: Callable[[], HostReading] = read_host,
-                 period_s: float = PERIOD_S):
+                 period_s: float = PERIOD_S,
+                 probe: Callable[[], ProbeReading] = run_probes):
         self.periodic = periodic
         self.read = read
+        self.probe = probe
         self.period_s = period_s
         self.readings: list[HostReading] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start_sampling(self) -> None:
-        self.readings = [self.read()]
+        # The probes first, so that they run before the sampling thread starts.
+        self.readings = [replace(self.read(), probe=self.probe())]
         if self.periodic:
             self._stop.clear()
             self._thread = threading.Thread(target=self._poll, daemon=True)

@@ -11,9 +11,11 @@ from collections import namedtuple
 import pytest
 
 from suites import environment
+from suites.host_probe import ProbeReading
 from suites.host_state import (
     HostMonitor,
     HostReading,
+    merge_host_fields,
     read_host,
     steal_shares,
     summarise_host,
@@ -100,6 +102,27 @@ def test_a_gpu_run_samples_in_the_background():
         assert read.acquire(timeout=30)
     readings = monitor.stop_sampling()
     assert len(readings) >= 4 and monitor._thread is None
+
+
+def test_the_probes_run_once_per_repetition_and_the_row_keeps_their_medians():
+    probes = iter([ProbeReading(5.0, 50.0), ProbeReading(7.0, None), ProbeReading(6.0, 70.0)])
+    monitor = HostMonitor(periodic=False, read=lambda: HostReading(0.0, 1.0, 0.0, 0.1, 1.0),
+                          probe=lambda: next(probes))
+    runs = []
+    for _ in range(3):
+        monitor.start_sampling()
+        runs.append(monitor.stop_sampling())
+    # The reading that starts sampling carries the probes; the one that ends it does not.
+    assert [run[1].probe for run in runs] == [None] * 3
+    summary = summarise_host(runs)
+    assert summary["host_core_probe_ms"] == pytest.approx(6.0)
+    assert summary["host_wakeup_us"] == pytest.approx(60.0)     # the repetitions that had it
+
+
+def test_rounds_keep_the_median_of_their_probes():
+    timings = [{"host_core_probe_ms": v, "host_wakeup_us": 10 * v} for v in (3, 5, 4)] + [{}]
+    merged = merge_host_fields(timings)
+    assert merged["host_core_probe_ms"] == 4 and merged["host_wakeup_us"] == 40
 
 
 # --- the host's identity -------------------------------------------------------------------
