@@ -37,7 +37,8 @@ DEVICE_LIMIT = 0.03
 # host's memory and bus, not the GPU's compute; they are reported apart from the target.
 TRANSFERS = ("transfer", "transfer_pinned")
 # A probe's median over a run's cases that moves by more than this between runs marks the
-# host as changed (README, "Reproducibility", gives the probes' run-to-run spread).
+# host as changed: back to back on a 2-core VM the probes moved by 4-5%, with 30% of each
+# core taken by other processes by 10% and 61% (README, "Reproducibility").
 PROBE_SHIFT = 0.10
 
 

@@ -2,9 +2,10 @@
 core ran just then, and how long one core took to wake a thread on another.
 
 Steal, load and the clock reading (``host_state.py``) can all look the same while a case
-is not: on a 2-core VM, two back-to-back ``default-cpu`` runs of PyTorch with two threads
-differed by x1.40 and then by x0.78 on every case under 1 ms, with no steal, the same clock
-reading and the same load (``python -m suites compare`` prints such run shifts).
+is not: on a 2-core VM, back-to-back ``default-cpu`` runs of PyTorch with two threads
+differed by x1.40 in one pair and by x0.78 in another on the cases under 1 ms, with no
+steal, the same clock reading and the same load (``python -m suites compare`` prints such
+run shifts).
 
 * ``core_ms``: interpreter steps and NumPy calls on a small array (dispatch, as the small
   cases spend their time), timed as one window of about 5 ms, so that a hypervisor or
@@ -12,11 +13,14 @@ reading and the same load (``python -m suites compare`` prints such run shifts).
   runs would step around the slices).
 * ``wakeup_us``: the round trip of two threads pinned to two of the worker's CPUs waking
   each other through ``threading.Event`` (a futex wake across cores, what a framework's
-  thread pool does at every parallel region of a small case). Measured on that 2-core VM
-  over 80 samples, its rank correlation with a 2-thread PyTorch matmul of 0.3 ms was 0.62;
-  the single-core window's was none (README, "Reproducibility"). None where the worker
-  has one CPU.
+  thread pool does at every parallel region of a small case). None where the worker has
+  one CPU or the threads could not be pinned.
 
+On that VM, over 100 samples a second apart, the rank correlation of a 2-thread PyTorch
+matmul of 0.3 ms with the wake-up probe was 0.59, with the single-core probe 0.48; two
+processes taking 30% of each core moved them x1.61 and x1.10 over a whole run. They do not
+explain every shift: README, "Reproducibility", has a pair whose small cases moved x0.71
+while both probes stayed within 5%.
 Both together take about 10 ms per repetition, outside the timed blocks.
 """
 
@@ -32,6 +36,9 @@ import numpy as np
 
 CORE_STEPS = 3000
 WAKEUP_ROUND_TRIPS = 100
+# A wake-up takes tens of microseconds; one that takes a second means the other thread is
+# gone or starved, and the probe gives no figure rather than hang the worker.
+WAIT_LIMIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -59,15 +66,23 @@ def core_ms(clock: Callable[[], float] = time.perf_counter,
 
 def wakeup_us(cpus: list[int], round_trips: int = WAKEUP_ROUND_TRIPS) -> float | None:
     """The mean round trip of two threads pinned to ``cpus[0]`` and ``cpus[1]`` waking
-    each other; the calling thread's CPU mask is restored afterwards."""
+    each other; the calling thread's CPU mask is restored afterwards. None where there are
+    fewer than two CPUs, a thread could not be pinned, or an answer took over
+    ``WAIT_LIMIT_S``."""
     if len(cpus) < 2:
         return None
     ping, pong = threading.Event(), threading.Event()
+    pinned = threading.Event()
 
     def answer() -> None:
-        os.sched_setaffinity(0, {cpus[1]})     # pid 0: this thread alone (sched_setaffinity(2))
+        try:
+            os.sched_setaffinity(0, {cpus[1]})  # pid 0: this thread alone (sched_setaffinity(2))
+        except OSError:
+            return
+        pinned.set()
         for _ in range(round_trips):
-            ping.wait()
+            if not ping.wait(WAIT_LIMIT_S):
+                return
             ping.clear()
             pong.set()
     mask = os.sched_getaffinity(0)
@@ -75,16 +90,21 @@ def wakeup_us(cpus: list[int], round_trips: int = WAKEUP_ROUND_TRIPS) -> float |
     try:
         os.sched_setaffinity(0, {cpus[0]})
         helper.start()
+        if not pinned.wait(WAIT_LIMIT_S):
+            return None
         start = time.perf_counter()
         for _ in range(round_trips):
             ping.set()
-            pong.wait()
+            if not pong.wait(WAIT_LIMIT_S):
+                return None
             pong.clear()
-        elapsed = time.perf_counter() - start
+        return (time.perf_counter() - start) / round_trips * 1e6
+    except OSError:
+        return None
     finally:
         os.sched_setaffinity(0, mask)
-        helper.join()
-    return elapsed / round_trips * 1e6
+        if helper.ident is not None:
+            helper.join(WAIT_LIMIT_S)
 
 
 def run_probes() -> ProbeReading:

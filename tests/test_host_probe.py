@@ -34,3 +34,19 @@ def test_run_probes_gives_both_figures_within_the_workers_cpus():
     reading = run_probes()
     assert reading.core_ms > 0
     assert (reading.wakeup_us is None) == (len(os.sched_getaffinity(0)) < 2)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs and sched_setaffinity")
+def test_a_thread_that_cannot_be_pinned_gives_no_figure_and_no_hang(monkeypatch):
+    mask = os.sched_getaffinity(0)
+    real = os.sched_setaffinity
+    caller = threading.get_ident()
+
+    def refuse_for_other_threads(pid, cpus):
+        if threading.get_ident() != caller:
+            raise OSError("not allowed here")
+        real(pid, cpus)
+    monkeypatch.setattr(os, "sched_setaffinity", refuse_for_other_threads)
+    assert wakeup_us(sorted(mask)[:2], round_trips=5) is None
+    assert os.sched_getaffinity(0) == mask
