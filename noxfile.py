@@ -42,7 +42,7 @@ def install(session: nox.Session, *requirements: str,
         session.install("--no-deps", *without_dependencies)
 
 
-def without_dependencies(framework: str, device: str) -> list[str]:
+def requirements_without_dependencies(framework: str, device: str) -> list[str]:
     """The framework's packages for ``device`` that pip installs without their
     requirements (adapters/registry.toml)."""
     return REGISTRY[framework].get("requirements_without_dependencies", {}).get(device, [])
@@ -58,7 +58,7 @@ def make_framework_session(framework: str, device: str, requirements: list[str],
                            description: str) -> None:
     def run(session: nox.Session) -> None:
         install(session, *CORE, *requirements,
-                without_dependencies=without_dependencies(framework, device))
+                without_dependencies=requirements_without_dependencies(framework, device))
         args = list(session.posargs)
         suite = args.pop(0) if args and not args[0].startswith("-") else DEFAULT_SUITE[device]
         session.run(python(session), "-m", "suites", "run", suite, "--framework", framework,
@@ -155,7 +155,7 @@ def tests(session: nox.Session, target: str) -> None:
         return
     install(session, *CORE, *REGISTRY[target]["requirements"]["cpu"], *EXTRAS["test"],
             *COMPARISON_REQUIREMENTS.get(target, []),
-            without_dependencies=without_dependencies(target, "cpu"))
+            without_dependencies=requirements_without_dependencies(target, "cpu"))
     session.run(python(session), "-m", "pytest", "-q", "tests/conformance",
                 f"tests/adapters/test_{target}.py", *FRAMEWORK_CORE_TESTS.get(target, []),
                 f"--framework={target}", *session.posargs)
