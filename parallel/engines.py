@@ -54,13 +54,15 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 CACHED_ENGINES = frozenset({"jax"})
 
 
-# XLA's latency-hiding scheduler moves collectives so that they run beside compute; XLA
-# leaves it off (xla/debug_options_flags.cc), and JAX's GPU performance guide
+# XLA's latency-hiding scheduler moves collectives so that they run beside compute. Its
+# flag defaults to false (xla/debug_options_flags.cc); JAX's GPU performance guide
 # (docs.jax.dev, "GPU performance tips") and NVIDIA's JAX images turn it on for work over
-# several GPUs. DDP overlaps its bucketed all-reduces with the backward pass by default;
-# without this flag JAX's NCCL kernels overlapped compute for 26-34% of their time in
-# VGG-16 on 4x H200 against PyTorch's 90-93% (published/h200x4-2026-11d and -11c). Every
-# N of a JAX GPU scaling run gets it, N = 1 too; a caller's XLA_FLAGS naming the flag wins.
+# several GPUs. jax 0.11.2 on H200s already overlapped NCCL kernels without the flag, as
+# much as with it (published/h200x4-2026-11d against h200x2-2026-11b), and with it set
+# false they overlapped nothing, yet no N = 2 step took over 2.9% longer and most took
+# less (published/h200x2-2026-11c).
+# Setting it keeps that schedule whatever a JAX version's default, and the row records it.
+# Every N of a JAX GPU scaling run gets it, N = 1 too; a caller's XLA_FLAGS naming the flag wins.
 LATENCY_HIDING = "--xla_gpu_enable_latency_hiding_scheduler"
 
 
