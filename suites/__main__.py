@@ -88,6 +88,13 @@ def main(argv: list[str] | None = None) -> int:
                              "instead of this machine's")
     matrix.add_argument("--costs", action="store_true",
                         help="print the minutes per suite and framework from the cost log")
+    matrix.add_argument("--gpus", default="", metavar="N|LIST",
+                        help="run on several GPUs of this host side by side: one lane per GPU, "
+                             "each with CPUs of its own, taking one framework's suite at a time "
+                             "(a count, or GPU indices such as 0,2; suites/lanes.py)")
+    matrix.add_argument("--cpus", default="", metavar="LIST",
+                        help="run on these CPUs only, e.g. 0-15 (what each lane of --gpus gets)")
+    matrix.add_argument("--lane-of", type=int, default=0, help=argparse.SUPPRESS)
     compare = commands.add_parser("compare", help="compare two or three runs case by case")
     compare.add_argument("runs", nargs="+", type=Path,
                          help="result folders (or .jsonl files); run 2 back to back, run 3 "
@@ -123,11 +130,17 @@ def main(argv: list[str] | None = None) -> int:
             stop_on_sigterm()
             if args.case_timeout is not None:
                 check_case_timeout("--case-timeout", args.case_timeout)
+            if args.lane_of:
+                from suites.lanes import die_with_parent
+                die_with_parent(args.lane_of)
+            if args.cpus:
+                from suites.lanes import confine
+                confine(args.cpus)
             return Matrix(MatrixRequest(
                 args.device, tuple(args.frameworks), tuple(args.suites), args.out, args.seed,
                 args.budget, tuple(args.python), not args.no_reuse, args.compile_cache,
                 tuple(args.history), args.plan, args.costs, args.case_timeout,
-                args.device_name, args.rounds)).run()
+                args.device_name, args.rounds, args.gpus, args.lane_of)).run()
         if args.command == "compare":
             from suites.compare import main as compare_runs
             return compare_runs(args.runs)

@@ -145,6 +145,10 @@ class GpuMonitor:
         except Exception:   # a field this GPU or driver does not report
             return None
 
+    def uuid(self) -> str | None:
+        found = self._call(self.nvml.nvmlDeviceGetUUID, self.handle)
+        return found.decode() if isinstance(found, bytes) else found
+
     def read(self) -> Reading:
         nvml, handle = self.nvml, self.handle
         power_mw = self._call(nvml.nvmlDeviceGetPowerUsage, handle)

@@ -65,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -79,6 +80,22 @@ from suites import matrix_log
 from suites.compile_cache import cache_env, cache_view
 from suites.environment import dlbench_commit, host_id
 from suites.estimate import History, load_history, minutes
+from suites.lane_plan import (
+    Lane,
+    Schedule,
+    Task,
+    choose_gpus,
+    cpu_list_text,
+    gpu_cpu_affinity,
+    host_topology,
+    make_lanes,
+    make_tasks,
+    priorities,
+    sibling_groups,
+    simulate,
+    visible_gpus,
+)
+from suites.lanes import LaneRun, confined, describe_lanes
 from suites.matrix_plan import (
     DEFAULT_SUITES,
     ROOT,
@@ -128,6 +145,8 @@ class MatrixRequest:
     case_timeout_s: float | None = None
     device_name: str = ""                # plan for this device model instead of this machine's
     rounds: int = 1                      # rounds of separate processes per case (suites/rounds.py)
+    gpus: str = ""                       # --gpus: a count or a list; one lane per GPU (suites/lanes.py)
+    lane_of: int = 0                     # a lane's matrix: the pid of the matrix that started it
 
 
 def default_frameworks(device: str) -> tuple[str, ...]:
@@ -179,6 +198,19 @@ class Matrix:
         self.history: History = load_history(folders, self.machine)
         self.caches = {name: cache_view(compile_cache_env(request, name), self.host)
                        for name in self.frameworks}
+        self.lanes: list[Lane] = self.make_lanes() if request.gpus else []
+
+    def make_lanes(self) -> list[Lane]:
+        if self.request.device != "gpu":
+            raise SuiteError("--gpus runs GPU lanes: use it with --device gpu")
+        allowed = tuple(sorted(os.sched_getaffinity(0)))
+        visible = visible_gpus()
+        if not visible and self.request.plan_only and self.request.gpus.isdigit():
+            # Planning for GPUs this machine lacks (with --device-name): lanes on its CPUs.
+            return [Lane(str(n), allowed) for n in range(max(1, int(self.request.gpus)))]
+        gpus = choose_gpus(self.request.gpus, visible)
+        return make_lanes(gpus, allowed, gpu_cpu_affinity(host_topology()),
+                          sibling_groups(allowed))
 
     def device_names(self) -> list[str]:
         """This device model, then the other GPU models whose rows the estimates fall back
@@ -192,6 +224,12 @@ class Matrix:
                      if (found := figure(name)) is not None), None)
 
     def plan(self) -> Plan:
+        # With lanes, planned as a lane sees the host: a GPU job's thread count, and so
+        # its case id, is its process's CPUs.
+        with confined(self.lanes[0].cpus) if self.lanes else contextlib.nullcontext():
+            return self.plan_here()
+
+    def plan_here(self) -> Plan:
         starts = {f: self.first_known(lambda name, f=f: matrix_log.worker_start_s(
             self.records, f, name)) for f in self.frameworks}
         return make_plan(self.request.device, self.frameworks, self.suites, self.request.out,
@@ -206,9 +244,18 @@ class Matrix:
         plan = self.plan()
         for line in describe(plan):
             say(line)
+        if self.lanes:
+            tasks = make_tasks(plan)
+            schedule = simulate(tasks, len(self.lanes))
+            for line in describe_lanes(self.lanes, tasks, schedule, plan.truth_seconds or 0.0):
+                say(line)
         if self.request.plan_only:
             return 0
+        if self.request.lane_of:        # the matrix that started this one holds the lock
+            return self.execute(plan)
         with exclusive(self.request.out, self.host):
+            if self.lanes:
+                return self.execute_lanes(plan, tasks, schedule)
             return self.execute(plan)
 
     def print_costs(self) -> int:
@@ -262,7 +309,8 @@ class Matrix:
             "kind": "run", "started_at": started_at, "commit": dlbench_commit(),
             "device": self.request.device, "device_name": self.machine.name,
             "wall_s": round(time.monotonic() - started, 3), "budget_min": self.request.budget_min,
-            "stopped": outcome, "estimated_s": round(plan.seconds(), 1)})
+            "stopped": outcome, "estimated_s": round(plan.seconds(), 1),
+            **({"lane": os.environ.get("CUDA_VISIBLE_DEVICES")} if self.request.lane_of else {})})
         planned = "no estimate" if plan.estimate.cases and \
             plan.estimate.unknown == plan.estimate.cases else minutes(plan.seconds())
         say(f"matrix {outcome} after {minutes(time.monotonic() - started)} (planned: {planned}); "
@@ -270,6 +318,57 @@ class Matrix:
         if outcome != "done":
             self.print_left()
         return code
+
+    def execute_lanes(self, plan: Plan, tasks: list[Task], schedule: Schedule) -> int:
+        """The plan's tasks over the lanes (suites/lanes.py), the float64 truth of every
+        suite first, on all of this process's CPUs."""
+        started = time.monotonic()
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        deadline = started + self.request.budget_min * 60 - STOP_MARGIN_S \
+            if self.request.budget_min else None
+        for suite in dict.fromkeys(item.suite for item in plan.items if not item.unavailable):
+            self.fill_truth(plan, suite)
+        run = LaneRun(self.lanes, tasks, priorities(tasks), self.lane_command,
+                      self.log.parent, deadline, say, console)
+        outcome = run.run()
+        estimated = schedule.seconds + (plan.truth_seconds or 0.0)
+        matrix_log.append(self.log, {
+            "kind": "run", "started_at": started_at, "commit": dlbench_commit(),
+            "device": self.request.device, "device_name": self.machine.name,
+            "wall_s": round(time.monotonic() - started, 3), "budget_min": self.request.budget_min,
+            "stopped": outcome.outcome, "estimated_s": round(estimated, 1),
+            "lanes": [{"gpu": lane.gpu, "cpus": cpu_list_text(lane.cpus)} for lane in self.lanes]})
+        say(f"matrix {outcome.outcome} after {minutes(time.monotonic() - started)} on "
+            f"{len(self.lanes)} lanes (planned: {minutes(estimated)}); costs: {self.log}; "
+            f"each lane's output: {self.log.parent}/lane-*.log")
+        if outcome.outcome != "done":
+            self.print_left()
+        return outcome.code
+
+    def lane_command(self, task: Task, lane: Lane, budget_min: float | None) -> list[str]:
+        """The matrix a lane runs for one task: this one's settings, the task's framework
+        and suites, the lane's CPUs (its GPU comes in CUDA_VISIBLE_DEVICES)."""
+        request = self.request
+        command = [sys.executable, "-m", "suites", "matrix", "--device", request.device,
+                   "--frameworks", task.framework, "--suites", *task.sources,
+                   "--out", str(request.out), "--seed", str(request.seed),
+                   "--cpus", cpu_list_text(lane.cpus), "--lane-of", str(os.getpid()),
+                   "--rounds", str(request.rounds)]
+        if request.compile_cache:
+            command += ["--compile-cache", request.compile_cache]
+        command += [f"--python={spec}" for spec in request.pythons
+                    if spec.partition("=")[0] == task.framework]
+        if not request.reuse:
+            command.append("--no-reuse")
+        if request.history:
+            command += ["--history", *map(str, request.history)]
+        if request.case_timeout_s is not None:
+            command += ["--case-timeout", str(request.case_timeout_s)]
+        if request.device_name:
+            command += ["--device-name", request.device_name]
+        if budget_min is not None:
+            command += ["--budget", f"{budget_min:.3f}"]
+        return command
 
     def print_left(self) -> None:
         left = [item for item in self.plan().items if item.to_run or item.reusable]

@@ -54,6 +54,8 @@ EVENT_PREFIX = "@@dlbench "
 # The runner's pid: a worker whose runner dies (SIGKILL) ends too, so that no orphan goes
 # on appending rows beside a resumed run.
 PARENT_PID = "DLBENCH_RUNNER_PID"
+# How many lanes of a several-GPU matrix ran side by side (suites/lanes.py sets it).
+MATRIX_LANES = "DLBENCH_MATRIX_LANES"
 # Test-only: a case whose id contains this string hangs (in a child process the worker
 # waits on, so the runner's time limit has a whole process tree to kill).
 INJECT_HANG = "DLBENCH_INJECT_HANG"
@@ -175,6 +177,8 @@ class Worker:
         from suites.host_state import HostMonitor
         self.gpu_monitor, self.gpu_state_reason = open_monitor(plan.device) \
             if self.adapter.monitors_gpu else (None, f"{plan.framework} puts nothing on a GPU")
+        if plan.device == "gpu":
+            self.env.update(gpu_placement(self.gpu_monitor))
         # The host CPU's state beside the GPU's (suites/host_state.py): sampled in the
         # background on a GPU run, read only before and after sampling on a CPU run.
         self.host_monitor = HostMonitor(periodic=plan.device == "gpu")
@@ -528,6 +532,22 @@ def serve(lines: Iterable[str]) -> None:
             worker.switch_to(plan)
         worker.run()
         emit({"plan_done": True})
+
+
+def gpu_placement(monitor) -> dict[str, Any]:
+    """Which GPU and CPUs a GPU worker ran on: its GPU's UUID (NVML), CUDA_VISIBLE_DEVICES,
+    its CPUs where confined to some of the host's (a lane of a several-GPU matrix:
+    suites/lanes.py, which also says how many lanes ran side by side)."""
+    placement: dict[str, Any] = {
+        "gpu_uuid": monitor.uuid() if monitor is not None else None,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if hasattr(os, "sched_getaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < (os.cpu_count() or len(cpus)):
+            placement["cpu_affinity"] = cpus
+    if os.environ.get(MATRIX_LANES, "").isdigit():
+        placement["matrix_lanes"] = int(os.environ[MATRIX_LANES])
+    return placement
 
 
 def die_with_runner() -> None:

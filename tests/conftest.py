@@ -18,6 +18,20 @@ from models import ir
 
 
 @pytest.fixture
+def stand_in_gpu(tmp_path, monkeypatch) -> dict[str, str]:
+    """The stand-in frameworks on the stand-in GPU (tests/fake_framework.py), for this
+    process and the workers it starts; its device clock is the adapter's (CUPTI is never
+    loaded)."""
+    from tests.fake_framework import EVENTS, GPU_LOCK, REGISTRY
+    env = {"DLBENCH_REGISTRY": str(REGISTRY), "DLBENCH_TRUTH": "off",
+           "DLBENCH_DEVICE_CLOCK": "adapter", GPU_LOCK: str(tmp_path / "gpu.lock"),
+           EVENTS: str(tmp_path / "events")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+@pytest.fixture
 def torch():
     return pytest.importorskip("torch", reason="torch is not installed")
 

@@ -15,7 +15,8 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
   that admits one process at a time, as a GPU in exclusive-process compute mode does: a
   worker takes an exclusive lock on the file when it starts and holds it until it exits,
   and a worker that finds it held stops with ``DeviceUnavailable`` (the worker's fatal
-  event), naming the process that holds it.
+  event), naming the process that holds it. Each entry of ``CUDA_VISIBLE_DEVICES`` is a
+  stand-in GPU of its own (``<file>.<entry>``), for a matrix's lanes (suites/lanes.py).
 * ``FAKE_EVENTS=<file>``: each prepared case appends ``<pid> <device> <model> b<batch>``
   to the file, so a test can read the order in which processes ran their cases.
 * ``FAKE_OOM=<model>``: preparing that model raises an out-of-memory error.
@@ -116,6 +117,9 @@ class FakeAdapter(Adapter):
     def __init__(self, config: RunConfig):
         super().__init__(config)
         lock = os.environ.get(GPU_LOCK)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if lock and visible:
+            lock = f"{lock}.{visible}"
         self.gpu = hold_the_gpu(lock) if config.device == "gpu" and lock else None
 
     def environment(self) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.fake_framework import EVENTS, GPU_LOCK, REGISTRY
+from tests.fake_framework import EVENTS
 from tests.tiny_suites import cases, tiny_suite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,18 +32,6 @@ STAND_IN_GPU = "Stand-in GPU"       # the device model the plans and histories n
 
 SUITE_A = tiny_suite("gpu-a", cases(["lenet_tiny", "sae_tiny_se"], [2, 3], device="gpu"))
 SUITE_B = tiny_suite("gpu-b", cases(["conv_tiny", "lenet_tiny"], [2], device="gpu"))
-
-
-@pytest.fixture
-def stand_in_gpu(tmp_path, monkeypatch) -> dict[str, str]:
-    """The stand-in frameworks on the stand-in GPU, for this process and the workers it
-    starts; its device clock is the adapter's (CUPTI is never loaded)."""
-    env = {"DLBENCH_REGISTRY": str(REGISTRY), "DLBENCH_TRUTH": "off",
-           "DLBENCH_DEVICE_CLOCK": "adapter", GPU_LOCK: str(tmp_path / "gpu.lock"),
-           EVENTS: str(tmp_path / "events")}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return env
 
 
 def write_suites(folder: Path) -> list[Path]:
