@@ -22,6 +22,19 @@ MEASURE = "gradient"                # forward + backward: its "Total (ms)"
 STUDIES = ("cnn-benchmarks",)       # the seed rows: seed 001 and its cloud fork (002)
 
 
+def one_run_per_gpu(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Each GPU model's rows from the first of ``frames`` (one per published folder, in name
+    order) that has any: the fastest of two runs of one GPU would favour whichever run the
+    host happened to favour."""
+    seen: set[str] = set()
+    kept = []
+    for rows in frames:
+        present = set(rows["hardware"])
+        kept.append(rows[~rows["hardware"].isin(seen)])
+        seen |= present
+    return pd.concat(kept, ignore_index=True)
+
+
 def published_times(frame: pd.DataFrame) -> pd.DataFrame:
     """(hardware, framework, model) → the fastest fp32 GPU row's wall and device medians."""
     rows = frame[(frame["device"] == "gpu") & (frame["status"] == "ok")
@@ -69,7 +82,8 @@ def several_gpus_table(frame: pd.DataFrame, hist: pd.DataFrame) -> Table | None:
         "several-gpus", f"One model, several GPUs: forward + backward (ms), batch {BATCH}",
         ("GPU", "Framework", *models), tuple(body),
         numeric=(False, False, *([True] * len(models))),
-        notes=(f"Each published GPU's fastest fp32 variant per framework, wall-time median "
+        notes=(f"Each published GPU's fastest fp32 variant per framework (from the first "
+               f"published folder of that GPU, by name), wall-time median "
                f"of one gradient computation (forward, loss, backward) at batch {BATCH}, "
                "with the GPU's own time ('dev') where the row has it; ONNX Runtime is "
                "absent (an inference engine here).",

@@ -91,7 +91,7 @@ def summary_parts(judged) -> list[Table]:
 
 
 def block(folders: list[Path], root: Path = ROOT) -> str:
-    from reports.gpus import several_gpus_table
+    from reports.gpus import one_run_per_gpu, several_gpus_table
     from reports.historical import load_historical
     from reports.practice import readme_part
 
@@ -107,8 +107,7 @@ def block(folders: list[Path], root: Path = ROOT) -> str:
         parts += [f"#### [`{link}`]({link}/report/headlines.md)", ""]
         for table in tables:
             parts.append(to_markdown(table, level=5))
-    gpus = several_gpus_table(pd.concat(steady, ignore_index=True), load_historical()) \
-        if steady else None
+    gpus = several_gpus_table(one_run_per_gpu(steady), load_historical()) if steady else None
     if gpus is not None:
         parts += ["#### One model, several GPUs", "", to_markdown(gpus, level=5)]
     parts += readme_part(practice)

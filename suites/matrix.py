@@ -55,6 +55,11 @@ plan up front, resumable, within a time budget.
   its rows record that (JAX rows' ``compile_events`` say whether a first call hit the
   cache). The float64 truth is cached as before (``models/truth.py``).
 
+* **Several GPUs** (``--gpus N``): one lane per GPU, each with CPUs of its own, each task
+  (one framework on one suite) run by this matrix in a child process confined to its
+  lane (``suites/lane_plan.py``, ``suites/lanes.py``); ``--cpus`` confines a one-GPU
+  matrix the same way, for the control run beside it.
+
 Each framework runs in its own interpreter: its nox virtualenv where one exists
 (``.nox/<framework>_<device>``), else this one, or ``--python FRAMEWORK=PATH``. A framework
 that interpreter lacks is listed as not run, and the matrix goes on with the others.

@@ -234,6 +234,30 @@ def command_line(process: psutil.Process) -> str:
         return ""
 
 
+def kill_at_the_hang(proc: subprocess.Popen, marker: str) -> None:
+    """Once a process of ``proc``'s tree hangs in the case ``marker`` names
+    (DLBENCH_INJECT_HANG), SIGKILL ``proc`` and check that every process under it died
+    with it (the hang's own process outlives the worker that waited on it: it is killed
+    here)."""
+    hung: list[psutil.Process] = []
+    deadline = time.monotonic() + 240
+    while not hung and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        try:
+            tree = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            break
+        hung = [p for p in tree if marker in command_line(p)]
+    assert hung, f"the run never reached the hanging case {marker}"
+    descendants = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for child in hung:
+        child.kill()
+    gone, alive = psutil.wait_procs(descendants, timeout=20)
+    assert not alive, [command_line(p) for p in alive]
+
+
 def test_a_kill_in_the_device_pass_resumes_to_the_rows_of_an_uninterrupted_run(
         tmp_path, stand_in_gpu):
     suites = write_suites(tmp_path)
@@ -245,20 +269,7 @@ def test_a_kill_in_the_device_pass_resumes_to_the_rows_of_an_uninterrupted_run(
     proc = subprocess.Popen(matrix_command(suites, out), cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "DLBENCH_INJECT_HANG": marker})
-    hung = []
-    deadline = time.monotonic() + 240
-    while not hung and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-        hung = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                if marker in command_line(p)]
-    assert hung, "the device pass never reached the hanging case"
-    workers = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    for child in hung:          # the hang's own process outlives the worker that waited on it
-        child.kill()
-    gone, alive = psutil.wait_procs(workers, timeout=15)
-    assert not alive, alive
+    kill_at_the_hang(proc, marker)
     measures = collections.Counter(case.split("/")[5] for case, _ in all_rows(out))
     # fake's wall pass over both suites (four jobs and two), one device_time row.
     assert measures == {"forward": 6, "gradient": 6, "fingerprint": 6, "device_time": 1}

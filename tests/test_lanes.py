@@ -9,12 +9,9 @@ from __future__ import annotations
 import collections
 import json
 import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from suites.lane_plan import (
@@ -32,6 +29,7 @@ from suites.spec import SuiteError
 from tests.test_gpu_passes import (
     ROOT,
     all_rows,
+    kill_at_the_hang,
     matrix,
     matrix_command,
     write_suites,
@@ -217,34 +215,10 @@ def test_a_kill_of_the_lanes_matrix_takes_its_lanes_down_and_the_same_command_co
                             start_new_session=True,
                             env={**os.environ, **lane_env(tmp_path),
                                  "DLBENCH_INJECT_HANG": marker})
-    hung = []
-    deadline = time.monotonic() + 240
-    while not hung and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-        with_children = []
-        try:
-            with_children = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            break
-        hung = [p for p in with_children if marker in " ".join(safe_cmdline(p))]
-    assert hung, "the lane never reached the hanging case"
-    descendants = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    for child in hung:          # the hang's own process outlives the worker that waited on it
-        child.kill()
-    gone, alive = psutil.wait_procs(descendants, timeout=20)
-    assert not alive, [safe_cmdline(p) for p in alive]
+    kill_at_the_hang(proc, marker)
     resumed = matrix(suites, out, "--gpus", "2", env={**lane_env(tmp_path)})
     assert resumed.returncode == 0, resumed.stderr
     assert all_rows(out) == all_rows(clean)
-
-
-def safe_cmdline(process: psutil.Process) -> list[str]:
-    try:
-        return process.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return []
 
 
 def test_bad_gpu_requests_get_one_line_and_exit_2(tmp_path, stand_in_gpu):

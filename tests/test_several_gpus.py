@@ -54,3 +54,14 @@ def test_no_table_without_a_network_that_a_published_and_a_seed_gpu_both_ran():
     # A CPU-only folder: no GPU row at all.
     assert several_gpus_table(pd.DataFrame([row("EPYC", "jax", "resnet50", 900.0, device="cpu")]),
                               hist) is None
+
+
+def test_a_gpu_published_twice_is_read_from_its_first_folder_only():
+    from reports.gpus import one_run_per_gpu
+    first = pd.DataFrame([row("H200", "torch", "resnet50", 22.3), row("H100", "torch", "resnet50", 26.6)])
+    second = pd.DataFrame([row("H200", "torch", "resnet50", 21.0),            # a luckier run
+                           row("H200", "jax", "resnet50", 24.6),
+                           row("A100", "torch", "resnet50", 40.0)])
+    kept = one_run_per_gpu([first, second])
+    assert sorted(zip(kept["hardware"], kept["framework"], kept["median_ms"])) == [
+        ("A100", "torch", 40.0), ("H100", "torch", 26.6), ("H200", "torch", 22.3)]
