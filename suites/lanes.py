@@ -141,6 +141,9 @@ class LaneRun:
                 if ready:
                     chosen = min(ready, key=lambda n: (-self.rank[n], n))
                     self.pending.discard(chosen)
+                    # Running from now on, so that another lane waits for it rather than
+                    # finding nothing ready, nothing running, and leaving.
+                    self.running[chosen] = None
                     return chosen
                 if not self.running:
                     return None       # nothing left that could become ready
@@ -200,8 +203,6 @@ class LaneRun:
 
     def lane_loop(self, lane: Lane, progress, overall, row) -> None:
         while (n := self.take()) is not None:
-            with self.cond:
-                self.running.setdefault(n, None)    # counted as running from now on
             code = self.run_task(lane, n, progress, row)
             self.finish(n, code)
             progress.advance(overall)

@@ -231,3 +231,29 @@ def test_bad_gpu_requests_get_one_line_and_exit_2(tmp_path, stand_in_gpu):
         assert failed.returncode == 2, failed.stderr
         lines = failed.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], failed.stderr
+
+
+def test_a_lane_with_nothing_ready_waits_for_the_task_another_lane_just_took():
+    """Lane A takes the root; lane B, asking before A has started it, must wait for it
+    and then take a task that needed it, not leave with work still to come."""
+    import threading
+
+    from rich.console import Console
+
+    from suites.lanes import LaneRun
+    tasks = [task("root", 4), task("child1", 2, needs=(0,)), task("child2", 2, needs=(0,))]
+    run = LaneRun([], tasks, priorities(tasks), lambda *_: [], Path("."), None,
+                  lambda text: None, Console(quiet=True))
+    assert run.take() == 0
+    taken: list[int | None] = []
+    second = threading.Thread(target=lambda: taken.append(run.take()))
+    second.start()
+    second.join(timeout=0.5)
+    assert second.is_alive() and not taken      # waiting, not gone
+    run.finish(0, 0)
+    second.join(timeout=10)
+    assert taken == [1]
+    assert run.take() == 2
+    run.finish(1, 0)
+    run.finish(2, 0)
+    assert run.take() is None
