@@ -203,7 +203,8 @@ class Matrix:
         self.history: History = load_history(folders, self.machine)
         self.caches = {name: cache_view(compile_cache_env(request, name), self.host)
                        for name in self.frameworks}
-        self.lanes: list[Lane] = self.make_lanes() if request.gpus else []
+        self.lanes: list[Lane] = self.make_lanes() \
+            if request.gpus and not request.costs_only else []
 
     def make_lanes(self) -> list[Lane]:
         if self.request.device != "gpu":
