@@ -117,7 +117,7 @@ class LaneRun:
         self.done: set[int] = set()
         self.ended: set[int] = set()          # ran and did not finish (budget, error, stop)
         self.failed_frameworks: set[str] = set()
-        self.running: dict[int, subprocess.Popen] = {}
+        self.running: dict[int, subprocess.Popen | None] = {}   # None: taken, not started
         self.codes: list[int] = []
         self.stopping = False
         self.out_of_time = False
