@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.case_timeout is not None:
                 check_case_timeout("--case-timeout", args.case_timeout)
             if args.lane_of:
-                from suites.lanes import die_with_parent
+                from suites.worker import die_with_parent
                 die_with_parent(args.lane_of)
             if args.cpus:
                 from suites.lanes import confine

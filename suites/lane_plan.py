@@ -26,11 +26,10 @@ from __future__ import annotations
 import heapq
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from parallel.topology import gpu_count
 from suites.matrix_plan import Item, Plan
 from suites.spec import SuiteError
 
@@ -79,15 +78,7 @@ def visible_gpus() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [entry.strip() for entry in visible.split(",") if entry.strip()]
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        text = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True,
-                              timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    listed = [line for line in text.splitlines() if line.startswith("GPU ")]
-    return [str(index) for index in range(len(listed))]
+    return [str(index) for index in range(gpu_count())]
 
 
 def choose_gpus(spec: str, visible: list[str]) -> list[str]:
@@ -172,16 +163,6 @@ def gpu_cpu_affinity(topology: str) -> dict[str, tuple[int, ...]]:
             if CPU_LIST.match(text):
                 found[row[0][3:]] = parse_cpu_list(text)
     return found
-
-
-def host_topology() -> str:
-    if not shutil.which("nvidia-smi"):
-        return ""
-    try:
-        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
-                              timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def make_lanes(gpus: list[str], allowed: tuple[int, ...], affinity: dict[str, tuple[int, ...]],
@@ -285,7 +266,7 @@ def priorities(tasks: list[Task]) -> list[float]:
     return [chain(n) for n in range(len(tasks))]
 
 
-def next_task(tasks: list[Task], ready: list[int], rank: list[float]) -> int:
+def next_task(ready: list[int], rank: list[float]) -> int:
     """Which ready task a free lane takes: the longest chain first, then plan order."""
     return min(ready, key=lambda n: (-rank[n], n))
 
@@ -307,7 +288,7 @@ def simulate(tasks: list[Task], lanes: int) -> Schedule:
                      if m in finish and finish[m] > now]
             heapq.heappush(free, (min(later), lane))
             continue
-        chosen = next_task(tasks, ready, rank)
+        chosen = next_task(ready, rank)
         pending.discard(chosen)
         # A task without an estimate still takes a lane for a while.
         finish[chosen] = now + max(tasks[chosen].seconds, 1.0)

@@ -23,7 +23,6 @@ killed (``PR_SET_PDEATHSIG``), its workers with it. The same command continues t
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -37,7 +36,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from suites.estimate import minutes
-from suites.lane_plan import Lane, Schedule, Task, cpu_list_text, parse_cpu_list
+from suites.lane_plan import Lane, Schedule, Task, cpu_list_text, next_task, parse_cpu_list
 from suites.runner import BUDGET_EXIT
 from suites.spec import SuiteError
 from suites.worker import MATRIX_LANES
@@ -70,16 +69,6 @@ def confined(cpus: tuple[int, ...]) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def die_with_parent(parent: int) -> None:
-    """A lane's matrix: SIGKILL when the matrix that started it dies (prctl
-    PR_SET_PDEATHSIG), and exit at once if it already did."""
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(137)
-
-
 def describe_lanes(lanes: list[Lane], tasks: list[Task], schedule: Schedule,
                    truth_seconds: float) -> list[str]:
     lines = [f"{len(lanes)} lanes, one per GPU, each with CPUs of its own: "
@@ -101,7 +90,6 @@ def describe_lanes(lanes: list[Lane], tasks: list[Task], schedule: Schedule,
 class LaneOutcome:
     outcome: str        # "done", "budget", "interrupted", "errors"
     code: int
-    seconds: float
 
 
 class LaneRun:
@@ -139,7 +127,7 @@ class LaneRun:
                 ready = [n for n in self.pending - blocked
                          if all(m in self.done for m in self.tasks[n].needs)]
                 if ready:
-                    chosen = min(ready, key=lambda n: (-self.rank[n], n))
+                    chosen = next_task(ready, self.rank)
                     self.pending.discard(chosen)
                     # Running from now on, so that another lane waits for it rather than
                     # finding nothing ready, nothing running, and leaving.
@@ -217,7 +205,6 @@ class LaneRun:
             self.cond.notify_all()
 
     def run(self) -> LaneOutcome:
-        started = time.monotonic()
         received = {"signal": signal.SIGINT}
 
         def on_sigterm(signum, frame):
@@ -249,11 +236,10 @@ class LaneRun:
                     self.stopping = True
         finally:
             signal.signal(signal.SIGTERM, previous)
-        seconds = time.monotonic() - started
         if self.stopping:
-            return LaneOutcome("interrupted", INTERRUPTED, seconds)
+            return LaneOutcome("interrupted", INTERRUPTED)
         if any(code not in (0, BUDGET_EXIT, INTERRUPTED) for code in self.codes):
-            return LaneOutcome("errors", 2, seconds)
+            return LaneOutcome("errors", 2)
         if self.out_of_time or self.pending:
-            return LaneOutcome("budget", BUDGET_EXIT, seconds)
-        return LaneOutcome("done", 0, seconds)
+            return LaneOutcome("budget", BUDGET_EXIT)
+        return LaneOutcome("done", 0)

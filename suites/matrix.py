@@ -81,6 +81,7 @@ from rich.console import Console
 
 from adapters.registry import load_registry
 from models.zoo import get_model
+from parallel.topology import interconnect
 from suites import matrix_log
 from suites.compile_cache import cache_env, cache_view
 from suites.environment import dlbench_commit, host_id
@@ -92,7 +93,6 @@ from suites.lane_plan import (
     choose_gpus,
     cpu_list_text,
     gpu_cpu_affinity,
-    host_topology,
     make_lanes,
     make_tasks,
     priorities,
@@ -215,7 +215,8 @@ class Matrix:
             # Planning for GPUs this machine lacks (with --device-name): lanes on its CPUs.
             return [Lane(str(n), allowed) for n in range(max(1, int(self.request.gpus)))]
         gpus = choose_gpus(self.request.gpus, visible)
-        return make_lanes(gpus, allowed, gpu_cpu_affinity(host_topology()),
+        topology = (interconnect() or {}).get("matrix", "")
+        return make_lanes(gpus, allowed, gpu_cpu_affinity(topology),
                           sibling_groups(allowed))
 
     def device_names(self) -> list[str]:

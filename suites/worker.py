@@ -550,18 +550,25 @@ def gpu_placement(monitor) -> dict[str, Any]:
     return placement
 
 
-def die_with_runner() -> None:
+def die_with_parent(expected: int) -> None:
     """Ask Linux to SIGKILL this process when its parent dies (prctl PR_SET_PDEATHSIG),
-    then check the parent is still the runner that started it (it may have died first)."""
-    expected = os.environ.get(PARENT_PID)
-    if not expected or not sys.platform.startswith("linux"):
+    then check the parent is still the process ``expected`` (it may have died first).
+    A worker's parent is its runner; a lane's matrix's is the matrix of the lanes
+    (suites/lanes.py)."""
+    if not sys.platform.startswith("linux"):
         return
     import ctypes
     pr_set_pdeathsig = 1
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != int(expected):
+    if os.getppid() != expected:
         os._exit(137)
+
+
+def die_with_runner() -> None:
+    expected = os.environ.get(PARENT_PID)
+    if expected:
+        die_with_parent(int(expected))
 
 
 def main(argv: list[str]) -> int:

@@ -157,7 +157,7 @@ def test_a_lane_that_finds_nothing_ready_waits_for_the_chain_it_depends_on():
 
 # --- on stand-in GPUs --------------------------------------------------------------------------
 
-def lane_env(tmp_path: Path, gpus: str = "0,1") -> dict[str, str]:
+def lane_env(gpus: str = "0,1") -> dict[str, str]:
     """Two stand-in GPUs (tests/fake_framework.py: a lock file per entry)."""
     return {"CUDA_VISIBLE_DEVICES": gpus}
 
@@ -166,7 +166,7 @@ def test_two_lanes_end_with_the_rows_of_a_one_gpu_run_each_gpu_held_by_one_proce
         tmp_path, stand_in_gpu):
     suites = write_suites(tmp_path)
     out = tmp_path / "out"
-    done = matrix(suites, out, "--gpus", "2", env=lane_env(tmp_path))
+    done = matrix(suites, out, "--gpus", "2", env=lane_env())
     # The one-GPU run on as many CPUs as a lane has: the same cases (a GPU job's thread
     # count is its CPUs).
     single = tmp_path / "single"
@@ -207,16 +207,16 @@ def test_a_kill_of_the_lanes_matrix_takes_its_lanes_down_and_the_same_command_co
         tmp_path, stand_in_gpu):
     suites = write_suites(tmp_path)
     clean = tmp_path / "clean"
-    assert matrix(suites, clean, "--gpus", "2", env=lane_env(tmp_path)).returncode == 0
+    assert matrix(suites, clean, "--gpus", "2", env=lane_env()).returncode == 0
     out = tmp_path / "out"
     marker = "gpu-a/fake/gpu/lenet_tiny/b3/device_time"
     proc = subprocess.Popen(matrix_command(suites, out, "--gpus", "2"), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True,
-                            env={**os.environ, **lane_env(tmp_path),
+                            env={**os.environ, **lane_env(),
                                  "DLBENCH_INJECT_HANG": marker})
     kill_at_the_hang(proc, marker)
-    resumed = matrix(suites, out, "--gpus", "2", env={**lane_env(tmp_path)})
+    resumed = matrix(suites, out, "--gpus", "2", env=lane_env())
     assert resumed.returncode == 0, resumed.stderr
     assert all_rows(out) == all_rows(clean)
 
