@@ -126,7 +126,7 @@ class TorchPrepared(Prepared):
         self.on_gpu = adapter.config.device == "gpu"
         self.model = model
         self.variant = variant
-        frozen, body, self.params = build(model, weights)
+        frozen, body, self.params = build(model, weights, self.device)
         memory_format = torch.preserve_format
         if variant in CHANNELS_LAST:
             if model.input.kind != "image":
