@@ -27,8 +27,8 @@ from reports.table import Cell, Table
 CONVENTIONS = (
     "Times are medians in milliseconds over independent repetitions of each case, with "
     "the 95% interval a re-run's median is expected in (parentheses); ⚠ marks rows whose "
-    "re-run interval is wider than ±10% (a row of one repetition: its within-run CI "
-    "and IQR). 'Measurement conditions' gives each row's repetitions, device time and GPU "
+    "re-run interval is wider than ±10% (a row of one repetition: its bootstrap CI and "
+    "IQR). 'Measurement conditions' gives each row's repetitions, device time and GPU "
     "clocks.",
     "Rankings (bold, row order, ratios) read wall-time medians, the figure every framework "
     "has; bold only where the fastest's interval lies wholly below the runner-up's. On a "

@@ -3,7 +3,7 @@ interval a re-run's median is expected to fall in.
 
 One timed run's samples describe the noise inside that run; what differs between runs is
 slower (clocks ramping and dropping, the host's scheduling of launch-bound work, where a
-buffer sits), so a second run's median often lies outside the first run's confidence interval.
+buffer sits), so a second run's median often lies outside the first run's bootstrap CI.
 After pyperf's design (values from several independent runs, each with its own warm-up),
 each repetition here is a fresh ``suites.timer.measure``: its own warm-up, its own
 inner-loop count chosen from its own estimate, its own samples. Repetitions of the job's
@@ -141,7 +141,7 @@ def combined_fields(repetitions: list[Timing], settings: TimerSettings) -> dict[
         # No between-run spread: the within-run interval and flag, as one run measures them.
         low, high = first.ci_low_s, first.ci_high_s
         reasons = [first.unstable_reason] if first.unstable else []
-        interval = "distribution-free 95% CI of one run's median (one repetition)"
+        interval = "bootstrap 95% CI of one run's median (one repetition)"
     else:
         interval = f"95% prediction interval of a re-run's median over {count} repetitions"
         spread = (high - low) / 2 / centre if centre > 0 else math.inf

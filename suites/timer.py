@@ -1,7 +1,6 @@
 """The timer: first call apart, warm-up, synchronised timed blocks, raw samples, median,
-IQR and a distribution-free confidence interval of the median, repeated until the
-interval is tight or the time budget is spent (after pyperf and
-``torch.utils.benchmark``'s adaptive measurement).
+IQR and a bootstrap confidence interval, repeated until the interval is tight or the time
+budget is spent (after pyperf and ``torch.utils.benchmark``'s adaptive measurement).
 
 The callable under test must return a handle that ``sync`` waits on (a CUDA synchronise,
 ``block_until_ready``); the device is synchronised before a block starts and after it ends,
@@ -10,7 +9,6 @@ so asynchronous frameworks are timed for the work, not for the launch.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable
@@ -96,34 +94,21 @@ class DeviceClock:
         """The block raised: stop whatever ``start`` began (a trace), without a time."""
 
 
-@functools.cache
-def median_ci_ranks(count: int, confidence: float = 0.95) -> tuple[int, int]:
-    """0-based ranks (low, high) of the sorted samples that bound a distribution-free
-    confidence interval of the median (Conover, *Practical Nonparametric Statistics*, 3rd
-    ed., 1999, section 3.2): the number of samples below the median is Binomial(n, 1/2),
-    so [x_(l), x_(n+1-l)] covers it with probability 1 - 2 P(B < l), and l is the largest
-    rank that keeps that at or above ``confidence``. Exact for any continuous spread and
-    no resampling: the stopping rule asks for it after every timed block, and a percentile
-    bootstrap there (500 resampled medians per block) kept the host busy and the device
-    idle for 14.7 of the 180 s PyTorch's ``default-gpu`` worker took on an H100. Below
-    six samples no pair of ranks reaches 95% and the interval is the whole range."""
-    tail = (1 - confidence) / 2
-    rank, below = 0, 1 / 2 ** count        # below = P(B <= rank)
-    while rank + 1 <= (count - 1) // 2:
-        widened = below + math.comb(count, rank + 1) / 2 ** count
-        if widened > tail:
-            break
-        rank, below = rank + 1, widened
-    return rank, count - 1 - rank
+# The stopping rule's interval is computed again after every 1/CHECK_GROWTH more samples.
+CHECK_GROWTH = 20
 
 
-def median_ci(samples: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
-    """Distribution-free confidence interval of the median (``median_ci_ranks``)."""
+def bootstrap_median_ci(samples: np.ndarray, resamples: int = 500,
+                        confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap CI of the median (seeded: the same samples give the same CI)."""
     if len(samples) < 2:
         return float(samples[0]), float(samples[0])
-    low, high = median_ci_ranks(len(samples), confidence)
-    ordered = np.partition(np.asarray(samples, dtype=np.float64), (low, high))
-    return float(ordered[low]), float(ordered[high])
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(samples), size=(resamples, len(samples)))
+    medians = np.median(samples[picks], axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def summarise(first_call_s: float, samples: list[float], inner: int,
@@ -131,7 +116,7 @@ def summarise(first_call_s: float, samples: list[float], inner: int,
     data = np.asarray(samples, dtype=np.float64)
     median = float(np.median(data))
     q1, q3 = np.percentile(data, [25, 75])
-    low, high = median_ci(data)
+    low, high = bootstrap_median_ci(data)
     reasons = []
     half_width = (high - low) / 2 / median if median > 0 else math.inf
     if half_width > settings.rel_ci:
@@ -190,6 +175,7 @@ def measure(run: Callable[[], Any], sync: Callable[[Any], None],
     estimate = float(np.median(warm)) if warm else first_call
     inner = max(1, math.ceil(settings.min_block_s / max(estimate, 1e-9)))
     samples: list[float] = []
+    next_check = settings.min_samples
     sampling_started = clock()
     while len(samples) < settings.max_samples:
         start = clock()
@@ -202,8 +188,15 @@ def measure(run: Callable[[], Any], sync: Callable[[Any], None],
             continue
         if clock() - sampling_started > settings.budget_s:
             break
+        # The interval is asked for again once the sample count has grown by 5%: a
+        # bootstrap after every block (500 resampled medians each) kept the host busy and
+        # the device idle for 14.7 of the 180 s PyTorch's default-gpu worker took on an
+        # H100. It can stop at most 5% of the samples later than checking every block would.
+        if len(samples) < next_check:
+            continue
+        next_check = len(samples) + max(1, len(samples) // CHECK_GROWTH)
         data = np.asarray(samples)
-        low, high = median_ci(data)
+        low, high = bootstrap_median_ci(data)
         median = float(np.median(data))
         if median > 0 and (high - low) / 2 / median <= settings.rel_ci:
             break

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from suites.timer import TimerSettings, measure, median_ci, median_ci_ranks
+from suites.timer import TimerSettings, bootstrap_median_ci, measure
 
 
 class FakeDevice:
@@ -47,6 +47,30 @@ def test_stops_once_the_interval_is_tight():
     assert len(timing.samples_s) == 5  # identical samples: the CI is tight at once
 
 
+def test_the_interval_is_asked_for_again_only_as_the_samples_grow(monkeypatch):
+    import suites.timer as timer
+
+    asked: list[int] = []
+    real = timer.bootstrap_median_ci
+
+    def counting(samples, *args, **kwargs):
+        asked.append(len(samples))
+        return real(samples, *args, **kwargs)
+
+    monkeypatch.setattr(timer, "bootstrap_median_ci", counting)
+    rng = np.random.default_rng(2)
+    device = FakeDevice(0.01 * (1 + rng.uniform(-0.5, 0.5)) for _ in itertools.count())
+    settings = TimerSettings(warmup=1, min_samples=10, max_samples=200, rel_ci=0.0,
+                             budget_s=100.0)
+    measure(device.run, device.sync, settings, device.clock)
+    checks = asked[:-1]                     # the last call is the summary's
+    assert checks[:3] == [10, 11, 12]       # below 40 samples, every block
+    assert all(later - earlier == max(1, earlier // timer.CHECK_GROWTH)
+               for earlier, later in zip(checks, checks[1:], strict=False))
+    # The work (resampled values) is a fraction of asking after every block.
+    assert sum(checks) < sum(range(10, 200)) / 4
+
+
 def test_noisy_samples_run_to_the_budget_and_are_flagged_unstable():
     rng = np.random.default_rng(1)
     noisy = (0.01 * (1 + rng.uniform(-0.5, 0.5)) for _ in itertools.count())
@@ -77,38 +101,11 @@ def test_budget_bounds_a_slow_case():
     assert device.calls == 1 + 2 + 3    # warm-up cut short once first call + one exceed it
 
 
-def test_median_interval_contains_the_median_and_narrows_with_more_data():
+def test_bootstrap_interval_contains_the_median_and_narrows_with_more_data():
     rng = np.random.default_rng(0)
     few = rng.normal(1.0, 0.1, 10)
     many = rng.normal(1.0, 0.1, 1000)
-    low_f, high_f = median_ci(few)
-    low_m, high_m = median_ci(many)
+    low_f, high_f = bootstrap_median_ci(few)
+    low_m, high_m = bootstrap_median_ci(many)
     assert low_f <= np.median(few) <= high_f
     assert high_m - low_m < high_f - low_f
-
-
-def test_median_interval_ranks_are_the_tables_and_cover_at_least_95_percent():
-    from scipy.stats import binom
-
-    # Conover (1999), Table A3 / any nonparametric text: n = 10 → 2nd and 9th, n = 20 →
-    # 6th and 15th, n = 100 → 40th and 61st order statistics (1-based).
-    assert median_ci_ranks(10) == (1, 8)
-    assert median_ci_ranks(20) == (5, 14)
-    assert median_ci_ranks(100) == (39, 60)
-    assert median_ci_ranks(5) == (0, 4)       # no pair reaches 95%: the whole range
-    for count in range(6, 401):
-        low, high = median_ci_ranks(count)
-        assert high == count - 1 - low
-        assert 1 - 2 * binom.cdf(low, count, 0.5) >= 0.95        # covers
-        assert 1 - 2 * binom.cdf(low + 1, count, 0.5) < 0.95     # and is the narrowest
-
-
-def test_median_interval_covers_the_true_median_about_95_percent_of_the_time():
-    rng = np.random.default_rng(1)
-    # A skewed spread (log-normal: launch-bound timings look like it); its median is 1.
-    hits = sum(low <= 1.0 <= high for low, high in
-               (median_ci(rng.lognormal(0.0, 0.3, 25)) for _ in range(4000)))
-    # Exact coverage at n = 25 is 1 - 2 P(B <= 7) = 0.957; 4000 draws: ±0.7% (2 s.d.).
-    assert 0.945 <= hits / 4000 <= 0.97
-
-
