@@ -5,15 +5,20 @@ log-normal with a median near 174 (IMDB training set, Maas et al. 2011); reviews
 than the model's ``max_len`` are dropped, as the LISA Lab tutorial's ``maxlen`` filter
 does, and a batch is padded to its longest review (Bahrampour et al. 2016, 4.4).
 Token id 0 is padding.
+
+A large image or vector input is drawn once per host and read back after
+(models/array_cache.py): the same numbers either way.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from models.array_cache import cached
 from models.ir import Model
 
 IMDB_MEDIAN_WORDS = 174
@@ -52,19 +57,28 @@ def sequence_lengths(rng: np.random.Generator, count: int, max_len: int) -> np.n
     return np.asarray(lengths[:count], dtype=np.int32)
 
 
+def _features(rng: np.random.Generator, kind: str, shape: tuple[int, ...]) -> np.ndarray:
+    if kind == "image":
+        return rng.standard_normal(shape, dtype=np.float32)
+    # MNIST pixel intensities lie in [0, 1]; the sigmoid decoder targets them.
+    return rng.uniform(0.0, 1.0, shape).astype(np.float32)
+
+
 def make_batch(model: Model, batch: int, seed: int = 0) -> Batch:
     rng = np.random.default_rng([seed, batch, zlib.crc32(model.name.encode())])
     spec = model.input
     labels = None
     if model.loss.kind == "softmax_xent":
         labels = rng.integers(0, model.loss.classes, size=batch, dtype=np.int32)
-    if spec.kind == "image":
-        x = rng.standard_normal((batch, *spec.shape), dtype=np.float32)
-        return Batch(x, labels)
-    if spec.kind == "vector":
-        # MNIST pixel intensities lie in [0, 1]; the sigmoid decoder targets them.
-        x = rng.uniform(0.0, 1.0, (batch, *spec.shape)).astype(np.float32)
-        return Batch(x, labels)
+    if spec.kind in ("image", "vector"):
+        # The input is the last draw from rng: a large one is read back from the host's
+        # cache instead (models/array_cache.py), keyed by everything drawn before it.
+        shape = (batch, *spec.shape)
+        key = (f"input|{model.name}|{spec.kind}|{shape}|{model.loss.kind}|"
+               f"{model.loss.classes}|{seed}")
+        return Batch(cached(f"input_{model.name}_b{batch}_s{seed}", key, (Path(__file__),),
+                            shape, np.float32, lambda: _features(rng, spec.kind, shape)),
+                     labels)
     lengths = sequence_lengths(rng, batch, spec.shape[0])
     steps = int(lengths.max())
     tokens = rng.integers(1, spec.vocab, size=(batch, steps), dtype=np.int32)

@@ -4,25 +4,18 @@ Each array is drawn from its own generator seeded by (seed, parameter name), so 
 parameter's values do not depend on which other layers the model has: AE2's frozen
 ``enc1`` equals AE1's and SE's ``enc1``.
 
-Large arrays are drawn once per host and kept on disk (``$DLBENCH_WEIGHTS_CACHE``, else
-``~/.cache/dlbench/weights``; ``off`` for none): a matrix builds each job in every
-framework's worker, in its wall and device phases and in the float64 reference, and
-drawing VGG-16's 138 M values took 20 of the 180 s of PyTorch's ``default-gpu`` worker on
-an H100 host, where reading them back takes a fraction of a second.
+Large arrays are drawn once per host and read back after (models/array_cache.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
-import tempfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
 from models.analysis import analyse
+from models.array_cache import cached
 from models.ir import Model
 from models.params import ParamSpec
 
@@ -54,66 +47,12 @@ def draw(spec: ParamSpec, seed: int = 0) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float32)
 
 
-# Arrays from this many values up are cached; smaller ones are drawn faster than read.
-CACHED_VALUES = 1 << 20
-
-
-def cache_dir() -> Path | None:
-    found = os.environ.get("DLBENCH_WEIGHTS_CACHE", "")
-    if found == "off":
-        return None
-    return Path(found) if found else Path.home() / ".cache" / "dlbench" / "weights"
-
-
-def cache_path(spec: ParamSpec, seed: int, root: Path) -> Path:
-    """The file of one drawn array: keyed by everything ``draw`` reads, its own source
-    and numpy's version (NEP 19 does not promise the same stream across numpy versions,
-    and each framework's venv has its own numpy)."""
-    digest = hashlib.sha256()
-    digest.update(f"{spec.name}|{spec.shape}|{spec.init}|{spec.fan_in}|{seed}|"
-                  f"{np.__version__}|".encode())
-    digest.update(Path(__file__).read_bytes())
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in spec.name)
-    return root / f"{safe}_s{seed}_{digest.hexdigest()[:16]}.npy"
-
-
-def _read(path: Path, spec: ParamSpec) -> np.ndarray | None:
-    try:
-        values = np.load(path, allow_pickle=False)
-    except (OSError, ValueError):
-        return None
-    if values.shape != spec.shape or values.dtype != np.float32:
-        return None
-    return values
-
-
-def _write(path: Path, values: np.ndarray) -> None:
-    """Atomically: a reader never sees half a file, and processes that draw the same
-    array at once each replace it with the same bytes. A full or read-only disk leaves
-    the array uncached."""
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as out:
-                np.save(out, values, allow_pickle=False)
-            os.replace(temporary, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-
-
 def cached_draw(spec: ParamSpec, seed: int = 0) -> np.ndarray:
-    """``draw``, read from the host's cache where it holds the array."""
-    root = cache_dir()
-    if root is None or spec.size < CACHED_VALUES:
-        return draw(spec, seed)
-    path = cache_path(spec, seed, root)
-    values = _read(path, spec)
-    if values is None:
-        values = draw(spec, seed)
-        _write(path, values)
-    return values
+    """``draw``, read from the host's cache where it holds the array
+    (models/array_cache.py)."""
+    key = f"weight|{spec.name}|{spec.shape}|{spec.init}|{spec.fan_in}|{seed}"
+    return cached(f"{spec.name}_s{seed}", key, (Path(__file__),), spec.shape, np.float32,
+                  lambda: draw(spec, seed))
 
 
 def canonical_weights(model: Model, seed: int = 0) -> Weights:

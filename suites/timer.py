@@ -100,12 +100,35 @@ CHECK_GROWTH = 20
 
 def bootstrap_median_ci(samples: np.ndarray, resamples: int = 500,
                         confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap CI of the median (seeded: the same samples give the same CI)."""
-    if len(samples) < 2:
+    """Percentile bootstrap CI of the median (seeded: the same samples give the same CI).
+
+    Each resample's median is found by counting, not by sorting: a resample's values are
+    the samples at its drawn indices, so its median is the sample whose rank (in the
+    sorted samples) is the middle of the drawn ranks, and the middle of drawn ranks is
+    where their running count crosses half the resample. The same medians as
+    ``np.median(samples[picks], axis=1)`` to the bit (tests/test_timer.py), in linear
+    time: the stopping rule asks for this interval many times while the device waits, and
+    sorting 500 resamples took 21 of the 378 s of TensorFlow's worker over ``default-gpu``
+    and ``li2016``'s sweeps on an H100."""
+    count = len(samples)
+    if count < 2:
         return float(samples[0]), float(samples[0])
     rng = np.random.default_rng(0)
-    picks = rng.integers(0, len(samples), size=(resamples, len(samples)))
-    medians = np.median(samples[picks], axis=1)
+    picks = rng.integers(0, count, size=(resamples, count))
+    order = np.argsort(samples, kind="stable")
+    ordered = samples[order]
+    rank = np.empty(count, dtype=np.intp)
+    rank[order] = np.arange(count)
+    # Row r's ranks offset by r * count, so one bincount counts every resample at once.
+    ranks = rank[picks] + (np.arange(resamples) * count)[:, None]
+    drawn = np.bincount(ranks.ravel(), minlength=resamples * count).reshape(resamples, count)
+    at_or_below = np.cumsum(drawn, axis=1)   # drawn values of rank <= j, per resample
+    upper = np.argmax(at_or_below > count // 2, axis=1)
+    if count % 2:
+        medians = ordered[upper]
+    else:
+        lower = np.argmax(at_or_below > count // 2 - 1, axis=1)
+        medians = (ordered[lower] + ordered[upper]) / 2
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
     return float(low), float(high)

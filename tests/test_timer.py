@@ -101,6 +101,29 @@ def test_budget_bounds_a_slow_case():
     assert device.calls == 1 + 2 + 3    # warm-up cut short once first call + one exceed it
 
 
+def sorted_bootstrap(samples, resamples=500, confidence=0.95):
+    """The textbook percentile bootstrap: every resample sorted for its median."""
+    picks = np.random.default_rng(0).integers(0, len(samples), size=(resamples, len(samples)))
+    medians = np.median(samples[picks], axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+@pytest.mark.parametrize("count", [*range(2, 41), 99, 100, 301, 1000])
+@pytest.mark.parametrize("kind", ["continuous", "ties", "constant", "outliers"])
+def test_the_counting_bootstrap_gives_the_sorting_bootstraps_interval_to_the_bit(count, kind):
+    rng = np.random.default_rng(count)
+    samples = rng.lognormal(0.0, 0.1, count)
+    if kind == "ties":          # a coarse clock: many equal samples
+        samples = np.round(samples, 1)
+    elif kind == "constant":
+        samples = np.full(count, 0.125)
+    elif kind == "outliers":
+        samples[::7] *= 50.0
+    assert bootstrap_median_ci(samples) == sorted_bootstrap(samples)
+
+
 def test_bootstrap_interval_contains_the_median_and_narrows_with_more_data():
     rng = np.random.default_rng(0)
     few = rng.normal(1.0, 0.1, 10)
