@@ -250,12 +250,38 @@ def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
             continue
         consumed.append(i)
         method = json.loads(row["device_times"])
-        for measure, figures in (method.get("measures") or {}).items():
+        measures = method.get("measures") or {}
+        for measure, figures in measures.items():
+            targets = index.get(tuple(row[k] for k in case) + (measure,), ())
+            if did_no_device_work(figures, measures):
+                for target in targets:
+                    frame.at[target, "status"] = "error"
+                    frame.at[target, "reason"] = figures["reason"] if figures.get(
+                        "no_device_work") else f"{NO_DEVICE_WORK} ({figures['reason']})"
+                continue
             if figures.get("device_median_ms") is None:
                 continue
-            for target in index.get(tuple(row[k] for k in case) + (measure,), ()):
+            for target in targets:
                 _set_device_figures(frame, target, figures)
     return frame.drop(index=consumed).reset_index(drop=True)
+
+
+# Rows recorded before the device phase marked such steps itself (suites/device_pass.py
+# mark_idle_steps) say only what CUPTI received: TensorFlow's pageable transfers in
+# published/h100-2026-11c and published/h200-2026-11.
+_RECEIVED_NOTHING = "CUPTI recorded no kernel, copy or set in the device block (0 records received"
+NO_DEVICE_WORK = ("the step did no work on the GPU: CUPTI recorded nothing in its device "
+                  "blocks while it recorded the job's other measures, so its wall figure "
+                  "times no device work")
+
+
+def did_no_device_work(figures: dict, measures: dict) -> bool:
+    """A measure whose device blocks recorded nothing while the job's other measures were
+    recorded: its wall figure timed no device work."""
+    if figures.get("no_device_work"):
+        return True
+    recorded = any(other.get("device_median_ms") is not None for other in measures.values())
+    return recorded and str(figures.get("reason") or "").startswith(_RECEIVED_NOTHING)
 
 
 def _set_device_figures(frame: pd.DataFrame, target: int, figures: dict) -> None:

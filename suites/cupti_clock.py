@@ -41,6 +41,10 @@ class CuptiClock(DeviceClock):
         self.window: CuptiWindow | None = None
         self.last_span_s: float | None = None
         self.reason = ""          # why the last block gave no time ("" when it did)
+        # The last block's window received no record at all: the step did nothing on the
+        # device there, or CUPTI saw nothing of this process (suites/device_pass.py tells
+        # the two apart by the job's other measures).
+        self.recorded_nothing = False
 
     def hold(self, seconds: float) -> None:
         """Nothing to hold: busy time leaves the launch gaps out by construction."""
@@ -67,6 +71,7 @@ class CuptiClock(DeviceClock):
         except Exception as error:
             self.reason = f"CUPTI device clock failed: {type(error).__name__}: {error}"[:300]
             return None
+        self.recorded_nothing = closed.received == 0
         if not closed.kept:
             self.reason = (f"CUPTI recorded no kernel, copy or set in the device block "
                            f"({closed.received} records received, {closed.outside} outside "

@@ -47,7 +47,10 @@ def measure_device_time(step: Callable[[], Any], sync: Callable[[Any], None], cl
     blocks = max(1, settings.device_blocks) * max(1, settings.repetitions)
     busy, spans = time_on_device(step, sync, clock, inner, estimate * inner, blocks)
     if not busy:
-        return {"reason": getattr(clock, "reason", "") or "the device clock gave no time"}
+        found = {"reason": getattr(clock, "reason", "") or "the device clock gave no time"}
+        if getattr(clock, "recorded_nothing", False):
+            found["recorded_nothing"] = True
+        return found
     found = {"device_median_ms": statistics.median(busy) * MS,
              "device_samples_ms": [b * MS for b in busy],
              "device_span_median_ms": statistics.median(spans) * MS if spans else None,
@@ -76,6 +79,26 @@ def device_times(prepared: Any, measures: list[str], settings: TimerSettings,
             found[name] = measure_device_time(step, prepared.sync, clock, settings)
         except unsupported as error:
             found[name] = {"unsupported": str(error)}
+    return mark_idle_steps(found)
+
+
+NO_DEVICE_WORK = ("the step did no work on the GPU: CUPTI recorded no kernel, copy or set in "
+                  "its device blocks while it recorded the job's other measures in the same "
+                  "process, so its wall figure times no device work")
+
+
+def mark_idle_steps(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A measure whose device blocks received no record at all, in a job whose other
+    measures were recorded, did nothing on the device: CUPTI was seeing this process.
+    Its entry says so (``no_device_work``), and the report turns its wall row into an
+    error (reports/tidy.py). TensorFlow's pageable ``transfer`` was such a step: eager
+    TensorFlow keeps a tensor's copy on the GPU beside its host handle, so every call
+    after the first found the copy made (adapters/tf/adapter.py)."""
+    recorded = any(entry.get("device_median_ms") is not None for entry in found.values())
+    for entry in found.values():
+        if recorded and entry.get("recorded_nothing"):
+            entry["no_device_work"] = True
+            entry["reason"] = f"{NO_DEVICE_WORK} ({entry['reason']})"
     return found
 
 

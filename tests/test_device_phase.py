@@ -166,3 +166,90 @@ def test_a_case_two_suites_timed_keeps_each_measures_device_time():
     assert frame.loc["forward", "device_median_ms"] == pytest.approx(0.91)
     assert frame.loc["transfer", "device_median_ms"] == pytest.approx(1.80)
     assert merged.superseded == 1                 # the earlier forward
+
+
+class IdleTransfer(SimulatedPrepared):
+    """A step that does nothing on the device, as TensorFlow's pageable transfer did once
+    eager TensorFlow had kept the input's GPU copy beside its handle."""
+
+    def __init__(self, cupti, idle=("transfer",)):
+        super().__init__(cupti, kernel_ns=100_000, gap_ns=100_000)
+        self.idle = idle
+
+    def step(self, measure: str):
+        if measure in self.idle:
+            return lambda: self.cupti.idle(50_000)
+        return super().step(measure)
+
+
+def test_a_step_that_did_no_device_work_is_marked_beside_measures_that_did(monkeypatch,
+                                                                          tmp_path):
+    fake = install(monkeypatch, FakeCupti())
+    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock, raising=False)
+    rows = run_job(tmp_path, IdleTransfer(fake), ["device_time"], phase="device",
+                   device_measures=("forward", "transfer"))
+    measures = rows["device_time"]["device_times"]["measures"]
+    assert measures["forward"]["device_median_ms"] == pytest.approx(0.1)
+    assert "no_device_work" not in measures["forward"]
+    transfer = measures["transfer"]
+    assert transfer["no_device_work"] is True and transfer["recorded_nothing"] is True
+    assert "did no work on the GPU" in transfer["reason"]
+    assert "0 records received" in transfer["reason"]
+
+
+def test_when_cupti_saw_nothing_of_the_job_no_step_is_blamed(monkeypatch, tmp_path):
+    fake = install(monkeypatch, FakeCupti())
+    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock, raising=False)
+    rows = run_job(tmp_path, IdleTransfer(fake, idle=("forward", "transfer")),
+                   ["device_time"], phase="device", device_measures=("forward", "transfer"))
+    for entry in rows["device_time"]["device_times"]["measures"].values():
+        assert entry["recorded_nothing"] is True and "no_device_work" not in entry
+
+
+def _device_row(measures: dict) -> dict:
+    from tests import report_fixtures as fx
+
+    device = fx.make_row("li_conv1", 128, "device_time", "tf", "gpu", 1.0)
+    device["timing"] = None
+    device["device_times"] = {"method": "device phase", "measures": measures}
+    return device
+
+
+@pytest.mark.parametrize("recorded", ["marked by the device phase", "an older row's reason"])
+def test_the_report_makes_a_wall_row_that_timed_no_device_work_an_error(recorded):
+    from reports.load import Loaded, RawRow
+    from reports.tidy import tidy
+    from suites.device_pass import NO_DEVICE_WORK
+    from tests import report_fixtures as fx
+
+    received = ("CUPTI recorded no kernel, copy or set in the device block (0 records "
+                "received, 0 outside the window)")
+    transfer = ({"reason": f"{NO_DEVICE_WORK} ({received})", "recorded_nothing": True,
+                 "no_device_work": True}
+                if recorded == "marked by the device phase" else {"reason": received})
+    rows = (fx.make_row("li_conv1", 128, "forward", "tf", "gpu", 3.9),
+            fx.make_row("li_conv1", 128, "transfer", "tf", "gpu", 0.044),
+            _device_row({"forward": {"device_median_ms": 3.2, "device_time_kind": "CUPTI"},
+                         "transfer": transfer}))
+    loaded = Loaded(tuple(RawRow("f", i + 1, i, r) for i, r in enumerate(rows)), ("f",), ())
+    frame = tidy(loaded).frame.set_index("measure")
+    assert frame.loc["forward", "status"] == "ok"
+    assert frame.loc["forward", "device_median_ms"] == pytest.approx(3.2)
+    assert frame.loc["transfer", "status"] == "error"
+    assert "did no work on the GPU" in frame.loc["transfer", "reason"]
+    assert "0 records received" in frame.loc["transfer", "reason"]
+
+
+def test_the_report_blames_no_step_where_cupti_recorded_none_of_the_job():
+    from reports.load import Loaded, RawRow
+    from reports.tidy import tidy
+    from tests import report_fixtures as fx
+
+    nothing = {"reason": "CUPTI recorded no kernel, copy or set in the device block "
+                         "(0 records received, 0 outside the window)"}
+    rows = (fx.make_row("li_conv1", 128, "forward", "tf", "gpu", 3.9),
+            fx.make_row("li_conv1", 128, "transfer", "tf", "gpu", 0.9),
+            _device_row({"forward": dict(nothing), "transfer": dict(nothing)}))
+    loaded = Loaded(tuple(RawRow("f", i + 1, i, r) for i, r in enumerate(rows)), ("f",), ())
+    frame = tidy(loaded).frame.set_index("measure")
+    assert (frame["status"] == "ok").all()
