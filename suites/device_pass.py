@@ -91,9 +91,9 @@ def mark_idle_steps(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
     """A measure whose device blocks received no record at all, in a job whose other
     measures were recorded, did nothing on the device: CUPTI was seeing this process.
     Its entry says so (``no_device_work``), and the report turns its wall row into an
-    error (reports/tidy.py). TensorFlow's pageable ``transfer`` was such a step: eager
-    TensorFlow keeps a tensor's copy on the GPU beside its host handle, so every call
-    after the first found the copy made (adapters/tf/adapter.py)."""
+    error (reports/tidy.py). TensorFlow's pageable ``transfer`` was such a step: every
+    call after the first copied nothing, most likely because eager TensorFlow keeps a
+    host handle's first GPU copy for later ops there (adapters/tf/adapter.py)."""
     recorded = any(entry.get("device_median_ms") is not None for entry in found.values())
     for entry in found.values():
         if recorded and entry.get("recorded_nothing"):

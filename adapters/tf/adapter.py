@@ -444,13 +444,14 @@ class TFPrepared(Prepared):
 
             def transfer():
                 # An op on the GPU whose input lives in host memory: TensorFlow copies
-                # the pageable host buffer in (Li et al. 2016, Fig. 7). Eager TensorFlow
-                # keeps that copy on the GPU beside the input's handle and reuses it, so
-                # a second identity of host_x itself copied nothing: H100 rows timed
-                # 0.04-0.07 ms for 9.6-77 MB, and CUPTI saw no copy in those calls
-                # (suites/device_pass.py mark_idle_steps). Each call therefore copies
-                # from a new handle: an identity on the CPU, which shares host_x's
-                # buffer (no host copy) and has no GPU copy beside it yet.
+                # the pageable host buffer in (Li et al. 2016, Fig. 7). An identity of
+                # host_x itself copied nothing after the first call: H100 and H200 rows
+                # timed 0.04-0.07 ms for 9.6-67 MB, and CUPTI saw no copy in those calls
+                # (suites/device_pass.py mark_idle_steps); most likely eager TensorFlow's
+                # mirroring, where a handle keeps its first copy on the GPU for later ops
+                # there. Each call therefore copies from a new handle: an identity on
+                # the CPU, which shares host_x's buffer (no host copy) and has no GPU
+                # copy yet.
                 with tf.device("/CPU:0"):
                     fresh = tf.identity(host_x)
                 with tf.device(device):
