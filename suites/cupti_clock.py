@@ -51,6 +51,7 @@ class CuptiClock(DeviceClock):
 
     def start(self) -> None:
         self.last_span_s = None
+        self.recorded_nothing = False   # this block's, not an earlier one's
         self.window = CuptiWindow(self.cupti, DEVICE_KINDS, "device-clock")
         try:
             self.window.open()

@@ -218,3 +218,14 @@ def test_the_cupti_clock_can_detach_after_each_block(monkeypatch):
     broken.start()
     fake.launch("k", 100_000)
     assert broken.elapsed() is None and "no finalize()" in broken.reason
+
+
+def test_recorded_nothing_is_the_last_blocks_and_never_an_earlier_ones(monkeypatch):
+    fake = install(monkeypatch, FakeCupti())
+    clock = CuptiClock(fake)
+    clock.start()
+    assert clock.elapsed() is None and clock.recorded_nothing       # an empty block
+    fake.refuse = "CUPTI_ERROR_NOT_INITIALIZED"                      # the next cannot open
+    clock.start()
+    assert clock.elapsed() is None and not clock.recorded_nothing
+    assert "NOT_INITIALIZED" in clock.reason
