@@ -319,7 +319,7 @@ def test_a_framework_the_interpreter_lacks_is_listed_as_not_run(tmp_path):
 
 
 def test_plan_ordering_is_framework_by_framework_each_wall_pass_before_its_device_pass(
-        tmp_path, every_framework_installed):
+        tmp_path, every_framework_installed, monkeypatch):
     plan = matrix_plan.make_plan("gpu", ["jax", "torch"], ["kernels-gpu", "default-gpu"],
                                  tmp_path, 0, {"jax": "p", "torch": "p"}, History({}, {}, 0),
                                  Machine("gpu", H100, 16), True, {}, None)
@@ -329,11 +329,19 @@ def test_plan_ordering_is_framework_by_framework_each_wall_pass_before_its_devic
     # Each framework's pooled worker starts once: its wall worker, which then serves the
     # device pass.
     assert plan.worker_starts() == ["jax", "torch"]
-    # TensorFlow's device pass starts a worker of its own (suites/worker_pool.py says why).
-    tf = matrix_plan.make_plan("gpu", ["tf"], ["kernels-gpu", "default-gpu"], tmp_path, 0,
-                               {"tf": "p"}, History({}, {}, 0), Machine("gpu", H100, 16), True,
-                               {}, None)
-    assert tf.worker_starts() == ["tf", "tf"]
+    # A framework whose registry entry keeps its device phase apart (own_device_process)
+    # starts a second worker for its device pass.
+    def tf_plan():
+        return matrix_plan.make_plan("gpu", ["tf"], ["kernels-gpu", "default-gpu"], tmp_path,
+                                     0, {"tf": "p"}, History({}, {}, 0),
+                                     Machine("gpu", H100, 16), True, {}, None)
+    assert tf_plan().worker_starts() == ["tf"]
+    shared_entry = matrix_plan.framework_entry
+
+    def entry_apart(name, device):
+        return replace(shared_entry(name, device), own_device_process=True)
+    monkeypatch.setattr(matrix_plan, "framework_entry", entry_apart)
+    assert tf_plan().worker_starts() == ["tf", "tf"]
     cpu = matrix_plan.make_plan("cpu", ["jax", "torch"], ["default-cpu", "li2016-quick"],
                                 tmp_path, 0, {"jax": "p", "torch": "p"}, History({}, {}, 0),
                                 Machine("cpu", "x", 2), True, {}, None)
