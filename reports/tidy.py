@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from adapters.kernel_trace import dominant_family  # plain data: no framework, no cupti
+from adapters.measures import device_above_wall_reason, device_exceeds_wall
 from reports.load import Loaded
 
 # compile_cache ("", "cold", "warm"; Bahrampour Table 8) is part of the identity: a cold and a
@@ -262,7 +263,11 @@ def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
             if figures.get("device_median_ms") is None:
                 continue
             for target in targets:
-                _set_device_figures(frame, target, figures)
+                wall_ms = _number(frame.at[target, "median_ms"])
+                if device_exceeds_wall(measure, figures["device_median_ms"], wall_ms):
+                    _withhold_device_figures(frame, target, figures["device_median_ms"], wall_ms)
+                else:
+                    _set_device_figures(frame, target, figures)
     return frame.drop(index=consumed).reset_index(drop=True)
 
 
@@ -282,6 +287,16 @@ def did_no_device_work(figures: dict, measures: dict) -> bool:
         return True
     recorded = any(other.get("device_median_ms") is not None for other in measures.values())
     return recorded and str(figures.get("reason") or "").startswith(_RECEIVED_NOTHING)
+
+
+def _withhold_device_figures(frame: pd.DataFrame, target: int, device_ms: float,
+                             wall_ms: float) -> None:
+    """A device phase figure above its wall row's median (adapters/measures.py) is not that
+    row's work: the row keeps a device time of its own (PyTorch's CUDA events, from the
+    wall samples) where it has one, else says why it has none."""
+    if not pd.isna(frame.at[target, "device_median_ms"]):
+        return
+    frame.at[target, "device_time_reason"] = device_above_wall_reason(device_ms, wall_ms)
 
 
 def _set_device_figures(frame: pd.DataFrame, target: int, figures: dict) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from adapters.measures import TRANSFERS, device_exceeds_wall
 from suites.results import DEVICE_TIME, json_lines
 
 BANDS = (("< 1 ms", 0.0, 1.0), ("1-5 ms", 1.0, 5.0), (">= 5 ms", 5.0, math.inf))
@@ -33,9 +34,9 @@ TOLERANCES = (0.03, 0.05, 0.10)
 # The GPU's own time leaves out the host (launch overhead, scheduling, the CPU's clock),
 # so one limit holds back to back and across hosts with the same GPU.
 DEVICE_LIMIT = 0.03
-# Host-to-device copies: their device time is the PCIe link's, which varies with the
-# host's memory and bus, not the GPU's compute; they are reported apart from the target.
-TRANSFERS = ("transfer", "transfer_pinned")
+# Host-to-device copies (adapters.measures.TRANSFERS): their device time is the PCIe
+# link's, which varies with the host's memory and bus, not the GPU's compute; they are
+# reported apart from the target.
 # A probe's median over a run's cases that moves by more than this between runs marks the
 # host as changed: back to back on a 2-core VM the probes moved by 4-5%, with 30% of each
 # core taken by other processes by 10% and 61% (README, "Reproducibility").
@@ -61,6 +62,9 @@ class Timed:
     # The host probes' medians while this case was sampled (suites/host_probe.py).
     host_core_probe_ms: float | None = None
     host_wakeup_us: float | None = None
+    # A device phase figure too long to be this case's work (adapters/measures.py:
+    # device_exceeds_wall), left out of the device comparison as the report leaves it out.
+    device_withheld_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,9 +134,17 @@ def load_run(path: Path) -> dict[str, Timed]:
     if not rows:
         raise CompareError(f"{path} holds no timed rows")
     # The device phase's figure replaces a wall row's own, as the report does
-    # (reports/tidy.py join_device_times), so that every case's device time is one clock's.
-    return {case: replace(timed, device_median_ms=device[case]) if case in device else timed
-            for case, timed in rows.items()}
+    # (reports/tidy.py join_device_times), so that every case's device time is one clock's;
+    # a figure above the wall median is withheld there and here.
+    return {case: with_device_median(timed, device.get(case)) for case, timed in rows.items()}
+
+
+def with_device_median(timed: Timed, device_ms: float | None) -> Timed:
+    if device_ms is None:
+        return timed
+    if device_exceeds_wall(timed.measure, device_ms, timed.median_ms):
+        return replace(timed, device_withheld_ms=device_ms)
+    return replace(timed, device_median_ms=device_ms)
 
 
 def pair_up(first: dict[str, Timed], later: dict[str, Timed]) -> list[Pair]:
@@ -355,6 +367,7 @@ def device_lines(first: dict[str, Timed], later: dict[str, Timed], index: int,
     transfers = transfer_figures(pairs)
     lines = [f"device medians, run 1 vs run {index + 1}: {len(pairs)} cases with a device "
              f"time in both, {transfers['cases']} of them transfers (on a line of their own)"]
+    lines += withheld_lines(first, later, index)
     header = f"{'device band':<12}{AGREEMENT_HEADER}"
     lines += [header, "-" * len(header)]
     lines += [agreement_row(name, row) for name, row in device_figures(pairs).items()]
@@ -372,6 +385,21 @@ def device_lines(first: dict[str, Timed], later: dict[str, Timed], index: int,
     for pair in sorted((p for p in pairs if not p.transfer), key=lambda p: -p.difference)[:worst]:
         lines.append(f"  {pair.difference:>7.1%}  {pair.first_ms:.4g} -> {pair.later_ms:.4g}"
                      f"  {pair.case_id}")
+    return lines
+
+
+def withheld_lines(first: dict[str, Timed], later: dict[str, Timed], index: int) -> list[str]:
+    """The cases whose device phase figure exceeded their wall median, by run: left out of
+    the table and the target, as the report leaves them out."""
+    lines = []
+    for number, run in ((1, first), (index + 1, later)):
+        withheld = [t for t in run.values() if t.device_withheld_ms is not None]
+        if withheld:
+            lines.append(f"  run {number}: {len(withheld)} device figures left out, each above "
+                         f"its wall median (the device phase ran other kernels):")
+            lines += [f"    {t.device_withheld_ms:.4g} ms device > {t.median_ms:.4g} ms wall  "
+                      f"{t.case_id}" for t in sorted(run.values(), key=lambda t: t.case_id)
+                      if t.device_withheld_ms is not None]
     return lines
 
 

@@ -115,3 +115,30 @@ def test_one_run_without_device_times_says_which(tmp_path):
     lines = compare.device_lines(first, later, 1)
     assert lines == ["device medians: no case has a device time in both runs "
                      "(run 1: 5, run 2: 0)"]
+
+
+def test_a_device_figure_above_its_wall_median_is_left_out(tmp_path):
+    """TensorFlow's conv_l1 forward on an H200: 7.79 ms of device busy time against a
+    wall median of 3.12 ms. Such a figure is not the wall samples' work: the case leaves
+    the device comparison (a CUDA-event figure of its own stays), and the runs say so."""
+    def run(path, device_ms):
+        return compare.load_run(write_rows(path, [
+            wall_row("conv_l1", "forward", 3.12), device_row("conv_l1", {"forward": device_ms}),
+            wall_row("alexnet", "forward", 2.0, device=1.9),
+            device_row("alexnet", {"forward": 2.2}),         # 1.10x: withheld, events stay
+            wall_row("net", "transfer", 0.5), device_row("net", {"transfer": 1.0}),
+            *[row for i in range(3) for row in (wall_row(f"m{i}", "forward", 2.0),
+                                                device_row(f"m{i}", {"forward": 1.9}))]]))
+    first, later = run(tmp_path / "a.jsonl", 2.73), run(tmp_path / "b.jsonl", 7.79)
+    conv = f"{SUITE}/conv_l1/b16/forward/{TAIL}"
+    assert first[conv].device_median_ms == 2.73 and first[conv].device_withheld_ms is None
+    assert later[conv].device_median_ms is None and later[conv].device_withheld_ms == 7.79
+    alexnet = later[f"{SUITE}/alexnet/b16/forward/{TAIL}"]
+    assert alexnet.device_median_ms == 1.9 and alexnet.device_withheld_ms == 2.2
+    assert later[f"{SUITE}/net/b16/transfer/{TAIL}"].device_median_ms == 1.0   # transfers apart
+    pairs = compare.device_pairs(first, later)
+    assert conv not in {p.case_id for p in pairs} and len(pairs) == 5
+    text = compare.render([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], [first, later])
+    assert "run 2: 2 device figures left out, each above its wall median" in text
+    assert f"7.79 ms device > 3.12 ms wall  {conv}" in text
+    assert "run 1: 1 device figures left out" in text      # alexnet's 2.2 > 1.05 x 2.0

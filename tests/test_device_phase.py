@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from suites.runner import device_measures, pending_measures, phases, recorded_references
@@ -253,3 +254,32 @@ def test_the_report_blames_no_step_where_cupti_recorded_none_of_the_job():
     loaded = Loaded(tuple(RawRow("f", i + 1, i, r) for i, r in enumerate(rows)), ("f",), ())
     frame = tidy(loaded).frame.set_index("measure")
     assert (frame["status"] == "ok").all()
+
+
+def test_the_report_leaves_out_a_device_time_above_the_wall_median():
+    """The device phase rebuilt TensorFlow's conv_l1 on an H200 and CUPTI saw 7.79 ms of
+    busy time per forward against a wall median of 3.12 ms: not the wall samples' kernels.
+    The wall row keeps no device figure and says why; one within the limit is joined, a
+    CUDA-event figure of the wall process stays, and a transfer is never judged so."""
+    from reports.load import Loaded, RawRow
+    from reports.tidy import tidy
+    from tests import report_fixtures as fx
+
+    gradient = fx.make_row("li_conv1", 128, "gradient", "tf", "gpu", 6.45)
+    events = fx.make_row("li_conv1", 128, "grad_input", "tf", "gpu", 3.8)
+    events["timing"]["device_median_ms"] = 3.0
+    rows = (fx.make_row("li_conv1", 128, "forward", "tf", "gpu", 3.12), gradient, events,
+            fx.make_row("li_conv1", 128, "transfer", "tf", "gpu", 0.7),
+            _device_row({"forward": {"device_median_ms": 7.79, "device_time_kind": "CUPTI"},
+                         "gradient": {"device_median_ms": 6.7, "device_time_kind": "CUPTI"},
+                         "grad_input": {"device_median_ms": 4.5, "device_time_kind": "CUPTI"},
+                         "transfer": {"device_median_ms": 1.4, "device_time_kind": "CUPTI"}}))
+    loaded = Loaded(tuple(RawRow("f", i + 1, i, r) for i, r in enumerate(rows)), ("f",), ())
+    frame = tidy(loaded).frame.set_index("measure")
+    assert (frame["status"] == "ok").all()
+    assert pd.isna(frame.loc["forward", "device_median_ms"])
+    assert "busy time (7.79 ms) exceeds this row's wall median (3.12 ms)" in \
+        frame.loc["forward", "device_time_reason"]
+    assert frame.loc["gradient", "device_median_ms"] == pytest.approx(6.7)   # 1.04x: joined
+    assert frame.loc["grad_input", "device_median_ms"] == pytest.approx(3.0)  # events stay
+    assert frame.loc["transfer", "device_median_ms"] == pytest.approx(1.4)
