@@ -21,8 +21,8 @@ plan up front, resumable, within a time budget.
   counters, set against the wall rows already on disk). The pool keeps one live GPU
   worker at a time, since an idle one keeps GPU memory (suites/worker_pool.py), so this
   order starts one worker per framework (the device pass goes on in the wall pass's
-  worker, after its last wall sample; TensorFlow's starts its own: own_device_process in
-  adapters/registry.toml) where suite by suite the
+  worker, after its last wall sample, unless a framework's registry entry says
+  own_device_process) where suite by suite the
   framework and phase would change at every item. The CPU runs in the same order, one
   pass ("all"): a framework's workers are closed before the next framework's start, so
   no idle process of another framework holds host memory beside the one being measured

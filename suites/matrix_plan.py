@@ -147,7 +147,8 @@ class Plan:
         a pooled worker starts once per key and is handed from suite to suite, but on a
         GPU only while no process of another key took the GPU in between (the pool keeps
         one live GPU worker: suites/worker_pool.py); the device phase goes on in the wall
-        phase's live worker of its setting, but TensorFlow's starts its own; a compile-cache
+        phase's live worker of its setting, unless the framework's registry entry says
+        ``own_device_process``; a compile-cache
         job's process starts for that job alone."""
         live: set[tuple[str, PlannedWorker]] = set()
         starts = []

@@ -32,9 +32,10 @@ caches warm (cuDNN's algorithm search in PyTorch, TensorFlow's convolution autot
 JAX's compiled executables), where a fresh process searched again: TensorFlow's li2016
 device pass on an H100 spent about 280 of its 423 s building jobs again.
 
-Not for a framework whose registry entry says ``own_device_process`` (TensorFlow: in its
-process the kernel tracer lost most of a network's kernels after the wall phase;
-adapters/registry.toml gives the figures): its device phase always starts a process.
+Not for a framework whose registry entry says ``own_device_process``: its device phase
+always starts a process. No framework says so now; TensorFlow did until a whole wall phase
+followed by its device phase in one worker was measured against a process of its own
+(adapters/registry.toml gives the figures).
 """
 
 from __future__ import annotations
