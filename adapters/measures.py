@@ -41,9 +41,9 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 # 7.79 ms of busy time in the device phase against a wall median of 3.12 ms (commit
 # f6c69c1), and li2016's 11x11 convolution with 304 filters, 9.61 against 4.84 ms
 # (published/h200-2026-11); JAX's LSTM epoch gradient 1.09-1.10 times its wall median on
-# H200s. Over the published GPU folders' other 4,289 compute rows with a device figure the
-# ratio stayed at or below 1.007, so 5% leaves room for the GPU's clock moving between the
-# two phases.
+# H200s (the same executables in one worker: cause not established). Over the published
+# GPU folders' other 4,289 compute rows with a device figure the ratio stayed at or below
+# 1.007, so 5% leaves room for the GPU's clock moving between the two phases.
 # Transfers are apart: their two phases' copies can run at different speeds (ONNX Runtime's
 # pageable copies in published/h100-2026-11c: device figures up to 2.0 times the wall
 # median), which the report marks instead (reports/cells.py).
@@ -63,5 +63,6 @@ def device_above_wall_reason(device_median_ms: float, wall_median_ms: float) -> 
     """Why such a row keeps no device time from the device phase."""
     return (f"the device phase's busy time ({device_median_ms:.4g} ms) exceeds this row's wall "
             f"median ({wall_median_ms:.4g} ms), which spans every kernel of the same "
-            f"iterations: the device phase's rebuilt job ran other kernels than the wall "
-            f"samples timed, so its device time is left out")
+            f"iterations: the device phase did not time the work the wall samples timed "
+            f"(TensorFlow was seen autotuning the rebuilt job into other kernels), so its "
+            f"device time is left out")
