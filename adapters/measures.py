@@ -34,6 +34,13 @@ SGD_MOMENTUM = 0.9
 PRECISIONS = ("fp32", "tf32", "bf16")
 
 
+# A measure whose device blocks CUPTI received nothing in, while it received the job's
+# other measures in the same process, did nothing on the device (suites/device_pass.py
+# marks it; reports/tidy.py makes its wall row an error).
+NO_DEVICE_WORK = ("the step did no work on the GPU: CUPTI recorded no kernel, copy or set in "
+                  "its device blocks while it recorded the job's other measures in the same "
+                  "process, so its wall figure times no device work")
+
 # A step's device busy time cannot exceed the wall time of the same iterations: the wall
 # clock spans every kernel they launch. The device phase (suites/device_pass.py) rebuilds
 # the job after the wall samples, with CUPTI loaded, and a framework that autotunes again

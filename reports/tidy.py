@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from adapters.kernel_trace import dominant_family  # plain data: no framework, no cupti
-from adapters.measures import device_above_wall_reason, device_exceeds_wall
+from adapters.measures import NO_DEVICE_WORK, device_above_wall_reason, device_exceeds_wall
 from reports.load import Loaded
 
 # compile_cache ("", "cold", "warm"; Bahrampour Table 8) is part of the identity: a cold and a
@@ -275,9 +275,6 @@ def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
 # mark_idle_steps) say only what CUPTI received: TensorFlow's pageable transfers in
 # published/h100-2026-11c and published/h200-2026-11.
 _RECEIVED_NOTHING = "CUPTI recorded no kernel, copy or set in the device block (0 records received"
-NO_DEVICE_WORK = ("the step did no work on the GPU: CUPTI recorded nothing in its device "
-                  "blocks while it recorded the job's other measures, so its wall figure "
-                  "times no device work")
 
 
 def did_no_device_work(figures: dict, measures: dict) -> bool:

@@ -398,8 +398,7 @@ def withheld_lines(first: dict[str, Timed], later: dict[str, Timed], index: int)
             lines.append(f"  run {number}: {len(withheld)} device figures left out, each above "
                          f"its wall median (the device phase timed other work):")
             lines += [f"    {t.device_withheld_ms:.4g} ms device > {t.median_ms:.4g} ms wall  "
-                      f"{t.case_id}" for t in sorted(run.values(), key=lambda t: t.case_id)
-                      if t.device_withheld_ms is not None]
+                      f"{t.case_id}" for t in sorted(withheld, key=lambda t: t.case_id)]
     return lines
 
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from adapters.measures import NO_DEVICE_WORK
 from suites.timer import TimerSettings, time_on_device
 
 MS = 1e3
@@ -80,11 +81,6 @@ def device_times(prepared: Any, measures: list[str], settings: TimerSettings,
         except unsupported as error:
             found[name] = {"unsupported": str(error)}
     return mark_idle_steps(found)
-
-
-NO_DEVICE_WORK = ("the step did no work on the GPU: CUPTI recorded no kernel, copy or set in "
-                  "its device blocks while it recorded the job's other measures in the same "
-                  "process, so its wall figure times no device work")
 
 
 def mark_idle_steps(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -218,9 +218,9 @@ def _device_row(measures: dict) -> dict:
 
 @pytest.mark.parametrize("recorded", ["marked by the device phase", "an older row's reason"])
 def test_the_report_makes_a_wall_row_that_timed_no_device_work_an_error(recorded):
+    from adapters.measures import NO_DEVICE_WORK
     from reports.load import Loaded, RawRow
     from reports.tidy import tidy
-    from suites.device_pass import NO_DEVICE_WORK
     from tests import report_fixtures as fx
 
     received = ("CUPTI recorded no kernel, copy or set in the device block (0 records "
