@@ -1093,3 +1093,37 @@ def test_bahrampour_rows_alike_but_for_their_host_keep_one_order():
                     framework_version="0.11.2")
     second = replace(first, host="vm-b")
     assert sorted([second, first], key=_order) == sorted([first, second], key=_order)
+
+
+def test_tracer_check_reads_why_a_ratio_is_out_of_band(tmp_path):
+    """Outside ±10% the row says why, from its own figures: TensorFlow's li_conv1 gradient
+    traced in another process (11.1 ms busy in 13.6 ms traced against a 6.4 ms median, an
+    NVIDIA H200) ran slower kernels than the timed samples; a small convolution whose GPU
+    sat idle between launches (0.26 ms busy in 1.13 ms traced against 0.44) is launch
+    gaps; one inside the band reads nothing."""
+    def traced(model: str, busy: float, wall: float) -> dict:
+        return {**fx.tracer_profile(busy, 0.0, wall, {"fft": busy}, {}, "gradient"),
+                "timeline": {"span_ms": wall, "busy_ms": busy, "idle_ms": wall - busy,
+                             "kernel_ms": busy, "transpose_ms": 0.0, "kernels": 10.0}}
+    rows = []
+    for model, busy, wall, median in (("li_conv1", 11.1, 13.6, 6.4),
+                                      ("li_conv4", 0.26, 1.13, 0.44),
+                                      ("li_conv2", 3.79, 5.59, 4.13)):
+        rows += [fx.make_row(model, 128, "profile", "tf", "gpu", None, threads=4,
+                             profile=traced(model, busy, wall)),
+                 fx.make_row(model, 128, "gradient", "tf", "gpu", median, threads=4)]
+    check = find_table(report_of(tmp_path, rows), "Kernel tracer: per-iteration kernel time")
+    slower = row_where(check, Model="li_conv1")
+    assert slower["Busy ÷ median"] == "1.73"                   # 11.1 / 6.4
+    assert slower["Reading"].startswith("traced iterations 2.12x the timed median")
+    idle = row_where(check, Model="li_conv4")
+    assert idle["Busy ÷ median"] == "0.59"                     # 0.26 / 0.44
+    assert idle["Reading"].startswith("GPU idle 77% of the traced iterations")  # 1 - .26/1.13
+    assert row_where(check, Model="li_conv2")["Reading"] == ""   # 3.79 / 4.13 = 0.92
+
+
+def test_tracer_reading_of_traced_iterations_faster_than_the_timed_ones():
+    from reports.tables_kernels import tracer_reading
+    assert tracer_reading(5.0, 5.2, 7.0) == ("traced iterations 0.74x the timed median, the "
+                                             "GPU busy through them")
+    assert tracer_reading(5.0, 5.2, float("nan")) == ""
