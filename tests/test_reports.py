@@ -1122,6 +1122,37 @@ def test_tracer_check_reads_why_a_ratio_is_out_of_band(tmp_path):
     assert row_where(check, Model="li_conv2")["Reading"] == ""   # 3.79 / 4.13 = 0.92
 
 
+def test_tracer_check_sets_busy_time_against_the_device_median_first(tmp_path):
+    """With the case's device time beside it (torch's CUDA events here), busy time that
+    matches it is idle time however far the wall median is (0.26 ms busy, 0.26 device,
+    0.44 wall); busy time well under it is kernels missing from the trace, which the
+    traced wall alone would have read as idle time; above it, other kernels."""
+    def traced(busy: float, wall: float) -> dict:
+        return {**fx.tracer_profile(busy, 0.0, wall, {"fft": busy}, {}, "gradient"),
+                "timeline": {"span_ms": wall, "busy_ms": busy, "idle_ms": wall - busy,
+                             "kernel_ms": busy, "transpose_ms": 0.0, "kernels": 10.0}}
+    rows = []
+    for model, busy, wall, median, device in (("li_conv4", 0.26, 1.13, 0.44, 0.26),
+                                              ("li_conv2", 1.9, 5.6, 4.1, 3.8),
+                                              ("li_conv1", 11.1, 13.6, 6.4, 6.0),
+                                              ("li_conv3", 6.0, 6.6, 6.2, 6.1)):
+        rows += [fx.make_row(model, 128, "profile", "torch", "gpu", None, threads=4,
+                             profile=traced(busy, wall)),
+                 fx.make_row(model, 128, "gradient", "torch", "gpu", median, threads=4,
+                             timing_extra={"device_median_ms": device})]
+    check = find_table(report_of(tmp_path, rows), "Kernel tracer: per-iteration kernel time")
+    idle = row_where(check, Model="li_conv4")
+    assert (idle["Busy ÷ median"], idle["Busy ÷ device"]) == ("0.59", "1.00")
+    assert idle["Reading"] == ("busy matches the device median; the GPU idle 77% of the "
+                               "traced iterations: launch gaps, host work")
+    lost = row_where(check, Model="li_conv2")
+    assert lost["Busy ÷ device"] == "0.50"                     # 1.9 / 3.8
+    assert lost["Reading"].startswith("busy 0.50x the device median: kernels missing")
+    other = row_where(check, Model="li_conv1")
+    assert other["Reading"].startswith("busy 1.85x the device median: the profile ran other")
+    assert row_where(check, Model="li_conv3")["Reading"] == ""   # 6.0 / 6.1 and 6.0 / 6.2
+
+
 def test_tracer_reading_of_traced_iterations_faster_than_the_timed_ones():
     from reports.tables_kernels import tracer_reading
     assert tracer_reading(5.0, 5.2, 7.0) == ("traced iterations 0.74x the timed median, the "
