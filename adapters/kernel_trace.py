@@ -16,6 +16,7 @@ collects, and counts each kernel once.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections import defaultdict
@@ -196,3 +197,62 @@ def window_counts(closed: WindowRecords) -> dict[str, float]:
     return {"kept": len(closed.kept), "received": closed.received, "drained": closed.drained,
             "outside_window": closed.outside, "duplicates": closed.duplicates,
             "untimed": closed.untimed, "ns_per_tick": closed.ns_per_tick}
+
+
+# The band inside which a traced profile's busy time per iteration reads as the timed
+# kernels; outside it, the profile row (suites/kernel_check.py) and the report's tracer
+# table (reports/tables_kernels.py) say why, in the same words (``tracer_reading``).
+TRACER_BAND = 0.10
+
+
+def finite_ratio(part: float | None, whole: float | None) -> float:
+    """part / whole, or NaN where either is missing or not finite, or whole is not > 0."""
+    if part is None or whole is None or not (math.isfinite(part) and math.isfinite(whole)) \
+            or whole <= 0:
+        return math.nan
+    return part / whole
+
+
+def tracer_reading(busy_ms: float, traced_wall_ms: float, median_ms: float | None,
+                   device_median_ms: float | None = None) -> str:
+    """Why a traced profile's busy time is more than ``TRACER_BAND`` away from the timed
+    figures, from the row's own numbers. The device median (the case's device time, timed
+    apart from the trace) decides first where the row has one: busy time above it is other
+    kernels than the timed samples', below it kernels missing from the trace (or other
+    ones), and a busy time that matches it but not the wall median is the GPU idle inside
+    the iterations (launch gaps, host work). Without a device median the traced
+    iterations' own wall time tells the same two apart, less surely: a trace that lost
+    kernels reads as idle time there.
+
+    Seen on an NVIDIA H200 (published/h200x4-2026-11-all): TensorFlow's li_conv1 gradient
+    traced in a process of its own, 11.1 ms busy in 13.6 ms of traced wall against a 6.4
+    ms median and a 6.0 ms device median, its forward convolution in implicit-GEMM kernels
+    (6.85 ms); traced in the process that timed it, 6.1 ms, the forward in FFT kernels
+    (1.57 ms). Every other profile of that run: busy ÷ device median 0.95–1.04. Empty
+    where busy time agrees with the timed figures, or a figure is missing."""
+    ratio = finite_ratio(busy_ms, median_ms)
+    to_device = finite_ratio(busy_ms, device_median_ms)
+    slower = finite_ratio(traced_wall_ms, median_ms)
+    idle = 1 - finite_ratio(busy_ms, traced_wall_ms)
+    if math.isfinite(to_device):
+        if to_device > 1 + TRACER_BAND:
+            return (f"busy {to_device:.2f}x the device median: the profile ran other kernels "
+                    f"than the timed samples")
+        if to_device < 1 - TRACER_BAND:
+            return (f"busy {to_device:.2f}x the device median: kernels missing from the trace, "
+                    f"or other kernels than the timed samples")
+        if math.isfinite(ratio) and abs(ratio - 1) > TRACER_BAND:
+            return (f"busy matches the device median; the GPU idle {idle:.0%} of the traced "
+                    f"iterations: launch gaps, host work")
+        return ""
+    if not (math.isfinite(ratio) and math.isfinite(slower)) or abs(ratio - 1) <= TRACER_BAND:
+        return ""
+    if ratio > 1 and slower > 1 + TRACER_BAND:
+        return (f"traced iterations {slower:.2f}x the timed median: the profile ran other "
+                f"kernels than the timed samples")
+    if idle > TRACER_BAND:
+        return (f"GPU idle {idle:.0%} of the traced iterations: launch gaps, host work (no "
+                f"device median to rule out kernels missing from the trace)")
+    # Busy for most of the traced iterations, yet both well off the timed median: the
+    # timed samples ran at another speed than the traced iterations.
+    return f"traced iterations {slower:.2f}x the timed median, the GPU busy through them"

@@ -11,6 +11,7 @@ import math
 
 import pandas as pd
 
+from adapters.kernel_trace import TRACER_BAND, finite_ratio, tracer_reading
 from reports import cells
 from reports.grouping import Setting, by_setting, extras, label, records, setting_of
 from reports.naming import sort_key
@@ -160,61 +161,6 @@ def table2_published() -> Table:
                  notes=("As published (nvprof on a Tesla K40c, 2016 software).",))
 
 
-# The band inside which a profile's busy time per iteration reads as the timed kernels;
-# outside it, the row says why (``tracer_reading``).
-TRACER_BAND = 0.10
-
-
-def _ratio(part: float, whole: float) -> float:
-    return part / whole if cells.is_num(part) and cells.is_num(whole) and whole > 0 \
-        else math.nan
-
-
-def tracer_reading(busy_ms: float, traced_wall_ms: float, median_ms: float,
-                   device_median_ms: float = math.nan) -> str:
-    """Why a traced profile's busy time is more than ``TRACER_BAND`` away from the timed
-    figures, from the row's own numbers. The device median (the case's device time, timed
-    apart from the trace) decides first where the row has one: busy time above it is other
-    kernels than the timed samples', below it kernels missing from the trace (or other
-    ones), and a busy time that matches it but not the wall median is the GPU idle inside
-    the iterations (launch gaps, host work). Without a device median the traced
-    iterations' own wall time tells the same two apart, less surely: a trace that lost
-    kernels reads as idle time there.
-
-    Seen on an NVIDIA H200 (published/h200x4-2026-11-all): TensorFlow's li_conv1 gradient
-    traced in a process of its own, 11.1 ms busy in 13.6 ms of traced wall against a 6.4
-    ms median and a 6.0 ms device median, its forward convolution in implicit-GEMM kernels
-    (6.85 ms); traced in the process that timed it, 6.1 ms, the forward in FFT kernels
-    (1.57 ms). Every other profile of that run: busy ÷ device median 0.95–1.04. Empty
-    where busy time agrees with the timed figures, or a figure is missing."""
-    ratio = _ratio(busy_ms, median_ms)
-    to_device = _ratio(busy_ms, device_median_ms)
-    slower = _ratio(traced_wall_ms, median_ms)
-    idle = 1 - _ratio(busy_ms, traced_wall_ms)
-    if cells.is_num(to_device):
-        if to_device > 1 + TRACER_BAND:
-            return (f"busy {to_device:.2f}x the device median: the profile ran other kernels "
-                    f"than the timed samples")
-        if to_device < 1 - TRACER_BAND:
-            return (f"busy {to_device:.2f}x the device median: kernels missing from the trace, "
-                    f"or other kernels than the timed samples")
-        if cells.is_num(ratio) and abs(ratio - 1) > TRACER_BAND:
-            return (f"busy matches the device median; the GPU idle {idle:.0%} of the traced "
-                    f"iterations: launch gaps, host work")
-        return ""
-    if not (cells.is_num(ratio) and cells.is_num(slower)) or abs(ratio - 1) <= TRACER_BAND:
-        return ""
-    if ratio > 1 and slower > 1 + TRACER_BAND:
-        return (f"traced iterations {slower:.2f}x the timed median: the profile ran other "
-                f"kernels than the timed samples")
-    if idle > TRACER_BAND:
-        return (f"GPU idle {idle:.0%} of the traced iterations: launch gaps, host work (no "
-                f"device median to rule out kernels missing from the trace)")
-    # Busy for most of the traced iterations, yet both well off the timed median: the
-    # timed samples ran at another speed than the traced iterations.
-    return f"traced iterations {slower:.2f}x the timed median, the GPU busy through them"
-
-
 def _ratio_cell(ratio: float) -> Cell:
     if not cells.is_num(ratio):
         return Cell(cells.MISSING)
@@ -246,7 +192,8 @@ def tracer_check_table(frame: pd.DataFrame) -> Table | None:
                      cells.value_cell(kernels), cells.value_cell(busy),
                      cells.value_cell(r["profile_wall_ms"]),
                      cells.value_cell(median), cells.value_cell(device),
-                     _ratio_cell(_ratio(busy, median)), _ratio_cell(_ratio(busy, device)),
+                     _ratio_cell(finite_ratio(busy, median)),
+                     _ratio_cell(finite_ratio(busy, device)),
                      Cell(tracer_reading(busy, r["profile_wall_ms"], median, device))))
     return Table("tracer-check", "Kernel tracer: per-iteration kernel time against the "
                  "timed median", ("Hardware", "Model", "Batch", "Setting", "Measure",

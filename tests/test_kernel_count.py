@@ -161,7 +161,10 @@ def test_profile_rows_state_the_kernel_total_against_the_timed_device_time(monke
     assert check["timed_ms"] == pytest.approx(rows["gradient"]["timing"]["device_median_ms"])
     assert check["kernel_busy_ratio"] == pytest.approx(1.0)
     assert check["busy_share_of_traced_wall"] == pytest.approx(0.8)
-    assert check["note"] == ""
+    # Busy time is the device time, and a fifth of the traced iterations idle: the note
+    # says so, as the report's tracer table does.
+    assert check["note"] == ("busy matches the device median; the GPU idle 20% of the "
+                             "traced iterations: launch gaps, host work")
 
 
 def test_a_window_that_fails_to_open_leaves_no_kind_enabled(monkeypatch):
@@ -179,3 +182,19 @@ def test_a_window_that_fails_to_open_leaves_no_kind_enabled(monkeypatch):
     with pytest.raises(RuntimeError, match="INVALID_KIND"):
         window.open()
     assert fake.enabled == set()
+
+
+def test_a_trace_that_lost_kernels_says_so_in_its_row():
+    """Half of each iteration's kernels missing from the trace (d81667a's TensorFlow
+    runs lost more): busy time 0.5x the device median timed in the same job, although
+    the traced iterations' wall time is the timed one; the row's note says so, where the
+    traced wall alone would read it as idle time."""
+    records = [KernelRecord("k", start, start + 500_000) for start in (0, 2_000_000)]
+    traced = KernelTrace(tuple(records), iterations=2, wall_ms=4.0)   # 2 ms an iteration
+    profile = kernel_profile(traced, "forward")
+    check = kernel_check(profile, traced, TimedReference(median_ms=2.0, device_median_ms=1.0))
+    assert check["kernel_busy_ratio"] == pytest.approx(0.5)
+    assert "busy 0.50x the device median: kernels missing from the trace" in check["note"]
+    launch_gaps = kernel_check(profile, traced, TimedReference(median_ms=2.0,
+                                                               device_median_ms=0.5))
+    assert launch_gaps["note"].startswith("busy matches the device median; the GPU idle 75%")

@@ -1154,7 +1154,7 @@ def test_tracer_check_sets_busy_time_against_the_device_median_first(tmp_path):
 
 
 def test_tracer_reading_of_traced_iterations_faster_than_the_timed_ones():
-    from reports.tables_kernels import tracer_reading
+    from adapters.kernel_trace import tracer_reading
     assert tracer_reading(5.0, 5.2, 7.0) == ("traced iterations 0.74x the timed median, the "
                                              "GPU busy through them")
     assert tracer_reading(5.0, 5.2, float("nan")) == ""
