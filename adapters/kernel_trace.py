@@ -241,9 +241,14 @@ def tracer_reading(busy_ms: float, traced_wall_ms: float, median_ms: float | Non
         if to_device < 1 - TRACER_BAND:
             return (f"busy {to_device:.2f}x the device median: kernels missing from the trace, "
                     f"or other kernels than the timed samples")
-        if math.isfinite(ratio) and abs(ratio - 1) > TRACER_BAND:
-            return (f"busy matches the device median; the GPU idle {idle:.0%} of the traced "
-                    f"iterations: launch gaps, host work")
+        if math.isfinite(ratio) and ratio < 1 - TRACER_BAND:
+            idle_share = (f" (the GPU idle {idle:.0%} of the traced iterations)"
+                          if math.isfinite(idle) else "")
+            return (f"busy matches the device median; the wall median is {1 / ratio:.2f}x "
+                    f"it: launch gaps, host work{idle_share}")
+        if math.isfinite(ratio) and ratio > 1 + TRACER_BAND:
+            return (f"busy matches the device median, {ratio:.2f}x the wall median: the "
+                    f"device time is not the wall samples' work")
         return ""
     if not (math.isfinite(ratio) and math.isfinite(slower)) or abs(ratio - 1) <= TRACER_BAND:
         return ""

@@ -1143,8 +1143,9 @@ def test_tracer_check_sets_busy_time_against_the_device_median_first(tmp_path):
     check = find_table(report_of(tmp_path, rows), "Kernel tracer: per-iteration kernel time")
     idle = row_where(check, Model="li_conv4")
     assert (idle["Busy ÷ median"], idle["Busy ÷ device"]) == ("0.59", "1.00")
-    assert idle["Reading"] == ("busy matches the device median; the GPU idle 77% of the "
-                               "traced iterations: launch gaps, host work")
+    assert idle["Reading"] == ("busy matches the device median; the wall median is 1.69x "
+                               "it: launch gaps, host work (the GPU idle 77% of the traced "
+                               "iterations)")
     lost = row_where(check, Model="li_conv2")
     assert lost["Busy ÷ device"] == "0.50"                     # 1.9 / 3.8
     assert lost["Reading"].startswith("busy 0.50x the device median: kernels missing")
@@ -1158,3 +1159,6 @@ def test_tracer_reading_of_traced_iterations_faster_than_the_timed_ones():
     assert tracer_reading(5.0, 5.2, 7.0) == ("traced iterations 0.74x the timed median, the "
                                              "GPU busy through them")
     assert tracer_reading(5.0, 5.2, float("nan")) == ""
+    assert tracer_reading(5.0, 5.2, 4.0, 5.0) == ("busy matches the device median, 1.25x the "
+                                                  "wall median: the device time is not the "
+                                                  "wall samples' work")
