@@ -48,7 +48,8 @@ NO_DEVICE_WORK = ("the step did no work on the GPU: CUPTI recorded no kernel, co
 # 7.79 ms of busy time in the device phase against a wall median of 3.12 ms (commit
 # f6c69c1), and li2016's 11x11 convolution with 304 filters, 9.61 against 4.84 ms
 # (published/h200-2026-11); JAX's LSTM epoch gradient 1.09-1.10 times its wall median on
-# H200s (the same executables in one worker: cause not established). Over the published
+# H200s, with the device phase in the wall phase's worker (published/h200-2026-11) and in a
+# worker of its own (published/h200x4-2026-11-all) alike: cause not established. Over the published
 # GPU folders' other 4,289 compute rows with a device figure the ratio stayed at or below
 # 1.007, so 5% leaves room for the GPU's clock moving between the two phases.
 # Transfers are apart: their two phases' copies can run at different speeds (ONNX Runtime's

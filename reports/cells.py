@@ -25,7 +25,6 @@ DEVICE_ABOVE = "≠"
 # autotuning chose a 2x slower convolution in the device phase, published/h200-2026-11,
 # li2016's f=304); what is marked is a transfer whose pageable copy ran at another speed
 # in the other phase, or a wall row's own device clock.
-DEVICE_ABOVE_SHARE = DEVICE_ABOVE_WALL_LIMIT
 MISSING = "—"
 REASON_CHARS = 48
 LAUNCH_BOUND_NOTE = ("†: launch-bound, the GPU's kernels busy for less than half the wall "
@@ -122,11 +121,11 @@ def launch_bound(row) -> bool:
 
 
 def device_above_wall(row) -> bool:
-    """The row's device time is more than ``DEVICE_ABOVE_SHARE`` times its wall median: the
-    two processes did not run the same work."""
+    """The row's device time is more than ``DEVICE_ABOVE_WALL_LIMIT`` times its wall median:
+    the two phases did not run the same work."""
     device = device_ms(row)
     return is_num(device) and is_num(row["median_ms"]) and \
-        device > DEVICE_ABOVE_SHARE * row["median_ms"]
+        device > DEVICE_ABOVE_WALL_LIMIT * row["median_ms"]
 
 
 def device_marks(row) -> str:
