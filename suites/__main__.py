@@ -15,9 +15,20 @@ import sys
 from pathlib import Path
 
 from adapters.registry import load_registry
+from suites.between_runs import load_earlier
 from suites.results import OutputError
 from suites.runner import Runner, RunRequest
 from suites.spec import SUITES_DIR, SuiteError, check_case_timeout, load_suite, resolve_suite_path
+
+EARLIER_HELP = ("earlier results of this machine model (folders or .jsonl files): each "
+                "case's spread over them and this run widens its interval to cover a re-run "
+                "(suites/between_runs.py)")
+
+
+def check_earlier(folders: list[Path]) -> None:
+    for folder in folders:
+        if not folder.exists():
+            raise SuiteError(f"--earlier: no such folder or file: {folder}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--rounds", type=int, default=1,
                      help="run every case's repetitions in this many separate processes "
                           "(suites/rounds.py)")
+    run.add_argument("--earlier", nargs="+", type=Path, default=[], metavar="DIR",
+                     help=EARLIER_HELP)
     run.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS",
                      help="time limit of one case (build + one measure); overrides the "
                           "suite's case_timeout_s (default 1800)")
@@ -77,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                              "~/.cache/dlbench/compile; 'off' for none)")
     matrix.add_argument("--history", nargs="+", type=Path, default=[], metavar="DIR",
                         help="earlier results for the estimates (default: published/)")
+    matrix.add_argument("--earlier", nargs="+", type=Path, default=[], metavar="DIR",
+                        help=EARLIER_HELP)
     matrix.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS")
     matrix.add_argument("--rounds", type=int, default=1,
                         help="measure every case in this many rounds of separate processes, "
@@ -110,10 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("run", "matrix") and args.rounds < 1:
             raise SuiteError(f"--rounds must be at least 1, got {args.rounds}")
-        if args.command == "run" and args.rounds != 1:
+        if args.command in ("run", "matrix"):
+            check_earlier(args.earlier)
+        if args.command == "run" and (args.rounds != 1 or args.earlier):
+            from suites.matrix_plan import this_machine
             from suites.rounds import run_rounds
+            earlier = load_earlier(args.earlier, this_machine(args.device))
+            if not earlier.centres:
+                print(f"--earlier: no timed rows of this machine model ({args.device}) under "
+                      f"{', '.join(map(str, args.earlier))}; the intervals are this run's own",
+                      file=sys.stderr)
             return run_rounds(RunRequest(args.suite, args.framework, args.device, args.out,
-                                         args.resume, args.seed, args.case_timeout), args.rounds)
+                                         args.resume, args.seed, args.case_timeout), args.rounds,
+                              earlier)
         if args.command == "run":
             return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
                                      args.resume, args.seed, args.case_timeout)).run()
@@ -140,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.device, tuple(args.frameworks), tuple(args.suites), args.out, args.seed,
                 args.budget, tuple(args.python), not args.no_reuse, args.compile_cache,
                 tuple(args.history), args.plan, args.costs, args.case_timeout,
-                args.device_name, args.rounds, args.gpus, args.lane_of)).run()
+                args.device_name, args.rounds, args.gpus, args.lane_of,
+                tuple(args.earlier))).run()
         if args.command == "compare":
             from suites.compare import main as compare_runs
             return compare_runs(args.runs)

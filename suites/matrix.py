@@ -83,6 +83,7 @@ from adapters.registry import load_registry
 from models.zoo import get_model
 from parallel.topology import interconnect
 from suites import matrix_log
+from suites.between_runs import NO_EARLIER_RUNS, EarlierRuns, load_earlier
 from suites.compile_cache import cache_env, cache_view
 from suites.environment import dlbench_commit, host_id
 from suites.estimate import History, load_history, minutes
@@ -152,6 +153,9 @@ class MatrixRequest:
     rounds: int = 1                      # rounds of separate processes per case (suites/rounds.py)
     gpus: str = ""                       # --gpus: a count or a list; one lane per GPU (suites/lanes.py)
     lane_of: int = 0                     # a lane's matrix: the pid of the matrix that started it
+    # Earlier runs of this machine model whose spread of each case widens its interval
+    # (--earlier: suites/between_runs.py)
+    earlier: tuple[Path, ...] = ()
 
 
 def default_frameworks(device: str) -> tuple[str, ...]:
@@ -201,6 +205,13 @@ class Matrix:
         folders = [request.out, *(request.history or [ROOT / "published"])]
         self.records = matrix_log.load([self.log, *folders[1:]])
         self.history: History = load_history(folders, self.machine)
+        self.earlier: EarlierRuns = load_earlier(request.earlier, self.machine) \
+            if request.earlier and not (request.plan_only or request.costs_only) \
+            else NO_EARLIER_RUNS
+        if request.earlier and not (request.plan_only or request.costs_only) \
+                and not self.earlier.centres:
+            say(f"--earlier: no timed rows of {self.machine.name} under "
+                f"{', '.join(map(str, request.earlier))}; the intervals are this run's own")
         self.caches = {name: cache_view(compile_cache_env(request, name), self.host)
                        for name in self.frameworks}
         self.lanes: list[Lane] = self.make_lanes() \
@@ -369,6 +380,8 @@ class Matrix:
             command.append("--no-reuse")
         if request.history:
             command += ["--history", *map(str, request.history)]
+        if request.earlier:
+            command += ["--earlier", *map(str, request.earlier)]
         if request.case_timeout_s is not None:
             command += ["--case-timeout", str(request.case_timeout_s)]
         if request.device_name:
@@ -450,8 +463,9 @@ class Matrix:
         code = 0
         runner = None
         try:
-            runner = RoundsRunner(request, self.request.rounds, budget, pool) \
-                if self.request.rounds > 1 else Runner(request, budget, pool=pool)
+            runner = RoundsRunner(request, self.request.rounds, budget, pool, self.earlier) \
+                if self.request.rounds > 1 or self.earlier.centres \
+                else Runner(request, budget, pool=pool)
             if runner.total:
                 code = runner.run()
         except KeyboardInterrupt:

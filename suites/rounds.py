@@ -24,6 +24,10 @@ into one row of the results file:
 * round 1's first call and peak memory are kept (they are the cold ones); ``elapsed_s``
   and ``wall_s`` are the sums over the rounds, so estimates and cost logs see the real cost.
 
+With ``--earlier DIR ...`` each merged row's interval also covers the case's spread between
+runs of this machine model (``suites/between_runs.py``); one round then goes through its
+round file too, so that its rows are written with that interval.
+
 Every round file is resumable: the same command run again (``--resume``, or the matrix)
 continues the round where it stopped and merges what is complete. The default is one
 round: the interval then describes one process only, and the process-to-process part of
@@ -40,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from suites.between_runs import NO_EARLIER_RUNS, EarlierRuns, between_runs_prior, widen
 from suites.host_state import merge_host_fields
 from suites.launch_bound import overhead_fields
 from suites.results import DEVICE_PHASE, FINGERPRINT, ResultsFile, read_rows
@@ -105,6 +110,8 @@ def merge_rows(rows: list[dict[str, Any]], unstable_share: float,
     for row in rows:
         if row["status"] != "ok":
             return row
+    if len(rows) == 1:
+        return rows[0]      # one round: its own interval (a run with --earlier only)
     timings = [row.get("timing") for row in rows]
     logs = _round_logs(rows)
     if logs is None or any(not t.get("repetition_medians_ms") for t in timings):
@@ -182,10 +189,13 @@ class RoundsRunner:
     ``total``, ``run()``, ``worker_start_s``, ``stopped_by_budget``."""
 
     def __init__(self, request: RunRequest, rounds: int, budget: Budget | None = None,
-                 pool: WorkerPool | None = None):
+                 pool: WorkerPool | None = None, earlier: EarlierRuns = NO_EARLIER_RUNS):
         self.final = Runner(request, budget)
         self.request = request
         self.rounds = rounds
+        # Earlier runs of this machine model (--earlier): each merged row's interval also
+        # covers the case's spread between runs (suites/between_runs.py).
+        self.earlier = earlier
         self.budget = budget
         # Workers are pooled by round (WorkerKey.round): a matrix's suites share round k's
         # worker as one suite's cases do, and a case's rounds stay in separate processes.
@@ -241,7 +251,7 @@ class RoundsRunner:
         # Without --resume the rows already in the results file are an earlier run's: this
         # run's merged rows are appended after them, as a plain run appends its own.
         done = results.finished_case_ids() if self.request.resume else set()
-        merged = 0
+        rows_out = []
         for job, names in self.final.pending:
             for name in names:
                 case_id = self.final.key(job, name).id()
@@ -249,15 +259,21 @@ class RoundsRunner:
                     continue
                 if not is_timed(name):
                     if case_id in per_round[0]:
-                        results.append_json(per_round[0][case_id])
-                        merged += 1
+                        rows_out.append(per_round[0][case_id])
                     continue
                 rows = [rows[case_id] for rows in per_round if case_id in rows]
                 if len(rows) == self.rounds:
-                    results.append_json(merge_rows(rows, timer_of(job).unstable_iqr, prior))
-                    merged += 1
-        return merged
+                    rows_out.append(merge_rows(rows, timer_of(job).unstable_iqr, prior))
+        runs_prior = between_runs_prior(rows_out, self.earlier)
+        for row in rows_out:
+            results.append_json(widen(row, self.earlier, runs_prior))
+        return len(rows_out)
 
 
-def run_rounds(request: RunRequest, rounds: int) -> int:
-    return RoundsRunner(request, rounds).run() if rounds > 1 else Runner(request).run()
+def run_rounds(request: RunRequest, rounds: int,
+               earlier: EarlierRuns = NO_EARLIER_RUNS) -> int:
+    """A suite in ``rounds`` rounds; one round through the round file too where earlier
+    runs are given, so that its rows are written with their widened intervals."""
+    if rounds > 1 or earlier.centres:
+        return RoundsRunner(request, rounds, earlier=earlier).run()
+    return Runner(request).run()

@@ -297,3 +297,29 @@ def test_rounds_on_the_gpu_keep_each_round_in_processes_of_its_own(tmp_path, sta
     assert [(r["suite"], r["phase"], r["worker_starts"]) for r in items(out)] == [
         ("gpu-a", "wall", 2), ("gpu-b", "wall", 2), ("gpu-a", "device", 1),
         ("gpu-b", "device", 0)]
+
+
+def test_earlier_runs_widen_a_gpu_matrix_runs_intervals_and_leave_its_rows_as_they_were(
+        tmp_path, stand_in_gpu):
+    """--earlier takes one round through the round file on a GPU too: the same rows as a
+    plain run, device pass included, each timed one with the earlier run in its interval."""
+    suites = write_suites(tmp_path)
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert matrix(suites, first, frameworks=("fake",)).returncode == 0
+    for path in first.glob("gpu-*/*/fake_gpu.jsonl"):     # the stand-in GPU's rows, named
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({**r, "env": {**r["env"], "gpu_model": STAND_IN_GPU}})
+                                + "\n" for r in rows))
+    done = matrix(suites, second, "--earlier", str(first), frameworks=("fake",))
+    assert done.returncode == 0, done.stderr
+
+    def statuses(out: Path) -> collections.Counter:
+        return collections.Counter((r["case_id"], r["status"])
+                                   for suite in ("gpu-a", "gpu-b") for r in rows_of(out, suite))
+    assert statuses(second) == statuses(first) and sum(statuses(first).values()) == 24
+    timed = [r for suite in ("gpu-a", "gpu-b") for r in rows_of(second, suite)
+             if r["measure"] in ("forward", "gradient")]
+    assert len(timed) == 12
+    assert all(r["timing"]["between_runs"]["earlier_runs"] == 1 for r in timed)
+    assert all(r["timing"]["ci_low_ms"] <= r["timing"]["between_runs"]["own_interval_ms"][0]
+               for r in timed)

@@ -125,7 +125,7 @@ def test_a_run_without_resume_merges_its_rows_after_an_earlier_runs(tmp_path, mo
     earlier = {**row([1.0]), "case_id": "s/torch/cpu/m/b1/forward/fp32/eager/t1"}
     ResultsFile(Final.path).append_json(earlier)
     runner = rounds.RoundsRunner.__new__(rounds.RoundsRunner)
-    runner.final, runner.rounds = Final(), 2
+    runner.final, runner.rounds, runner.earlier = Final(), 2, rounds.NO_EARLIER_RUNS
     runner.paths = [rounds.round_path(Final.path, k) for k in (1, 2)]
     for path, medians in zip(runner.paths, ([2.0, 2.1], [2.2, 2.1])):
         ResultsFile(Path(path)).append_json({**row(medians), "case_id": earlier["case_id"]})
