@@ -76,7 +76,8 @@ TIMER = {"warmup": 1, "min_samples": 3, "max_samples": 6, "budget_s": 0.05,
 def run_job(tmp_path: Path, prepared: SimulatedPrepared, pending: list[str],
             framework: str = "jax", phase: str = "all",
             device_measures: tuple[str, ...] = (),
-            compile_cache: str = "") -> dict[str, dict[str, Any]]:
+            compile_cache: str = "",
+            recorded: dict[str, list[float | None]] | None = None) -> dict[str, dict[str, Any]]:
     """The rows one job writes, by measure."""
     from suites.host_state import HostMonitor
     from suites.worker import Plan, Worker
@@ -95,5 +96,5 @@ def run_job(tmp_path: Path, prepared: SimulatedPrepared, pending: list[str],
     worker.run_job({"model": "sae_tiny_ae2", "batch": 2, "precision": "fp32",
                     "variant": "default", "compile_cache": compile_cache, "pending": pending,
                     "timer": TIMER, "profile_iterations": 3,
-                    "device_measures": list(device_measures)})
+                    "device_measures": list(device_measures), "recorded": recorded or {}})
     return {row["measure"]: row for row in map(json.loads, path.read_text().splitlines())}
