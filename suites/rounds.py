@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from suites.between_runs import NO_EARLIER_RUNS, EarlierRuns, between_runs_prior, widen
+from suites.between_runs import NO_EARLIER_RUNS, EarlierRuns, between_runs_priors, widen
 from suites.host_state import merge_host_fields
 from suites.launch_bound import overhead_fields
 from suites.results import DEVICE_PHASE, FINGERPRINT, ResultsFile, read_rows
@@ -264,9 +264,9 @@ class RoundsRunner:
                 rows = [rows[case_id] for rows in per_round if case_id in rows]
                 if len(rows) == self.rounds:
                     rows_out.append(merge_rows(rows, timer_of(job).unstable_iqr, prior))
-        runs_prior = between_runs_prior(rows_out, self.earlier)
+        runs_priors = between_runs_priors(rows_out, self.earlier)
         for row in rows_out:
-            results.append_json(widen(row, self.earlier, runs_prior))
+            results.append_json(widen(row, self.earlier, runs_priors))
         return len(rows_out)
 
 

@@ -13,7 +13,7 @@ from suites.__main__ import main
 from suites.between_runs import (
     NO_EARLIER_RUNS,
     EarlierRuns,
-    between_runs_prior,
+    between_runs_priors,
     load_earlier,
     widen,
 )
@@ -47,7 +47,7 @@ def world(rng: np.random.Generator, cases: int, earlier_runs: int) -> float:
     earlier = EarlierRuns("cpu", {f"c{c}": tuple(h[c] for h in history) for c in range(cases)},
                           {f"c{c}": frozenset({"host"}) for c in range(cases)})
     rows = [timed(f"c{c}", this[c], this[c] * 0.99, this[c] * 1.01) for c in range(cases)]
-    prior = between_runs_prior(rows, earlier)
+    prior = between_runs_priors(rows, earlier)
     inside = 0
     for c, row in enumerate(rows):
         timing = widen(row, earlier, prior)["timing"]
@@ -67,10 +67,10 @@ def test_a_rerun_falls_inside_the_widened_interval_about_95_percent_of_the_time(
 
 def test_without_earlier_runs_of_the_case_the_row_is_unchanged():
     row = timed("s/torch/cpu/m/b1/forward/fp32/eager/t2", 2.0, 1.9, 2.1)
-    assert widen(row, NO_EARLIER_RUNS, between_runs_prior([row], NO_EARLIER_RUNS)) is row
+    assert widen(row, NO_EARLIER_RUNS, between_runs_priors([row], NO_EARLIER_RUNS)) is row
     failed = {"case_id": row["case_id"], "measure": "forward", "status": "oom", "timing": None}
     earlier = EarlierRuns("cpu", {row["case_id"]: (2.5,)}, {row["case_id"]: frozenset({"h"})})
-    assert widen(failed, earlier, between_runs_prior([failed], earlier)) is failed
+    assert widen(failed, earlier, between_runs_priors([failed], earlier)) is failed
 
 
 def test_the_widened_interval_holds_the_own_one_and_says_where_it_comes_from():
@@ -79,7 +79,7 @@ def test_the_widened_interval_holds_the_own_one_and_says_where_it_comes_from():
     earlier = EarlierRuns("cpu", {f"{case}{k}": (m * 1.2, m * 0.9)
                                   for k, m in enumerate((1.0, 2.0, 3.0))},
                           {f"{case}{k}": frozenset({"a", "b"}) for k in range(3)})
-    prior = between_runs_prior(rows, earlier)
+    prior = between_runs_priors(rows, earlier)
     widened = widen(rows[0], earlier, prior)
     timing = widened["timing"]
     assert timing["ci_low_ms"] < 0.98 and timing["ci_high_ms"] > 1.2     # covers the earlier runs
