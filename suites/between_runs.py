@@ -7,7 +7,7 @@ the same model, meets a host whose speed has shifted. Measured: four ``--rounds 
 PyTorch's ``default-cpu`` back to back on a 2-core AMD EPYC put 89.8% of the later runs'
 medians inside the earlier runs' intervals, the sub-millisecond cases moving by ×0.87 to
 ×1.25 from one run to the next; on H200 hosts, one-round rows of the seven GPU suites put
-65.7% of another host's medians inside their intervals (README, "Reproducibility").
+66.8% of another host's medians inside their intervals (README, "Reproducible timings").
 
 So where earlier runs of the machine model exist, each case's centre (its median, or with
 rounds the median of the round medians) is taken with the same case's centres in those runs:
@@ -15,11 +15,11 @@ their variance on log times, with as many degrees of freedom as there are earlie
 moderated over the run's cases of its median band (``suites/spread.py``: Smyth 2004, as
 limma's ``squeezeVar``; ``BandPriors``) and gives the prediction interval of a re-run's
 centre, t · sqrt(2 s²): the re-run's centre and this one are two draws from the case's
-run-to-run distribution. The row's interval
-becomes the union of its own and this one, and says so. Replayed on the 2-core machine's four
-runs (each ordered pair judged with the other two runs and the first as its history) it
-covered 98.9% of 264 pairs, at ±35% in the median case against ±32% before; on the H200
-folders (one history run from another host) 95.4% of 7,344, at ±9.8% against ±2.9%.
+run-to-run distribution. The row's interval becomes the union of its own and this one, and
+says so. Replayed on the 2-core machine's four runs (each ordered pair judged with the other
+two runs and the first as its history) it covered 97.3% of 264 pairs, at ±35% in the median
+case against ±32% before; on the H200 folders (one history run from another host,
+transfers apart) 94.7% of 7,206, at ±8.6% against ±2.9%.
 
 Which rows count: the same case (``estimate.case_key``: on a GPU without the host's thread
 count), timed and ``ok``, of the same machine model (``estimate.Machine``: the GPU's model;
@@ -113,8 +113,8 @@ class BandPriors:
     run's cases for a band with too few to fit one. Launch-bound cases move between runs far
     more than long ones: one prior over both lends the long cases the short ones' spread and
     the short ones too little. Replayed on the H200 folders, one prior covered 90.6% of the
-    sub-millisecond medians and 98.1% of those from 5 ms (±7.9%); a prior per band 93.1%,
-    95.1% and 95.5% (±4.6% from 5 ms)."""
+    sub-millisecond medians and 98.3% of those from 5 ms (±8.0%); a prior per band 93.1%,
+    95.0% and 95.6% (±4.5% from 5 ms; transfers apart)."""
 
     by_band: dict[str, Prior] = field(default_factory=dict)
     pooled: Prior = NO_PRIOR
