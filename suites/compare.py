@@ -65,6 +65,9 @@ class Timed:
     # A device phase figure too long to be this case's work (adapters/measures.py:
     # device_exceeds_wall), left out of the device comparison as the report leaves it out.
     device_withheld_ms: float | None = None
+    # The run's own interval where earlier runs widened the row's (--earlier:
+    # suites/between_runs.py); None where the interval is the run's own.
+    own_interval_ms: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -130,13 +133,41 @@ def load_run(path: Path) -> dict[str, Timed]:
                                           str(data.get("measure") or ""),
                                           positive(timing.get("device_median_ms")),
                                           positive(timing.get("host_core_probe_ms")),
-                                          positive(timing.get("host_wakeup_us")))
+                                          positive(timing.get("host_wakeup_us")),
+                                          own_interval_ms=own_interval(timing))
     if not rows:
         raise CompareError(f"{path} holds no timed rows")
     # The device phase's figure replaces a wall row's own, as the report does
     # (reports/tidy.py join_device_times), so that every case's device time is one clock's;
     # a figure above the wall median is withheld there and here.
     return {case: with_device_median(timed, device.get(case)) for case, timed in rows.items()}
+
+
+def own_interval(timing: dict[str, Any]) -> tuple[float, float] | None:
+    found = (timing.get("between_runs") or {}).get("own_interval_ms")
+    return (float(found[0]), float(found[1])) if found and None not in found else None
+
+
+def earlier_runs_line(pairs: list[Pair], index: int) -> str | None:
+    """What ``--earlier`` did to run 1's intervals: how many it widened, how many of the
+    later medians each kind of interval holds, and how wide each is in the median case."""
+    widened = [p for p in pairs if p.first.own_interval_ms is not None]
+    if not widened:
+        return None
+
+    def half(interval: tuple[float, float], centre: float) -> float:
+        return (interval[1] - interval[0]) / 2 / centre
+    own_inside = share([p.first.own_interval_ms[0] <= p.later.median_ms
+                        <= p.first.own_interval_ms[1] for p in widened])
+    width = statistics.median(half((p.first.ci_low_ms, p.first.ci_high_ms), p.first.median_ms)
+                              for p in widened)
+    own_width = statistics.median(half(p.first.own_interval_ms, p.first.median_ms)
+                                  for p in widened)
+    return (f"run 1's intervals from earlier runs (--earlier) for {len(widened)} of "
+            f"{len(pairs)} cases: run {index + 1}'s medians inside "
+            f"{percent(share([p.inside for p in widened]))} of them, inside the run's own "
+            f"{percent(own_inside)}; half-width ±{width:.1%} against ±{own_width:.1%} in the "
+            f"median case")
 
 
 def with_device_median(timed: Timed, device_ms: float | None) -> Timed:
@@ -418,6 +449,8 @@ def render(runs: list[Path], loaded: list[dict[str, Timed]], worst: int = 10) ->
                   for name, row in figures(pairs).items()]
         lines.append("targets:")
         lines += [target_line(*target) for target in targets(pairs, same_host)]
+        if (earlier := earlier_runs_line(pairs, index)) is not None:
+            lines.append(earlier)
         if pairs:
             lines.append(shift_line(pairs, index))
             if (probe := probe_line(pairs, index)) is not None:

@@ -157,3 +157,22 @@ def test_rounds_merge_widens_with_earlier_runs(tmp_path, monkeypatch):
     timing = read_rows(Final.path)[case_id]["timing"]
     assert timing["between_runs"]["earlier_runs"] == 2
     assert timing["ci_low_ms"] < 1.95 and timing["ci_high_ms"] > 3.0
+
+
+def test_compare_says_what_the_earlier_runs_did_to_the_first_runs_intervals(tmp_path):
+    from suites.compare import earlier_runs_line, load_run, pair_up
+
+    case = "s/torch/cpu/m/b1/{}/fp32/eager/t2"
+    first = [timed(case.format("forward"), 1.0, 0.8, 1.25),
+             timed(case.format("gradient"), 2.0, 1.9, 2.1)]
+    first[0]["timing"]["between_runs"] = {"own_interval_ms": [0.98, 1.02]}
+    later = [timed(case.format("forward"), 1.1), timed(case.format("gradient"), 2.05)]
+    write(tmp_path / "a" / "torch_cpu.jsonl", first)
+    write(tmp_path / "b" / "torch_cpu.jsonl", later)
+    pairs = pair_up(load_run(tmp_path / "a"), load_run(tmp_path / "b"))
+    line = earlier_runs_line(pairs, 1)
+    assert line.startswith("run 1's intervals from earlier runs (--earlier) for 1 of 2 cases")
+    assert "inside 100.0% of them, inside the run's own 0.0%" in line
+    assert "±22.5% against ±2.0%" in line
+    plain = pair_up(load_run(tmp_path / "b"), load_run(tmp_path / "a"))
+    assert earlier_runs_line(plain, 1) is None
