@@ -130,11 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run" and (args.rounds != 1 or args.earlier):
             from suites.matrix_plan import this_machine
             from suites.rounds import run_rounds
-            earlier = load_earlier(args.earlier, this_machine(args.device))
-            if not earlier.centres:
-                print(f"--earlier: no timed rows of this machine model ({args.device}) under "
-                      f"{', '.join(map(str, args.earlier))}; the intervals are this run's own",
-                      file=sys.stderr)
+            machine = this_machine(args.device)
+            earlier = load_earlier(args.earlier, machine)
+            if args.earlier:
+                print(earlier.describe(machine.name, args.earlier), file=sys.stderr)
             return run_rounds(RunRequest(args.suite, args.framework, args.device, args.out,
                                          args.resume, args.seed, args.case_timeout), args.rounds,
                               earlier)

@@ -59,6 +59,17 @@ class EarlierRuns:
     def hosts_of(self, case_id: str) -> frozenset[str]:
         return self.hosts.get(case_key(case_id, self.device), frozenset())
 
+    def describe(self, machine_name: str, folders: Iterable[Path]) -> str:
+        """One line for the start of a run: what the earlier runs hold for it."""
+        where = ", ".join(map(str, folders))
+        if not self.centres:
+            return (f"--earlier: no timed rows of {machine_name} under {where}; the "
+                    f"intervals are this run's own")
+        counts = sorted(len(runs) for runs in self.centres.values())
+        return (f"--earlier: {len(counts)} cases of {machine_name} under {where}, "
+                f"{counts[len(counts) // 2]} earlier runs in the median case: their spread "
+                f"widens each case's interval")
+
 
 NO_EARLIER_RUNS = EarlierRuns(device="")
 

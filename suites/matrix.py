@@ -208,10 +208,8 @@ class Matrix:
         self.earlier: EarlierRuns = load_earlier(request.earlier, self.machine) \
             if request.earlier and not (request.plan_only or request.costs_only) \
             else NO_EARLIER_RUNS
-        if request.earlier and not (request.plan_only or request.costs_only) \
-                and not self.earlier.centres:
-            say(f"--earlier: no timed rows of {self.machine.name} under "
-                f"{', '.join(map(str, request.earlier))}; the intervals are this run's own")
+        if request.earlier and not (request.plan_only or request.costs_only):
+            say(self.earlier.describe(self.machine.name, request.earlier))
         self.caches = {name: cache_view(compile_cache_env(request, name), self.host)
                        for name in self.frameworks}
         self.lanes: list[Lane] = self.make_lanes() \

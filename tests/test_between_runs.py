@@ -176,3 +176,12 @@ def test_compare_says_what_the_earlier_runs_did_to_the_first_runs_intervals(tmp_
     assert "±22.5% against ±2.0%" in line
     plain = pair_up(load_run(tmp_path / "b"), load_run(tmp_path / "a"))
     assert earlier_runs_line(plain, 1) is None
+
+
+def test_the_run_says_what_its_earlier_runs_hold():
+    earlier = EarlierRuns("cpu", {"a": (1.0, 1.1), "b": (2.0,), "c": (3.0, 3.1, 3.2)},
+                          {k: frozenset({"h"}) for k in "abc"})
+    line = earlier.describe("AMD EPYC", ["runs/x"])
+    assert line.startswith("--earlier: 3 cases of AMD EPYC under runs/x, 2 earlier runs in")
+    assert "no timed rows of AMD EPYC under runs/x" in NO_EARLIER_RUNS.describe("AMD EPYC",
+                                                                                ["runs/x"])
