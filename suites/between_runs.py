@@ -183,7 +183,8 @@ def widen(row: dict[str, Any], earlier: EarlierRuns, priors: BandPriors) -> dict
         "interval": (f"{timing.get('interval', '')}; "
                      f"{'widened by' if widened else 'covers'} the case's spread over "
                      f"{len(runs)} earlier run{'s' if len(runs) != 1 else ''} of this "
-                     f"machine model ({len(hosts)} host{'s' if len(hosts) != 1 else ''}), "
-                     f"moderated over {prior.cases} cases of the run").lstrip("; "),
+                     f"machine model ({len(hosts)} host{'s' if len(hosts) != 1 else ''})"
+                     + (f", moderated over {prior.cases} cases of the run" if prior.cases
+                        else ", its own (too few cases to moderate)")).lstrip("; "),
     })
     return {**row, "timing": timing}

@@ -157,6 +157,7 @@ def test_rounds_merge_widens_with_earlier_runs(tmp_path, monkeypatch):
     timing = read_rows(Final.path)[case_id]["timing"]
     assert timing["between_runs"]["earlier_runs"] == 2
     assert timing["ci_low_ms"] < 1.95 and timing["ci_high_ms"] > 3.0
+    assert timing["interval"].endswith("(1 host), its own (too few cases to moderate)")
 
 
 def test_compare_says_what_the_earlier_runs_did_to_the_first_runs_intervals(tmp_path):
