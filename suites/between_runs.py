@@ -41,7 +41,7 @@ import numpy as np
 
 from suites.compare import band
 from suites.estimate import Machine, case_key
-from suites.results import DEVICE_PHASE, FINGERPRINT, json_lines
+from suites.results import is_timed, json_lines
 from suites.spread import NO_PRIOR, Prior, fit_prior, moderated, t_975
 
 
@@ -75,9 +75,8 @@ NO_EARLIER_RUNS = EarlierRuns(device="")
 
 
 def _centre(row: dict[str, Any]) -> float | None:
-    if not isinstance(row, dict) or row.get("status") != "ok":
-        return None
-    if row.get("measure") in DEVICE_PHASE or row.get("measure") == FINGERPRINT:
+    if not isinstance(row, dict) or row.get("status") != "ok" \
+            or not is_timed(row.get("measure", "")):
         return None
     median = (row.get("timing") or {}).get("median_ms")
     return float(median) if isinstance(median, (int, float)) and median > 0 else None
@@ -86,7 +85,7 @@ def _centre(row: dict[str, Any]) -> float | None:
 def load_earlier(folders: Iterable[Path], machine: Machine) -> EarlierRuns:
     """The centres of every timed ``ok`` row of ``machine``'s model under ``folders``
     (``*.jsonl``; round files are a run's parts, not runs), each row once, oldest first."""
-    found: dict[tuple[str, str, str], tuple[str, float]] = {}
+    found: dict[tuple[str, str, str], float] = {}   # (case id, host, start) → centre
     for folder in folders:
         if not folder.exists():
             continue
@@ -101,13 +100,13 @@ def load_earlier(folders: Iterable[Path], machine: Machine) -> EarlierRuns:
                 env = row.get("env") or {}
                 if not machine.matches(env, (row.get("settings") or {}).get("device", "")):
                     continue
-                found[(row["case_id"], env.get("host", ""), str(row.get("started_at", "")))] \
-                    = (str(row.get("started_at", "")), centre)
+                found[(row["case_id"], env.get("host", ""),
+                       str(row.get("started_at", "")))] = centre
     centres: dict[str, list[tuple[str, float]]] = {}
     hosts: dict[str, set[str]] = {}
-    for (case_id, host, _), stamped in found.items():
+    for (case_id, host, started), centre in found.items():
         key = case_key(case_id, machine.device)
-        centres.setdefault(key, []).append(stamped)
+        centres.setdefault(key, []).append((started, centre))
         hosts.setdefault(key, set()).add(host)
     return EarlierRuns(machine.device,
                        {k: tuple(ms for _, ms in sorted(v)) for k, v in centres.items()},

@@ -205,10 +205,9 @@ class Matrix:
         folders = [request.out, *(request.history or [ROOT / "published"])]
         self.records = matrix_log.load([self.log, *folders[1:]])
         self.history: History = load_history(folders, self.machine)
-        self.earlier: EarlierRuns = load_earlier(request.earlier, self.machine) \
-            if request.earlier and not (request.plan_only or request.costs_only) \
-            else NO_EARLIER_RUNS
+        self.earlier: EarlierRuns = NO_EARLIER_RUNS
         if request.earlier and not (request.plan_only or request.costs_only):
+            self.earlier = load_earlier(request.earlier, self.machine)
             say(self.earlier.describe(self.machine.name, request.earlier))
         self.caches = {name: cache_view(compile_cache_env(request, name), self.host)
                        for name in self.frameworks}

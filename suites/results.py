@@ -35,6 +35,11 @@ DEVICE_TIME = "device_time"
 DEVICE_PHASE = (DEVICE_TIME, "profile", "counters")
 
 
+def is_timed(measure: str) -> bool:
+    """A measure whose row carries a timed median (not a device-phase or fingerprint row)."""
+    return measure not in DEVICE_PHASE and measure != FINGERPRINT
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything that must be equal for two timings to be compared or averaged."""

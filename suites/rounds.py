@@ -47,7 +47,7 @@ import numpy as np
 from suites.between_runs import NO_EARLIER_RUNS, EarlierRuns, between_runs_priors, widen
 from suites.host_state import merge_host_fields
 from suites.launch_bound import overhead_fields
-from suites.results import DEVICE_PHASE, FINGERPRINT, ResultsFile, read_rows
+from suites.results import ResultsFile, is_timed, read_rows
 from suites.reuse import timer_of
 from suites.runner import Budget, Runner, RunRequest, console
 from suites.spread import NO_PRIOR, Prior, fit_prior, moderated, t_975
@@ -65,10 +65,6 @@ def round_timer(timer: TimerSettings, rounds: int) -> TimerSettings:
 def round_path(results: Path, index: int | str) -> Path:
     """Round ``index``'s file beside the results file (``"*"``: a glob of every round's)."""
     return results.with_name(f"{results.stem}.round{index}.ndjson")
-
-
-def is_timed(measure: str) -> bool:
-    return measure not in DEVICE_PHASE and measure != FINGERPRINT
 
 
 def _median(values: list[float]) -> float | None:
