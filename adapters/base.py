@@ -230,6 +230,23 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def is_out_of_memory(self, error: BaseException) -> bool: ...
 
+    def reapply(self, case: CaseConfig) -> None:
+        """Set again the process-wide settings ``prepare`` set for ``case`` (precision,
+        cuDNN's algorithm search), before a job kept built runs again after others were
+        prepared (suites/kept_jobs.py). Nothing for a framework whose settings live in
+        the job."""
+
+    def bytes_in_use(self) -> int | None:
+        """Device memory the framework's allocator has handed out now (the figure its
+        ``peak_memory`` is a peak of), or None where it reports none: what jobs kept for
+        the device phase hold is left out of a later job's peak (suites/kept_jobs.py)."""
+        return None
+
+    def memory_used_fraction(self) -> float | None:
+        """The share of the device's memory in use, where the worker has no NVML reading of
+        its own (a stand-in framework); None: unknown, so no job is kept built."""
+        return None
+
     def resolve_variant(self, variant: str) -> str:
         if variant == "default":
             return next(iter(self.variants))

@@ -98,12 +98,14 @@ def mark_idle_steps(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
     return found
 
 
-def method(settings: TimerSettings, after_wall: bool = False) -> str:
+def method(settings: TimerSettings, after_wall: bool = False, kept: bool = False) -> str:
     """How the row was measured; ``after_wall``: in the wall phase's process, after its
-    last wall sample (suites/worker_pool.py)."""
+    last wall sample (suites/worker_pool.py); ``kept``: on the job built for the wall
+    samples, kept for this phase (suites/kept_jobs.py), not one built again."""
     blocks = max(1, settings.device_blocks) * max(1, settings.repetitions)
     where = "in the wall phase's process after its last wall sample" if after_wall else \
         "in a process of its own"
-    return (f"{blocks} device blocks {where} (the runner's device phase), after a first "
-            f"call and {max(1, settings.warmup)} warm-up iterations; the wall samples were "
-            f"taken before CUPTI was loaded")
+    job = "the job its wall samples ran, kept built" if kept else "the job built again"
+    return (f"{blocks} device blocks {where} (the runner's device phase) on {job}, after a "
+            f"first call and {max(1, settings.warmup)} warm-up iterations; the wall samples "
+            f"were taken before CUPTI was loaded")

@@ -149,6 +149,13 @@ class GpuMonitor:
         found = self._call(self.nvml.nvmlDeviceGetUUID, self.handle)
         return found.decode() if isinstance(found, bytes) else found
 
+    def memory(self) -> tuple[int, int] | None:
+        """(bytes in use by every process on the GPU, the GPU's bytes), from NVML."""
+        info = self._call(self.nvml.nvmlDeviceGetMemoryInfo, self.handle)
+        if info is None or not getattr(info, "total", 0):
+            return None
+        return int(info.used), int(info.total)
+
     def read(self) -> Reading:
         nvml, handle = self.nvml, self.handle
         power_mw = self._call(nvml.nvmlDeviceGetPowerUsage, handle)

@@ -46,6 +46,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from adapters.measures import COUNTERS
 from adapters.registry import FrameworkEntry, load_registry
 from suites.environment import host_environment, host_id, nvidia_smi, physical_cores, usable_cpus
 from suites.results import (
@@ -287,6 +288,13 @@ class Runner:
         self.pending = in_phases(pending_measures(jobs, self.key, done), request.device,
                                  request.phases)
         self.device_measures = device_measures(jobs)
+        # Cases whose job the wall phase's worker keeps built for the device phase
+        # (suites/kept_jobs.py): those with device time or a profile still to measure
+        # (counters run in a process of Nsight Compute's; compile-cache jobs have no
+        # device phase).
+        self.keep_cases = {case_of(job) for job, names in in_phases(
+            pending_measures(jobs, self.key, done), request.device, ("device",))
+            if request.device == "gpu" and set(names) - {COUNTERS}}
         self.skipped = sum(len(names) for _, names in in_phases(
             pending_measures(jobs, self.key, set()), request.device, request.phases)) - self.total
         self.statuses: dict[str, int] = defaultdict(int)
@@ -394,6 +402,7 @@ class Runner:
             plan = Plan(self.suite, self.request.framework, self.request.device, threads,
                         remaining[0][0].interop_threads, str(self.path), self.request.seed,
                         [{**asdict(job), "pending": names,
+                          "keep": phase == "wall" and case_of(job) in self.keep_cases,
                           FRESH_AFTER: self.fresh_after.get((case_of(job), phase), ""),
                           "device_measures": list(self.device_measures.get(case_of(job), ())),
                           "recorded": recorded_references(

@@ -48,6 +48,7 @@ from typing import Any
 
 from adapters.measures import COUNTERS, EPOCH_MEASURES, PROFILE
 from suites.environment import host_environment, limit_cpus
+from suites.kept_jobs import KeptJob, KeptJobs, KeptKey
 from suites.results import DEVICE_TIME, FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
 
 EVENT_PREFIX = "@@dlbench "
@@ -131,6 +132,22 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"[:500]
 
 
+# A job's fields that name its case within one results file, beside what the process
+# fixes (suites/runner.py case_of): the key of a job kept for the device phase.
+KEPT_CASE_FIELDS = ("model", "batch", "precision", "variant", "compile_cache")
+
+
+def own_memory(memory, held_bytes: int | None) -> dict[str, Any]:
+    """A row's ``memory``: the adapter's peak, less what was in use on the device when the
+    job was built while other jobs were kept for the device phase (suites/kept_jobs.py),
+    which the allocator's peak counts too; that amount is recorded beside it."""
+    found = asdict(memory)
+    if held_bytes and found.get("peak_bytes") is not None:
+        found["peak_bytes"] = max(0, found["peak_bytes"] - held_bytes)
+        found["held_before_build_bytes"] = held_bytes
+    return found
+
+
 # What a worker fixes when it starts: every plan a serving worker runs shares them.
 PROCESS_FIELDS = ("framework", "device", "threads", "interop_threads", "compile_cache_dir",
                   "phase")
@@ -157,6 +174,12 @@ class Worker:
     # running: an out-of-memory error after others goes to a fresh process.
     jobs_started = 0
     job: Mapping[str, Any] = MappingProxyType({})
+    # Jobs built for the wall phase and kept for this process's device phase
+    # (suites/kept_jobs.py), and what they held on the device when the running job was
+    # built (its rows' peak memory leaves that out).
+    kept: KeptJobs = KeptJobs(lambda: None)
+    held_bytes: int | None = None
+    job_was_kept = False
 
     def __init__(self, plan: Plan):
         self.plan = plan
@@ -184,6 +207,21 @@ class Worker:
         self.host_monitor = HostMonitor(periodic=plan.device == "gpu")
         # The job's timed figures per measure, for its profile row's kernel check.
         self.timed: dict[str, Any] = {}
+        self.kept = KeptJobs(self.gpu_memory_used)
+
+    def gpu_memory_used(self) -> float | None:
+        """The share of the GPU's memory that live arrays hold: the framework allocator's
+        bytes in use against the device's (NVML); NVML's own figure, which counts the
+        framework's pool of freed blocks too, where the framework gives none; the
+        adapter's reading where there is no NVML (a stand-in framework)."""
+        if self.gpu_monitor is None:
+            return self.adapter.memory_used_fraction()
+        found = self.gpu_monitor.memory()
+        if found is None:
+            return None
+        used, total = found
+        in_use = self.adapter.bytes_in_use()
+        return (in_use if in_use is not None else used) / total
 
     def write(self, key: CaseKey, status: str, reason: str = "", started: float = 0.0,
               **fields: Any) -> None:
@@ -240,23 +278,35 @@ class Worker:
         # The runner's per-case time limit: the build counts against every pending measure.
         emit({"start": [key(name).id() for name in pending]})
         started = time.perf_counter()
-        prepared = None
+        kept_key = KeptKey(self.plan.results, tuple(job[name] for name in KEPT_CASE_FIELDS))
+        kept_job = self.kept.take(kept_key) if self.plan.phase == "device" else None
+        prepared = kept_job.prepared if kept_job is not None else None
+        self.job_was_kept = kept_job is not None
         try:
             settings = Settings(**{**asdict(settings),
                                    "execution": self.adapter.describe(case)})
-            weights = canonical_weights(model, self.plan.seed)
-            batch = make_batch(model, job["batch"], self.plan.seed)
-            if batch.lengths is not None:
-                info["seq_len"] = int(batch.x.shape[1])
-            prepared = self.adapter.prepare(model, weights, batch, case)
-            del weights
+            if kept_job is not None:
+                info.update(kept_job.info)
+                self.adapter.reapply(case)
+            else:
+                # What jobs kept for the device phase hold now is not this job's memory.
+                self.held_bytes = self.adapter.bytes_in_use() if len(self.kept) else None
+                weights = canonical_weights(model, self.plan.seed)
+                batch = make_batch(model, job["batch"], self.plan.seed)
+                if batch.lengths is not None:
+                    info["seq_len"] = int(batch.x.shape[1])
+                prepared = self.adapter.prepare(model, weights, batch, case)
+                del weights
         except BaseException as error:  # the whole job fails the same way
+            if prepared is not None:
+                prepared.close()
             if isinstance(error, (KeyboardInterrupt, OutputError)):
                 raise
             status, reason = self.classify(error, Unsupported)
             for name in pending:
                 self.write(key(name), status, reason, started, model_info=info)
             return
+        kept = False
         try:
             timed = [name for name in pending
                      if name not in (FINGERPRINT, PROFILE, COUNTERS, DEVICE_TIME)]
@@ -291,8 +341,12 @@ class Worker:
                 except BaseException as error:
                     status, reason = self.classify(error, Unsupported)
                     self.write(key(name), status, reason, started, model_info=info)
+            kept = self.plan.phase == "wall" and bool(job.get("keep")) \
+                and self.kept.offer(kept_key, KeptJob(prepared, {
+                    name: info[name] for name in ("seq_len",) if name in info}))
         finally:
-            prepared.close()
+            if not kept:
+                prepared.close()
             del prepared
             gc.collect()
 
@@ -357,7 +411,7 @@ class Worker:
                 if monitor is not None:
                     readings[name].append(list(monitor.stop_sampling()))
             if index == 0:
-                first[name] = {"memory": asdict(prepared.peak_memory()),
+                first[name] = {"memory": own_memory(prepared.peak_memory(), self.held_bytes),
                                "extra": dict(prepared.extra)}
             return timing
 
@@ -445,7 +499,8 @@ class Worker:
             reason = "; ".join(dict.fromkeys(f.get("reason", "") for f in found.values()
                                              if f.get("reason"))) or "no device time taken"
         self.write(case_key, status, reason, started, model_info=info,
-                   device_times={"method": method(settings, self.after_wall),
+                   device_times={"method": method(settings, self.after_wall,
+                                                  self.job_was_kept),
                                  "measures": found})
 
     def profiled_measure(self, job: dict[str, Any]) -> str:

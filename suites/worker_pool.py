@@ -27,10 +27,11 @@ worker of its own takes the idle worker of the same key in the "wall" phase, whi
 then on serves that device key only (it is given back under it, and a worker refuses a
 wall plan once it ran a device plan: suites/worker.py). CUPTI then loads in a process
 after its last wall sample, never before one, which is all that suites/device_pass.py
-asks; and the device phase's rebuild of every job finds the framework's in-process
-caches warm (cuDNN's algorithm search in PyTorch, TensorFlow's convolution autotuning,
-JAX's compiled executables), where a fresh process searched again: TensorFlow's li2016
-device pass on an H100 spent about 280 of its 423 s building jobs again.
+asks; and the device phase finds there the jobs the wall phase kept built for it
+(suites/kept_jobs.py), and for a job built again the framework's in-process caches warm
+(cuDNN's algorithm search in PyTorch, JAX's compiled executables), where a fresh process
+searched again: TensorFlow's li2016 device pass on an H100 spent about 280 of its 423 s
+building jobs again in a process of its own.
 
 Not for a framework whose registry entry says ``own_device_process``: its device phase
 always starts a process. No framework says so now; TensorFlow did until a whole wall phase

@@ -19,6 +19,10 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
   stand-in GPU of its own (``<file>.<entry>``), for a matrix's lanes (suites/lanes.py).
 * ``FAKE_EVENTS=<file>``: each prepared case appends ``<pid> <device> <model> b<batch>``
   to the file, so a test can read the order in which processes ran their cases.
+* ``FAKE_GPU_MEMORY_USED=<fraction>``: the share of the stand-in GPU's memory in use
+  (default 0), which decides whether a job is kept built for the device phase
+  (suites/kept_jobs.py); ``FAKE_EVENTS`` shows which jobs were built again, and a
+  kept job's settings set again (``<pid> reapply <precision> <variant>``).
 * ``FAKE_OOM=<model>``: preparing that model raises an out-of-memory error.
   ``FAKE_OOM_AFTER_OTHERS=<model>``: only in a process that prepared another model
   before, as an allocator fragmented by earlier jobs refuses what a fresh process grants.
@@ -43,6 +47,7 @@ GPU_LOCK = "FAKE_GPU_LOCK"
 EVENTS = "FAKE_EVENTS"
 OOM = "FAKE_OOM"
 OOM_AFTER_OTHERS = "FAKE_OOM_AFTER_OTHERS"
+MEMORY_USED = "FAKE_GPU_MEMORY_USED"
 PREPARED: list[str] = []     # the models this process prepared, in order
 
 
@@ -94,6 +99,15 @@ class FakePrepared(Prepared):
         return HostClock() if self.device == "gpu" else None
 
 
+def record_event(text: str) -> None:
+    """``<pid> <text>``, a line of FAKE_EVENTS' file, if set."""
+    events = os.environ.get(EVENTS)
+    if events:
+        fd = os.open(events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, f"{os.getpid()} {text}\n".encode())
+        os.close(fd)
+
+
 def hold_the_gpu(path: str) -> int:
     """Take the stand-in GPU for this process (the module's docstring): the descriptor
     holding the lock, kept open until the process exits."""
@@ -127,12 +141,7 @@ class FakeAdapter(Adapter):
 
     def prepare(self, model, weights, batch, case) -> FakePrepared:
         os.write(2, f"fake: preparing {model.name} b{batch.size}\n".encode())
-        events = os.environ.get(EVENTS)
-        if events:
-            fd = os.open(events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(fd, f"{os.getpid()} {self.config.device} {model.name} "
-                         f"b{batch.size}\n".encode())
-            os.close(fd)
+        record_event(f"{self.config.device} {model.name} b{batch.size}")
         if os.environ.get(CRASH) == model.name:
             os.kill(os.getpid(), signal.SIGKILL)
         others = [name for name in PREPARED if name != model.name]
@@ -149,3 +158,9 @@ class FakeAdapter(Adapter):
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, FakeOutOfMemory)
+
+    def reapply(self, case) -> None:
+        record_event(f"reapply {case.precision} {case.variant}")
+
+    def memory_used_fraction(self) -> float | None:
+        return float(os.environ.get(MEMORY_USED, "0")) if self.config.device == "gpu" else None

@@ -590,6 +590,14 @@ class JaxAdapter(Adapter):
         variant = self.resolve_variant(case.variant)
         return JaxPrepared(self, model, weights, batch, case, variant)
 
+    def reapply(self, case: CaseConfig) -> None:
+        numerics(case.precision, self.config.device)
+
+    def bytes_in_use(self) -> int | None:
+        if self.config.device != "gpu":
+            return None
+        return (self.device.memory_stats() or {}).get("bytes_in_use")
+
     def is_out_of_memory(self, error: BaseException) -> bool:
         if isinstance(error, MemoryError):
             return True

@@ -616,8 +616,16 @@ class TFAdapter(Adapter):
     def prepare(self, model: Model, weights: Weights, batch: Batch,
                 case: CaseConfig) -> Prepared:
         variant = self.resolve_variant(case.variant)
-        apply_precision(case.precision, self.config.device == "gpu")
+        self.reapply(case)
         return TFPrepared(self, model, weights, batch, case, variant)
+
+    def reapply(self, case: CaseConfig) -> None:
+        apply_precision(case.precision, self.config.device == "gpu")
+
+    def bytes_in_use(self) -> int | None:
+        if self.config.device != "gpu":
+            return None
+        return int(tf.config.experimental.get_memory_info("GPU:0")["current"])
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         if isinstance(error, (tf.errors.ResourceExhaustedError, MemoryError)):

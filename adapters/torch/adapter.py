@@ -415,15 +415,7 @@ class TorchAdapter(Adapter):
     def prepare(self, model: Model, weights: Weights, batch: Batch,
                 case: CaseConfig) -> Prepared:
         variant = self.resolve_variant(case.variant)
-        on_gpu = self.config.device == "gpu"
-        apply_precision(case.precision, on_gpu)
-        if variant == "no_cudnn" and not on_gpu:
-            raise Unsupported("cuDNN exists on GPU only")
-        torch.backends.cudnn.enabled = variant != "no_cudnn"
-        torch.backends.cudnn.benchmark = on_gpu
-        if variant == "cudnn_exhaustive" and not on_gpu:
-            raise Unsupported("cuDNN exists on GPU only")
-        torch.backends.cudnn.benchmark_limit = 0 if variant == "cudnn_exhaustive" else 10
+        self.reapply(case)
         if variant in COMPILED:
             # A fresh start for each case, as a process training one network has: torch
             # compiles a function's code once per input shape and layout, up to
@@ -433,6 +425,20 @@ class TorchAdapter(Adapter):
             # process would otherwise decide how, and whether, this one is compiled.
             torch.compiler.reset()
         return TorchPrepared(self, model, weights, batch, case, variant)
+
+    def reapply(self, case: CaseConfig) -> None:
+        variant = self.resolve_variant(case.variant)
+        on_gpu = self.config.device == "gpu"
+        apply_precision(case.precision, on_gpu)
+        if variant in ("no_cudnn", "cudnn_exhaustive") and not on_gpu:
+            raise Unsupported("cuDNN exists on GPU only")
+        torch.backends.cudnn.enabled = variant != "no_cudnn"
+        torch.backends.cudnn.benchmark = on_gpu
+        torch.backends.cudnn.benchmark_limit = 0 if variant == "cudnn_exhaustive" else 10
+
+    def bytes_in_use(self) -> int | None:
+        return int(torch.cuda.memory_allocated(self.device)) \
+            if self.config.device == "gpu" else None
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         if isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)):

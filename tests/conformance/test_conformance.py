@@ -212,6 +212,28 @@ def test_cpu_peak_memory_is_the_process_rss(adapter):
         prepared.close()
 
 
+def test_a_job_kept_built_computes_the_same_after_other_jobs(adapter):
+    """A job kept from the wall phase for the device phase (suites/kept_jobs.py) runs
+    again after other jobs were prepared and closed in its process (JAX's close clears
+    its compiled programs; another precision changes the process's settings), once the
+    worker has set its settings again."""
+    _, _, _, kept = prepare(adapter, "lenet_tiny")
+    try:
+        before = kept.forward_output()
+        for precision in ("bf16", "fp32"):
+            try:
+                _, _, _, other = prepare(adapter, "resnet_tiny", CaseConfig(precision))
+            except Unsupported:
+                continue
+            other.sync(other.step("forward")())
+            other.close()
+        adapter.reapply(CaseConfig())
+        np.testing.assert_array_equal(kept.forward_output(), before)
+        assert adapter.bytes_in_use() is None     # a CPU run keeps no job
+    finally:
+        kept.close()
+
+
 def test_single_layer_measures_refuse_networks(adapter, entry):
     if "grad_input" not in entry.measures:
         pytest.skip(f"{entry.name} does not time grad_input")
