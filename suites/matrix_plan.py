@@ -299,13 +299,15 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
                                                                                  c.measure))
                                         for c in to_run), device, cache)
     # One worker per thread setting and process group, one more per compile-cache job that
-    # runs in a process of its own (suites/runner.py own_process).
+    # runs in a process of its own (suites/runner.py own_process); those first, as the
+    # runner runs them.
     entry = framework_entry(framework, device)
     workers = tuple(dict.fromkeys(PlannedWorker(
         phase, c.job.threads, (suite, c.job.model, c.job.batch, c.job.precision, c.job.variant,
                                c.job.compile_cache) if c.job.compile_cache else (),
         process_group(entry, c.job.precision))
-        for c in to_run if not c.job.compile_cache or own_process(entry, c.job)))
+        for c in sorted(to_run, key=lambda c: not c.job.compile_cache)
+        if not c.job.compile_cache or own_process(entry, c.job)))
     return Item(suite, source, framework, device, python, path, tuple(jobs), len(cases) - len(pending),
                 tuple(reusable), tuple(to_run), estimate, workers, unavailable, phase)
 

@@ -322,9 +322,12 @@ class Runner:
                                  if FINGERPRINT in names), self.request.seed, console.print)
         # One worker per thread setting and process group; a job with a compile-cache
         # setting gets a fresh process of its own, so that nothing compiled earlier in the
-        # process is reused.
+        # process is reused. Those run first: on a GPU their processes close every idle
+        # worker (suites/worker_pool.py), which would take with it the jobs a wall phase's
+        # worker kept built for the device phase (suites/kept_jobs.py).
         groups: dict[tuple, list[tuple[Job, list[str]]]] = defaultdict(list)
-        for index, (job, names) in enumerate(self.pending):
+        for index, (job, names) in sorted(enumerate(self.pending),
+                                          key=lambda pair: not pair[1][0].compile_cache):
             groups[(job.threads, index if job.compile_cache else -1,
                     process_group(self.entry, job.precision))].append((job, names))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

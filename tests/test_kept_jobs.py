@@ -128,3 +128,22 @@ def test_only_cases_with_device_phase_work_left_are_kept(tmp_path, stand_in_gpu)
     cpu = tmp_path / "cpu.toml"
     cpu.write_text(tiny_suite("cpu-a", cases(["lenet_tiny"], [2], device="cpu")))
     assert Runner(RunRequest(str(cpu), "fake", "cpu", out)).keep_cases == set()
+
+
+def test_compile_cache_jobs_run_first_so_their_processes_leave_the_kept_jobs_alone(
+        tmp_path, stand_in_gpu):
+    # bahrampour2016's first calls with a cold and a warm compilation cache run in
+    # processes of their own, which close every idle GPU worker: run after the ordinary
+    # jobs' wall phase, they would take its kept jobs with them.
+    suite = tiny_suite(
+        "gpu-cache",
+        cases(["conv_tiny", "sae_tiny_se"], [2], device="gpu"),
+        cases(["lenet_tiny"], [2], device="gpu", measures=("forward",),
+              extra='variants = ["cached"]\ncompile_cache = ["cold", "warm"]\n'))
+    rows, events = run_suites(tmp_path, suite)
+    assert [" ".join(e[1:]) for e in events] == [
+        "gpu lenet_tiny b2", "gpu lenet_tiny b2", "gpu conv_tiny b2", "gpu sae_tiny_se b2",
+        "reapply fp32 eager", "reapply fp32 eager"]
+    pids = [e[0] for e in events]
+    assert len(set(pids[:2] + pids[2:3])) == 3 and len(set(pids[2:])) == 1
+    assert {r["status"] for r in rows} == {"ok"}
