@@ -36,6 +36,9 @@ class FrameworkEntry:
     # Whether its device phase starts a process of its own rather than going on in the
     # wall phase's worker (suites/worker_pool.py; registry.toml says why).
     own_device_process: bool = False
+    # Whether the wall phase's worker keeps the jobs built for the device phase
+    # (suites/kept_jobs.py; registry.toml says for which frameworks and why).
+    keeps_jobs_for_device_phase: bool = False
 
     def load(self):
         return getattr(importlib.import_module(self.module), self.class_name)
@@ -54,6 +57,7 @@ def load_registry(path: Path | None = None) -> dict[str, FrameworkEntry]:
             compile_cache_variants=tuple(entry.get("compile_cache", {}).get("variants", ())),
             compile_cache_env=dict(entry.get("compile_cache", {}).get("env", {})),
             own_process_precisions=tuple(entry.get("own_process_precisions", ())),
-            own_device_process=bool(entry.get("own_device_process", False)))
+            own_device_process=bool(entry.get("own_device_process", False)),
+            keeps_jobs_for_device_phase=bool(entry.get("keeps_jobs_for_device_phase", False)))
         for name, entry in data.items()
     }

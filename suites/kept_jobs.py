@@ -13,9 +13,19 @@ its wall samples ran, so the device time no longer described them (README, "What
 costs"). A kept job's device time is taken on the programs and kernels its wall samples
 timed.
 
-What is kept: a job the runner marks (``keep``: its case has device time or a profile
-still to measure, suites/runner.py), built for the wall phase, whose measures all ran
-without an error escaping. It stays until the device phase of the same worker takes it
+Which frameworks: those whose registry entry says ``keeps_jobs_for_device_phase``
+(adapters/registry.toml): TensorFlow and ONNX Runtime, whose rebuilds cost 229 and 98 s of
+the 352 s kept jobs saved in that matrix (at 182e8df, on the same host model). PyTorch's
+and JAX's rebuilds cost little (their device_time rows took 72 and 84 s kept against 86
+and 95 s built again), and kept jobs changed their rows' memory figures: JAX's peak is the
+allocator's only where a measure sets a new high for the process, which memory held by
+kept jobs made more common (ResNet-50's gradient at batch 16 then counted its first
+call's autotuning scratch: 4987 MB against 1727), and PyTorch's no longer counted what
+an earlier job had left allocated (the autoencoders at batch 64: 2 MB against 70).
+
+What is kept: a job the runner marks (``keep``: its framework keeps jobs and its case has
+device time or a profile still to measure, suites/runner.py), built for the wall phase,
+whose measures all ran without an error escaping. It stays until the device phase of the same worker takes it
 (``take``) or the worker exits. The device phase of a job nobody kept builds it as before.
 
 Memory: a kept job holds device memory while later jobs are timed. The rule keeps one

@@ -289,12 +289,13 @@ class Runner:
                                  request.phases)
         self.device_measures = device_measures(jobs)
         # Cases whose job the wall phase's worker keeps built for the device phase
-        # (suites/kept_jobs.py): those with device time or a profile still to measure
-        # (counters run in a process of Nsight Compute's; compile-cache jobs have no
-        # device phase).
+        # (suites/kept_jobs.py), for a framework whose registry entry says so: those with
+        # device time or a profile still to measure (counters run in a process of Nsight
+        # Compute's; compile-cache jobs have no device phase).
         self.keep_cases = {case_of(job) for job, names in in_phases(
             pending_measures(jobs, self.key, done), request.device, ("device",))
-            if request.device == "gpu" and set(names) - {COUNTERS}}
+            if request.device == "gpu" and self.entry.keeps_jobs_for_device_phase
+            and set(names) - {COUNTERS}}
         self.skipped = sum(len(names) for _, names in in_phases(
             pending_measures(jobs, self.key, set()), request.device, request.phases)) - self.total
         self.statuses: dict[str, int] = defaultdict(int)

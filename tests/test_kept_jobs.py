@@ -55,7 +55,8 @@ def test_a_rows_peak_memory_leaves_out_what_kept_jobs_held_when_it_was_built():
     assert own_memory(Memory(None, "allocator"), 300) == {"peak_bytes": None, "kind": "allocator"}
 
 
-def run_suites(tmp_path: Path, *texts: str) -> tuple[list[dict], list[list[str]]]:
+def run_suites(tmp_path: Path, *texts: str, framework: str = "fake"
+               ) -> tuple[list[dict], list[list[str]]]:
     """Each suite's wall then device phase in one pool (the device phase in the wall
     worker's process, as the matrix runs them): the rows, and the events of the stand-in
     (``<pid> gpu <model> b<batch>`` per build, ``<pid> reapply ...`` per kept job used)."""
@@ -70,9 +71,10 @@ def run_suites(tmp_path: Path, *texts: str) -> tuple[list[dict], list[list[str]]
     with WorkerPool() as pool:
         for phase in ("wall", "device"):
             for path in paths:
-                request = RunRequest(str(path), "fake", "gpu", out, resume=True, phases=(phase,))
+                request = RunRequest(str(path), framework, "gpu", out, resume=True,
+                                     phases=(phase,))
                 assert Runner(request, pool=pool).run() == 0
-    rows = [json.loads(line) for path in sorted(out.glob("*/*/fake_gpu.jsonl"))
+    rows = [json.loads(line) for path in sorted(out.glob(f"*/*/{framework}_gpu.jsonl"))
             for line in path.read_text().splitlines()]
     events = [line.split() for line in (tmp_path / "events").read_text().splitlines()]
     return rows, events
@@ -109,6 +111,15 @@ def test_above_the_memory_rules_share_the_device_phase_builds_its_jobs_again(
     device = [r for r in rows if r["measure"] == "device_time"]
     assert len(device) == 4 and all("on the job built again" in r["device_times"]["method"]
                                     for r in device)
+
+
+def test_a_framework_whose_registry_entry_does_not_keep_jobs_builds_them_again(
+        tmp_path, stand_in_gpu):
+    rows, events = run_suites(tmp_path, SUITE_A, framework="fake2")
+    assert [e[1] for e in events] == ["gpu"] * 8
+    assert all("on the job built again" in r["device_times"]["method"]
+               for r in rows if r["measure"] == "device_time")
+    assert not any("held_before_build_bytes" in (r.get("memory") or {}) for r in rows)
 
 
 def test_only_cases_with_device_phase_work_left_are_kept(tmp_path, stand_in_gpu):
