@@ -214,7 +214,10 @@ def fill_cache(pairs, seed: int, say, cpus: int | None = None) -> dict[tuple[str
     jobs, seconds = _jobs(pairs, seed, say)
     if not jobs:
         return seconds
-    shape = truth_pool.shape_for(jobs, cpus or truth_pool.usable_cpus())
+    import psutil
+
+    shape = truth_pool.shape_for(jobs, cpus or truth_pool.usable_cpus(),
+                                 psutil.virtual_memory().available)
     say(f"float64 reference: {len(jobs)} (model, batch) pairs, "
         f"{sum(job.gflop for job in jobs):.0f} GFLOP, in {shape.processes} processes × "
         f"{shape.threads} BLAS threads (cached in {truth_module.cache_dir()})")

@@ -429,3 +429,39 @@ def test_plan_prints_and_writes_nothing(tmp_path):
     assert "estimated:" in done.stderr
     assert "default-gpu" in done.stderr or "not run: torch" in done.stderr
     assert not out.exists()
+
+
+def test_the_float64_truth_of_every_suite_is_one_pool_before_any_framework(tmp_path, monkeypatch):
+    # One pool for all suites (suites/truth_pool.py): a pool per suite waited for each
+    # suite's largest job while the CPUs idled.
+    import suites.matrix as matrix_module
+    import suites.runner as runner_module
+    from suites.matrix import Matrix, MatrixRequest
+    from tests.fake_framework import REGISTRY
+    from tests.tiny_suites import cases, tiny_suite
+
+    monkeypatch.setenv("DLBENCH_REGISTRY", str(REGISTRY))
+    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path / "truth"))
+    monkeypatch.delenv("DLBENCH_TRUTH", raising=False)
+    calls: list[tuple[str, list]] = []
+
+    def recorder(name):
+        def fill(pairs, seed, say, cpus=None):
+            calls.append((name, sorted(pairs)))
+            return {}
+        return fill
+    monkeypatch.setattr(matrix_module, "fill_cache", recorder("matrix"))
+    monkeypatch.setattr(runner_module, "fill_cache", recorder("runner"))
+    paths = []
+    for name, models in (("truth-a", ["lenet_tiny"]), ("truth-b", ["conv_tiny", "lenet_tiny"])):
+        paths.append(tmp_path / f"{name}.toml")
+        paths[-1].write_text(tiny_suite(name, cases(models, [2])))
+    request = MatrixRequest("cpu", ("fake", "fake2"), tuple(map(str, paths)), tmp_path / "out",
+                            pythons=(f"fake={sys.executable}", f"fake2={sys.executable}"),
+                            reuse=False, compile_cache="off", history=(tmp_path / "out",))
+    assert Matrix(request).run() == 0
+    assert calls[0] == ("matrix", [("conv_tiny", 2), ("lenet_tiny", 2)])
+    assert [name for name, _ in calls].count("matrix") == 1
+    log = next((tmp_path / "out").glob("matrix/*/costs-cpu.ndjson"))
+    truth = [r for r in map(json.loads, log.read_text().splitlines()) if r["kind"] == "truth"]
+    assert len(truth) == 1 and truth[0]["suite"] == "truth-a truth-b" and truth[0]["pairs"] == 2

@@ -402,6 +402,25 @@ def test_the_pool_has_processes_times_threads_equal_to_the_cpus():
     assert truth_pool.shape_for([], 16) == truth_pool.PoolShape(0, 0)
 
 
+def test_the_pool_runs_no_more_processes_than_the_largest_jobs_memory_allows():
+    def jobs(*gflops):
+        return [truth_pool.Job(f"m{i}", 1, 0, g) for i, g in enumerate(gflops)]
+
+    gb = 1e9
+    per_1000 = 1000 * truth_pool.BYTES_PER_GFLOP      # 5 GB for a 1000-GFLOP job
+    eight = jobs(*[1000] * 8)
+    assert truth_pool.shape_for(eight, 16) == truth_pool.PoolShape(8, 2)
+    assert truth_pool.shape_for(eight, 16, 1000 * gb) == truth_pool.PoolShape(8, 2)
+    # 80% of 16 GB holds two 5 GB jobs, not three.
+    assert per_1000 * 2 <= 0.8 * 16 * gb < per_1000 * 3
+    assert truth_pool.shape_for(eight, 16, 16 * gb) == truth_pool.PoolShape(2, 8)
+    # The largest jobs count first: two 1000-GFLOP jobs do not fit in 80% of 8 GB together.
+    assert truth_pool.shape_for(jobs(1000, 1000, 10, 10), 4) == truth_pool.PoolShape(3, 1)
+    assert truth_pool.shape_for(jobs(1000, 1000, 10, 10), 4, 8 * gb) == truth_pool.PoolShape(1, 4)
+    # Too little memory for even the largest alone: one process, which may still finish.
+    assert truth_pool.shape_for(eight, 16, 1 * gb) == truth_pool.PoolShape(1, 16)
+
+
 def test_thread_limit_restores_the_environment(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
