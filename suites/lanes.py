@@ -7,8 +7,8 @@ then the device pass in one worker, resume, budget, cost log), confined before i
 anything: ``CUDA_VISIBLE_DEVICES`` names the lane's GPU and ``--cpus`` its CPUs, which every
 worker, compiler job and profiler it starts inherits. Its output goes to the lane's log,
 ``<out>/matrix/<host>/lane-<gpu>.log``; this process prints when each task starts and ends.
-The float64 truth of every suite is computed first, on all of this process's CPUs, so
-that no lane measures beside it.
+The float64 truth of every suite is computed first, in one pool on all of this process's
+CPUs, so that no lane measures beside it.
 
 Every row says it was measured in a lane (``env.matrix_lanes``, ``env.cuda_visible_devices``,
 ``env.gpu_uuid``, ``env.cpu_affinity``): the lanes share the host's memory, PCIe and power,
