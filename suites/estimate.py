@@ -18,6 +18,12 @@ A pending case is estimated from, in order of preference:
    how many cases and which models;
 4. nothing: the plan counts such cases as "no estimate" and never guesses them.
 
+A device_time case of a framework whose wall pass keeps its jobs built for the device pass
+(suites/kept_jobs.py) is estimated from a row measured on a kept job where one exists,
+of this device model or, failing that, another: a row of a job built again counts the
+build and first calls a kept job does not make (TensorFlow's 122 kept device_time rows on
+4x H200 took 18 s, the same cases built again 251 s).
+
 Where a row says whether its first call compiled or loaded from the persistent
 compilation cache (JAX's ``compile_events``), the estimate prefers rows of the cache state
 the run will meet: a re-run on a host that kept its cache took JAX's ``default-gpu`` from
@@ -111,6 +117,13 @@ def cache_state(row: dict[str, Any]) -> str:
     return ""
 
 
+def measured_on_kept_job(row: dict[str, Any]) -> bool:
+    """Whether a device_time row was measured on the job its wall pass kept built
+    (suites/device_pass.py ``method``)."""
+    return row.get("measure") == "device_time" and \
+        "kept built" in ((row.get("device_times") or {}).get("method") or "")
+
+
 @dataclass(frozen=True)
 class OtherGpus:
     """The rows of every GPU model but ``name``: the fallback of a plan for a model that
@@ -148,12 +161,21 @@ class History:
     compile_by_case: dict[str, float] = field(default_factory=dict)
     models: tuple[str, ...] = ()       # the device models the counted rows ran on
     fallback: History | None = None    # other GPU models' rows (OtherGpus)
+    # case_key → seconds of the newest device_time row measured on a kept job
+    kept_device: dict[str, float] = field(default_factory=dict)
 
     def case_seconds(self, case_id: str, computation: tuple, device: str,
-                     cache: CacheView | None = None) -> tuple[float | None, str]:
-        """(seconds, "case" | "other suite") or (None, ""); with ``cache``, rows whose
-        first call met the compilation cache as this run's will are preferred."""
+                     cache: CacheView | None = None, kept: bool = False
+                     ) -> tuple[float | None, str]:
+        """(seconds, "case" | "other suite" | "other device") or (None, ""); with
+        ``cache``, rows whose first call met the compilation cache as this run's will are
+        preferred; with ``kept`` (the framework keeps its jobs for the device pass), a
+        device_time row measured on a kept job, of this model or another."""
         key = case_key(case_id, device)
+        if kept and key in self.kept_device:
+            return self.kept_device[key], "case"
+        if kept and self.fallback is not None and key in self.fallback.kept_device:
+            return self.fallback.kept_device[key], "other device"
         state = cache.state(self.hosts_by_case.get(key, ())) if cache is not None else ""
         found = self.by_case_state.get((key, state)) if state else None
         if found is None and state == WARM and (key, COLD) in self.by_case_state:
@@ -207,6 +229,7 @@ def history_of(rows: list[tuple[dict[str, Any], float]], machine: Machine | Othe
     newest_state: dict[tuple[str, str], tuple[float, float]] = {}
     hosts: dict[str, set[str]] = {}
     compiled: dict[str, tuple[float, float]] = {}
+    kept: dict[str, tuple[float, float]] = {}
     models: set[str] = set()
     counted = 0
     for row, cost in rows:
@@ -227,6 +250,8 @@ def history_of(rows: list[tuple[dict[str, Any], float]], machine: Machine | Othe
             if state[1] == COLD:
                 events = (row.get("timing") or {}).get("compile_events") or {}
                 compiled[key] = (when, float(events.get("compile_s") or 0.0))
+        if measured_on_kept_job(row) and (key not in kept or kept[key][0] <= when):
+            kept[key] = (when, cost)
         computation = computation_key(row)
         if computation not in newest_computation or \
                 newest_computation[computation][0] <= when:
@@ -236,7 +261,8 @@ def history_of(rows: list[tuple[dict[str, Any], float]], machine: Machine | Othe
                    {k: v for k, (_, v) in newest_state.items()},
                    {k: frozenset(v) for k, v in hosts.items()},
                    {k: v for k, (_, v) in compiled.items()},
-                   tuple(sorted(m for m in models if m)))
+                   tuple(sorted(m for m in models if m)),
+                   kept_device={k: v for k, (_, v) in kept.items()})
 
 
 @dataclass(frozen=True)
@@ -274,11 +300,11 @@ def minutes(seconds: float) -> str:
 
 
 def estimate_cases(history: History, cases: Iterable[tuple[str, tuple]], device: str,
-                   cache: CacheView | None = None) -> Estimate:
+                   cache: CacheView | None = None, kept: bool = False) -> Estimate:
     """Sum the estimates of (case id, computation key) pairs."""
     total = Estimate()
     for case_id, computation in cases:
-        seconds, how = history.case_seconds(case_id, computation, device, cache)
+        seconds, how = history.case_seconds(case_id, computation, device, cache, kept)
         total = total + Estimate(seconds or 0.0, 1, int(how == "other suite"),
                                  int(seconds is None), int(how == "other device"))
     return total

@@ -110,6 +110,7 @@ from suites.matrix_plan import (
     case_computation,
     check_frameworks,
     describe,
+    keeps_jobs,
     make_plan,
     python_table,
     resolve_suites,
@@ -440,8 +441,9 @@ class Matrix:
             for name in names:
                 case_id = case_key(item.suite, item.framework, item.device, job, name).id()
                 computation = case_computation(item.framework, item.device, job, name)
-                found.append(self.history.case_seconds(case_id, computation, item.device,
-                                                       self.caches.get(item.framework))[0])
+                found.append(self.history.case_seconds(
+                    case_id, computation, item.device, self.caches.get(item.framework),
+                    keeps_jobs(item.framework, item.device))[0])
             known = [f for f in found if f is not None]
             return sum(known) if known else None
         return estimate

@@ -297,7 +297,8 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
                              timed.get(case_of(case.job), ())))
     estimate = estimate_cases(history, ((c.case_id, case_computation(framework, device, c.job,
                                                                                  c.measure))
-                                        for c in to_run), device, cache)
+                                        for c in to_run), device, cache,
+                              keeps_jobs(framework, device))
     # One worker per thread setting and process group, one more per compile-cache job that
     # runs in a process of its own (suites/runner.py own_process); those first, as the
     # runner runs them.
@@ -310,6 +311,12 @@ def plan_item(suite: str, source: str, framework: str, device: str, python: str,
         if not c.job.compile_cache or own_process(entry, c.job)))
     return Item(suite, source, framework, device, python, path, tuple(jobs), len(cases) - len(pending),
                 tuple(reusable), tuple(to_run), estimate, workers, unavailable, phase)
+
+
+def keeps_jobs(framework: str, device: str) -> bool:
+    """Whether the framework's device pass runs on jobs its wall pass kept built
+    (suites/kept_jobs.py): a GPU run of a framework whose registry entry says so."""
+    return device == "gpu" and framework_entry(framework, device).keeps_jobs_for_device_phase
 
 
 def case_computation(framework: str, device: str, job: Job, measure: str) -> tuple:

@@ -192,6 +192,28 @@ def test_a_gpu_model_without_rows_of_a_case_falls_back_on_another_models_and_say
     assert load_history([tmp_path], Machine("cpu", "AMD EPYC", 2)).fallback is None
 
 
+def test_a_framework_that_keeps_its_jobs_is_estimated_from_device_rows_of_kept_jobs(tmp_path):
+    # An H100 plan: the H100's device_time row of the case rebuilt the job (8 s); an
+    # H200's was measured on a kept job (0.3 s), as the run will measure it.
+    from suites.device_pass import method
+    case = "s/tf/gpu/m/b1/device_time/fp32/graph/t16"
+    timer = TimerSettings()
+    rows = [_row(case, "2026-11-25T09:00:00+00:00", 8.0,
+                 device_times={"method": method(timer, after_wall=True)}),
+            _row(case, "2026-11-27T09:00:00+00:00", 0.3, gpu="NVIDIA H200",
+                 device_times={"method": method(timer, after_wall=True, kept=True)})]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    history = load_history([tmp_path], Machine("gpu", H100, 16))
+    computation = ("tf", "gpu", "m", 1, "device_time", "fp32", "graph", None, "")
+    assert history.case_seconds(case, computation, "gpu", kept=True) == (0.3, "other device")
+    assert history.case_seconds(case, computation, "gpu") == (8.0, "case")
+    # The H200's own plan: its kept row is its own case.
+    h200 = load_history([tmp_path], Machine("gpu", "NVIDIA H200", 16))
+    assert h200.case_seconds(case, computation, "gpu", kept=True) == (0.3, "case")
+    assert matrix_plan.keeps_jobs("tf", "gpu") and matrix_plan.keeps_jobs("ort", "gpu")
+    assert not matrix_plan.keeps_jobs("torch", "gpu") and not matrix_plan.keeps_jobs("tf", "cpu")
+
+
 def test_another_suites_row_estimates_a_case_and_the_plan_says_so():
     history = History({}, {("torch", "gpu", "m", 1, "forward", "fp32", "eager", None, ""): 2.5}, 1)
     seconds, how = history.case_seconds("other/torch/gpu/m/b1/forward/fp32/eager/t16",
