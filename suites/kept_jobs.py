@@ -26,7 +26,7 @@ an earlier job had left allocated (the autoencoders at batch 64: 2 MB against 70
 What is kept: a job the runner marks (``keep``: its framework keeps jobs and its case has
 device time or a profile still to measure, suites/runner.py), built for the wall phase,
 whose measures all ran without an error escaping. It stays until the device phase of the same worker takes it
-(``take``) or the worker exits. The device phase of a job nobody kept builds it as before.
+(``take``) or the worker's process ends. The device phase of a job nobody kept builds it as before.
 
 Memory: a kept job holds device memory while later jobs are timed. The rule keeps one
 only while the memory that live arrays hold (the framework allocator's bytes in use; NVML's
@@ -45,9 +45,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-# The share of the GPU's memory in use above which no further job is kept: the later jobs
-# of a suite keep at least 65% of the device (practice-gpu's batch sweep looks for the
-# largest batch that fits, and li2016's batch-512 layers need several GB).
+# The share of the GPU's memory in use (as the rule reads it) above which no further job
+# is kept: the kept jobs leave the later ones most of the device (practice-gpu's batch
+# sweep looks for the largest batch that fits; li2016's batch-512 layers need several GB).
 KEEP_BELOW = 0.35
 
 
@@ -64,9 +64,6 @@ class KeptKey:
 class KeptJob:
     prepared: Any           # adapters.base.Prepared
     info: dict[str, Any]    # the rows' model_info as the build found it (an LSTM's length)
-
-    def close(self) -> None:
-        self.prepared.close()
 
 
 class KeptJobs:
@@ -99,8 +96,3 @@ class KeptJobs:
     def take(self, key: KeptKey) -> KeptJob | None:
         """The kept job of ``key``, no longer kept (the caller closes it), or None."""
         return self.jobs.pop(key, None)
-
-    def close_all(self) -> None:
-        for job in self.jobs.values():
-            job.close()
-        self.jobs.clear()

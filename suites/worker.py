@@ -341,9 +341,12 @@ class Worker:
                 except BaseException as error:
                     status, reason = self.classify(error, Unsupported)
                     self.write(key(name), status, reason, started, model_info=info)
-            kept = self.plan.phase == "wall" and bool(job.get("keep")) \
-                and self.kept.offer(kept_key, KeptJob(prepared, {
+            if self.plan.phase == "wall" and job.get("keep"):
+                kept = self.kept.offer(kept_key, KeptJob(prepared, {
                     name: info[name] for name in ("seq_len",) if name in info}))
+                if not kept:
+                    print(f"{job['model']} b{job['batch']} not kept for the device phase: "
+                          f"{self.kept.declined}", file=sys.stderr, flush=True)
         finally:
             if not kept:
                 prepared.close()
