@@ -44,8 +44,10 @@ plan up front, resumable, within a time budget.
   thread setting, phase, worker environment and round, started once and handed every
   suite that needs it (a TensorFlow worker takes 13-15 s to start on an H100); jobs with
   a compile-cache setting still get processes of their own (on a GPU the pass's idle
-  worker is closed before each, and started again after). With ``--rounds`` on a GPU a
-  suite's rounds follow each other within the wall pass, and each round's worker closes
+  worker is closed before each, and started again after; they run before the suite's
+  other jobs, so the worker started after them keeps its jobs for the device pass). With
+  ``--rounds`` on a GPU a suite's rounds follow each other within the wall pass, and each
+  round's worker closes
   the one before, so every suite starts a wall worker per round (the device pass, round
   1's only, still starts one).
 * **Caches**: each framework's persistent compilation cache (JAX's, TensorFlow's XLA
