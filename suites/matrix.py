@@ -47,9 +47,8 @@ plan up front, resumable, within a time budget.
   worker is closed before each, and started again after; they run before the suite's
   other jobs, so the worker started after them keeps its jobs for the device pass). With
   ``--rounds`` on a GPU a suite's rounds follow each other within the wall pass, and each
-  round's worker closes
-  the one before, so every suite starts a wall worker per round (the device pass, round
-  1's only, still starts one).
+  round's worker closes the one before, so every suite starts a wall worker per round
+  (the device pass, round 1's only, still starts one).
 * **Caches**: each framework's persistent compilation cache (JAX's, TensorFlow's XLA
   cache, inductor's) lives in ``$DLBENCH_COMPILE_CACHE`` (default
   ``~/.cache/dlbench/compile``) unless ``--compile-cache off``, so a re-run on the same
