@@ -131,7 +131,17 @@ def pool2d(x: np.ndarray, kind: str, kernel: Pair, stride: Pair, padding: Pair =
         return view[:, :, :oh, :ow]  # (N, C, OH, OW, kh, kw)
 
     if kind == "max":
-        return windows(np.pad(x, pads, constant_values=-np.inf)).max(axis=(4, 5))
+        # The window's maximum as kh * kw element-wise maxima of strided slices, one per
+        # offset: the same values as reducing the windows view (max is exact in any
+        # order), without numpy reducing two short strided axes of a 6-D view, which
+        # took 2.1 of GoogLeNet's 4.7 s at batch 16 (one core of a 2-core AMD EPYC).
+        padded = np.pad(x, pads, constant_values=-np.inf)
+        found = None
+        for di in range(kh):
+            for dj in range(kw):
+                part = padded[:, :, di:di + (oh - 1) * sh + 1:sh, dj:dj + (ow - 1) * sw + 1:sw]
+                found = part.copy() if found is None else np.maximum(found, part, out=found)
+        return found
     if kind == "avg":
         total = windows(np.pad(x, pads)).sum(axis=(4, 5))
         valid = windows(np.pad(np.ones((1, 1, h, w)), pads)).sum(axis=(4, 5))

@@ -328,3 +328,27 @@ def test_trace_reports_every_leaf_in_order():
     assert trace[-1].out_shape == out.shape[1:]
     leaves = [n.name for n in ir.walk(model.body) if isinstance(n, ir.LEAF_TYPES)]
     assert sorted(x.name for x in trace) == sorted(leaves)
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding,ceil_mode", [
+    ((2, 3, 17, 19), (3, 3), (2, 2), (1, 1), True),
+    ((2, 3, 16, 16), (2, 2), (2, 2), (0, 0), False),
+    ((1, 4, 13, 13), (3, 3), (1, 1), (1, 1), False),
+    ((2, 2, 7, 9), (5, 3), (3, 2), (2, 1), True),
+    ((1, 1, 6, 6), (3, 3), (3, 3), (0, 0), True),
+])
+def test_max_pooling_is_the_maximum_of_each_window(shape, kernel, stride, padding, ceil_mode):
+    # pool2d takes the maximum offset by offset; here each window's maximum is taken whole,
+    # over the windows view of the padded input. Max is exact, so the two are equal.
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    x = np.random.default_rng(7).standard_normal(shape)
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    oh = ref.pool_out_size(shape[2], kh, sh, ph, ceil_mode)
+    ow = ref.pool_out_size(shape[3], kw, sw, pw, ceil_mode)
+    padded = np.pad(x, ((0, 0), (0, 0), (ph, ph + kh), (pw, pw + kw)),
+                    constant_values=-np.inf)
+    windows = sliding_window_view(padded, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
+    expected = windows[:, :, :oh, :ow].max(axis=(4, 5))
+    found = ref.pool2d(x, "max", kernel, stride, padding, ceil_mode)
+    np.testing.assert_array_equal(found, expected)
