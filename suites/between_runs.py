@@ -41,7 +41,7 @@ import numpy as np
 
 from suites.compare import band
 from suites.estimate import Machine, case_key
-from suites.results import is_timed, json_lines
+from suites.results import is_timed, json_lines, results_files
 from suites.spread import NO_PRIOR, Prior, fit_prior, moderated, t_975
 
 
@@ -86,22 +86,16 @@ def load_earlier(folders: Iterable[Path], machine: Machine) -> EarlierRuns:
     """The centres of every timed ``ok`` row of ``machine``'s model under ``folders``
     (``*.jsonl``; round files are a run's parts, not runs), each row once, oldest first."""
     found: dict[tuple[str, str, str], float] = {}   # (case id, host, start) → centre
-    for folder in folders:
-        if not folder.exists():
-            continue
-        files = [folder] if folder.is_file() else sorted(folder.rglob("*.jsonl"))
-        for path in files:
-            if ".round" in path.name:
+    for path in results_files(folders):
+        for row in json_lines(path):
+            centre = _centre(row)
+            if centre is None:
                 continue
-            for row in json_lines(path):
-                centre = _centre(row)
-                if centre is None:
-                    continue
-                env = row.get("env") or {}
-                if not machine.matches(env, (row.get("settings") or {}).get("device", "")):
-                    continue
-                found[(row["case_id"], env.get("host", ""),
-                       str(row.get("started_at", "")))] = centre
+            env = row.get("env") or {}
+            if not machine.matches(env, (row.get("settings") or {}).get("device", "")):
+                continue
+            found[(row["case_id"], env.get("host", ""),
+                   str(row.get("started_at", "")))] = centre
     centres: dict[str, list[tuple[str, float]]] = {}
     hosts: dict[str, set[str]] = {}
     for (case_id, host, started), centre in found.items():

@@ -44,7 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from suites.results import json_lines
+from suites.results import json_lines, results_files
 
 # A gap between two rows' stamps longer than this is a pause between runs, not a cost.
 MAX_GAP_S = 900.0
@@ -199,16 +199,8 @@ class History:
 
 def costed_rows(folders: Iterable[Path]) -> list[tuple[dict[str, Any], float]]:
     """Every earlier row under ``folders`` that carries a cost, with the cost."""
-    found = []
-    for folder in folders:
-        if not folder.exists():
-            continue
-        files = [folder] if folder.is_file() else sorted(folder.rglob("*.jsonl"))
-        for path in files:
-            if ".round" not in path.name:
-                found += [(row, cost) for row, cost in row_costs(json_lines(path))
-                          if cost is not None]
-    return found
+    return [(row, cost) for path in results_files(folders)
+            for row, cost in row_costs(json_lines(path)) if cost is not None]
 
 
 def load_history(folders: Iterable[Path], machine: Machine) -> History:

@@ -400,13 +400,10 @@ class Matrix:
         CPUs idle while the next suite waits (a pool per suite took 2.2 of the 18.8
         minutes of published/h200x4-2026-11-kept on its 64 cores: each suite waited for
         its largest job, its pool at most 4 processes wide)."""
-        suites = list(dict.fromkeys(item.suite for item in plan.items if not item.unavailable))
-        pairs = [pair for pair in plan.truth_pairs if any(
-            item.suite in suites and not item.unavailable
-            and any(c.job.model == pair[0] and c.job.batch == pair[1] for c in item.to_run)
-            for item in plan.items)]
+        pairs = list(plan.truth_pairs)     # every available item's, and not cached yet
         if not pairs:
             return
+        suites = list(dict.fromkeys(item.suite for item in plan.items if not item.unavailable))
         started = time.monotonic()
         fill_cache(pairs, self.request.seed, say)
         from models import truth as truth_module

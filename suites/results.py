@@ -12,6 +12,7 @@ import errno
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -270,6 +271,19 @@ class ResultsFile:
     def finished_case_ids(self) -> set[str]:
         """Case ids already recorded, for ``--resume``; a torn last line is ignored."""
         return finished_case_ids(self.path)
+
+
+def results_files(folders: Iterable[Path]) -> list[Path]:
+    """The results files under ``folders`` (each a folder searched for ``*.jsonl``, or one
+    file), those missing left out; a ``--rounds`` run's round files are its parts, not runs
+    of their own (suites/rounds.py), and are left out too."""
+    found = []
+    for folder in folders:
+        if not folder.exists():
+            continue
+        files = [folder] if folder.is_file() else sorted(folder.rglob("*.jsonl"))
+        found += [path for path in files if ".round" not in path.name]
+    return found
 
 
 def json_lines(path: Path) -> list[Any]:

@@ -285,15 +285,15 @@ class Runner:
         self.results.check_writable()   # an unusable --out fails here, before anything runs
         self.fatal: str | None = None
         done = self.results.finished_case_ids() if request.resume else set()
-        self.pending = in_phases(pending_measures(jobs, self.key, done), request.device,
-                                 request.phases)
+        left = pending_measures(jobs, self.key, done)
+        self.pending = in_phases(left, request.device, request.phases)
         self.device_measures = device_measures(jobs)
         # Cases whose job the wall phase's worker keeps built for the device phase
         # (suites/kept_jobs.py), for a framework whose registry entry says so: those with
         # device time or a profile still to measure (counters run in a process of Nsight
         # Compute's; compile-cache jobs have no device phase).
         self.keep_cases = {case_of(job) for job, names in in_phases(
-            pending_measures(jobs, self.key, done), request.device, ("device",))
+            left, request.device, ("device",))
             if request.device == "gpu" and self.entry.keeps_jobs_for_device_phase
             and set(names) - {COUNTERS}}
         self.skipped = sum(len(names) for _, names in in_phases(
