@@ -120,7 +120,7 @@ from suites.matrix_plan import (
 from suites.results import OutputError, ResultsFile, read_rows
 from suites.reuse import REUSABLE_STATUSES, reused_row
 from suites.rounds import RoundsRunner
-from suites.runner import BUDGET_EXIT, Budget, Runner, RunRequest, case_key
+from suites.runner import BUDGET_EXIT, Budget, Runner, RunRequest, case_key, phases
 from suites.spec import Job, SuiteError
 from suites.truth_check import fill_cache
 from suites.worker_pool import WorkerPool
@@ -271,9 +271,31 @@ class Matrix:
         if self.request.lane_of:        # the matrix that started this one holds the lock
             return self.execute(plan)
         with exclusive(self.request.out, self.host):
+            self.log_unlogged_rows(plan)
             if self.lanes:
                 return self.execute_lanes(plan, tasks, schedule)
             return self.execute(plan)
+
+    def log_unlogged_rows(self, plan: Plan) -> None:
+        """Log the rows an earlier invocation wrote but could not log, killed before it
+        got there (suites/matrix_log.py ``unlogged_item``), so that the cost log, and the
+        minutes ``--costs`` prints from it, cover every row of a run killed and resumed."""
+        records = matrix_log.load([self.log])
+        found = 0
+        for item in plan.items:
+            if item.unavailable or not item.results.exists():
+                continue
+            rows = [row for row in read_rows(item.results).values()
+                    if "reused_from" not in row and "measure" in row
+                    and phases(item.device, [row["measure"]])[0][0] == item.phase]
+            record = matrix_log.unlogged_item(records, rows, item.suite, item.framework,
+                                              item.device, self.machine.name, item.phase)
+            if record is not None:
+                matrix_log.append(self.log, record.record())
+                found += record.measured
+        if found:
+            say(f"costs: {found} rows an earlier run wrote but did not log (it was killed) "
+                f"are logged now, with their own time")
 
     def print_costs(self) -> int:
         records = matrix_log.load([self.log])

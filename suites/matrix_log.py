@@ -13,7 +13,11 @@ the report reads every ``*.jsonl`` as result rows), appended and fsynced like ro
 * ``"kind": "truth"``: the float64 references computed before the frameworks ran;
 * ``"kind": "run"``: one invocation: its wall time, budget and how it ended.
 
-A run stopped and resumed leaves one record per invocation; totals add them up.
+A run stopped and resumed leaves one record per invocation; totals add them up. An
+invocation killed outright (SIGKILL, a lost host) logs nothing; the next one finds the rows
+it wrote that no record covers and logs them as an ``"unlogged"`` item (``unlogged_item``):
+their own time, from the first one's start to the last one's end, without the worker
+start-ups and the case in flight that the kill took with it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +79,9 @@ class ItemCost:
     profile_s: float
     counters_s: float
     fingerprint_s: float
-    stopped: str          # "done", "budget", "interrupted", "error", "unavailable"
+    # "done", "budget", "interrupted", "error", "unavailable"; "unlogged": rows that an
+    # invocation killed before it could log them wrote (``unlogged_item``)
+    stopped: str
     device_time_s: float = 0.0   # the device phase's device_time rows (GPU)
     phase: str = "all"    # the pass: "all" (CPU), "wall" or "device" (GPU)
 
@@ -93,6 +100,63 @@ def rows_cost(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
         if measure in ("profile", "counters", "fingerprint", "device_time"):
             spent[f"{measure}_s"] += row.get("elapsed_s") or 0.0
     return {k: round(v, 3) for k, v in spent.items()}
+
+
+UNLOGGED = "unlogged"
+# Rows and records are stamped to the second: a row written in the second an item's record
+# starts or ends is that invocation's.
+STAMP_SLACK_S = 1.0
+
+
+def stamp(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def logged_spans(records: Iterable[dict[str, Any]], suite: str, framework: str,
+                 phase: str) -> list[tuple[float, float]]:
+    """The wall-clock spans of one item's logged invocations."""
+    spans = []
+    for record in records:
+        if record.get("kind") == "item" and record.get("suite") == suite \
+                and record.get("framework") == framework and record.get("phase") == phase:
+            start = stamp(record.get("started_at", ""))
+            if start is not None:
+                spans.append((start - STAMP_SLACK_S,
+                              start + float(record.get("wall_s") or 0.0) + STAMP_SLACK_S))
+    return spans
+
+
+def unlogged_item(records: Iterable[dict[str, Any]], rows: Iterable[dict[str, Any]],
+                  suite: str, framework: str, device: str, device_name: str,
+                  phase: str) -> ItemCost | None:
+    """The cost of the measured ``rows`` of one item (suite, framework, pass) that no
+    logged invocation wrote, or None where every row is covered. A row's ``started_at``
+    is when it was written and its ``elapsed_s`` the worker's time since the row before
+    (the job's build counted into its first), so the rows span from the first one's
+    start to the last one's end: that is the record's wall time."""
+    spans = logged_spans(records, suite, framework, phase)
+    unlogged = []
+    for row in rows:
+        written = stamp(row.get("started_at", ""))
+        if written is None or any(low <= written <= high for low, high in spans):
+            continue
+        unlogged.append((written, row))
+    if not unlogged:
+        return None
+    unlogged.sort(key=lambda pair: pair[0])
+    first_written, first = unlogged[0]
+    began = first_written - float(first.get("elapsed_s") or 0.0)
+    spent = rows_cost(row for _, row in unlogged)
+    commit = ((first.get("env") or {}).get("dlbench_commit")) or ""
+    return ItemCost(suite, framework, device, device_name, commit,
+                    datetime.fromtimestamp(began, UTC).isoformat(timespec="seconds"),
+                    round(unlogged[-1][0] - began, 3), 0, 0.0, len(unlogged), 0,
+                    spent.get("first_calls_s", 0.0), spent.get("profile_s", 0.0),
+                    spent.get("counters_s", 0.0), spent.get("fingerprint_s", 0.0), UNLOGGED,
+                    spent.get("device_time_s", 0.0), phase)
 
 
 def worker_start_s(records: Iterable[dict[str, Any]], framework: str, device_name: str) -> float | None:

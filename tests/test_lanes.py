@@ -219,6 +219,13 @@ def test_a_kill_of_the_lanes_matrix_takes_its_lanes_down_and_the_same_command_co
     resumed = matrix(suites, out, "--gpus", "2", env=lane_env())
     assert resumed.returncode == 0, resumed.stderr
     assert all_rows(out) == all_rows(clean)
+    # The killed lanes' rows that their matrices could not log are in the cost log now.
+    assert "did not log (it was killed)" in resumed.stderr
+    measured = sum("reused_from" not in row for path in out.glob("gpu-*/*/*_gpu.jsonl")
+                   for row in map(json.loads, path.read_text().splitlines()))
+    records = [json.loads(line) for line in next(out.glob("matrix/*/costs-gpu.ndjson"))
+               .read_text().splitlines()]
+    assert sum(r["measured"] for r in records if r["kind"] == "item") == measured
 
 
 def test_bad_gpu_requests_get_one_line_and_exit_2(tmp_path, stand_in_gpu):

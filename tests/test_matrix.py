@@ -296,6 +296,36 @@ def test_minutes_table_adds_invocations_and_passes_and_the_truth(tmp_path):
     assert matrix_log.truth_rate(records, H100) == pytest.approx(100 / 30)
 
 
+def _written_row(measure: str, written: str, elapsed: float, first_call_ms: float = 0.0) -> dict:
+    return {"case_id": f"li2016/jax/gpu/lenet/b1/{measure}/{written}", "measure": measure,
+            "started_at": written, "elapsed_s": elapsed,
+            "timing": {"first_call_ms": first_call_ms}, "env": {"dlbench_commit": "abc"}}
+
+
+def test_rows_no_logged_invocation_covers_are_logged_once_with_their_own_span():
+    logged = {**_item("li2016", "jax", 60.0), "started_at": "2026-11-27T10:00:00+00:00"}
+    covered = [_written_row("forward", "2026-11-27T10:00:30+00:00", 5.0),
+               _written_row("gradient", "2026-11-27T10:01:00+00:00", 5.0)]   # the span's last second
+    # An invocation killed at 10:05:00: its rows, the first built and compiled in 20 s.
+    killed = [_written_row("forward", "2026-11-27T10:02:20+00:00", 20.0, first_call_ms=9000.0),
+              _written_row("gradient", "2026-11-27T10:02:50+00:00", 30.0, first_call_ms=3000.0),
+              _written_row("fingerprint", "2026-11-27T10:03:10+00:00", 20.0)]
+    record = matrix_log.unlogged_item([logged], covered + killed, "li2016", "jax", "gpu",
+                                      H100, "wall")
+    assert record is not None
+    assert (record.started_at, record.wall_s) == ("2026-11-27T10:02:00+00:00", 70.0)
+    assert (record.measured, record.stopped, record.commit) == (3, "unlogged", "abc")
+    assert (record.first_calls_s, record.fingerprint_s) == (12.0, 20.0)
+    # Once logged, the same rows are covered: a later invocation logs nothing more.
+    assert matrix_log.unlogged_item([logged, record.record()], covered + killed, "li2016",
+                                    "jax", "gpu", H100, "wall") is None
+    # Another pass's or suite's records cover none of them.
+    assert matrix_log.unlogged_item([logged], covered, "li2016", "jax", "gpu", H100,
+                                    "device").measured == 2
+    assert matrix_log.unlogged_item([logged], covered, "li2016", "torch", "gpu", H100,
+                                    "wall").measured == 2
+
+
 # --- the plan -------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -59,6 +59,25 @@ def rows(out: Path) -> collections.Counter:
     return found
 
 
+def measured_rows(out: Path) -> int:
+    """Rows measured (not copied from an earlier suite) under ``out``."""
+    count = 0
+    for path in out.glob("matrix-*/*/*.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                count += "reused_from" not in json.loads(line)
+            except ValueError:
+                continue
+    return count
+
+
+def logged_rows(out: Path) -> int:
+    """Rows the matrix's cost log says its invocations measured."""
+    from suites import matrix_log
+    return sum(record["measured"] for record in matrix_log.load([out / "matrix"])
+               if record.get("kind") == "item")
+
+
 def run(suites, out, *extra, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(command(suites, out, *extra), cwd=ROOT, capture_output=True, text=True,
                           timeout=600, env={**os.environ, **(env or {})})
@@ -115,6 +134,8 @@ def test_killed_at_random_points_then_resumed_gives_the_rows_of_an_uninterrupted
         found = rows(out)
         assert set(found) == set(expected)
         assert all(n == 1 for n in found.values()), found
+        # The cost log covers every row measured, those of the killed invocation too.
+        assert logged_rows(out) == measured_rows(out)
 
 
 def write_history(out: Path, seconds: float) -> None:
