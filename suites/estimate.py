@@ -40,11 +40,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from suites.results import json_lines, results_files
+from suites.results import json_lines, results_files, stamped_at
 
 # A gap between two rows' stamps longer than this is a pause between runs, not a cost.
 MAX_GAP_S = 900.0
@@ -81,19 +80,12 @@ def computation_key(row: dict[str, Any]) -> tuple:
             s.get("threads") if s.get("device") == "cpu" else None, s.get("compile_cache"))
 
 
-def _stamp(row: dict[str, Any]) -> float | None:
-    try:
-        return datetime.fromisoformat(row["started_at"]).timestamp()
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def row_costs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float | None]]:
     """Each row of one results file (in file order) with the worker seconds it cost."""
     out = []
     previous = None
     for row in rows:
-        stamp = _stamp(row)
+        stamp = stamped_at(row)
         cost = row.get("elapsed_s")
         if cost is None and stamp is not None and previous is not None and \
                 0 <= stamp - previous <= MAX_GAP_S:
@@ -231,7 +223,7 @@ def history_of(rows: list[tuple[dict[str, Any], float]], machine: Machine | Othe
             continue
         counted += 1
         models.add(env.get("gpu_model" if machine.device == "gpu" else "cpu_model") or "")
-        when = _stamp(row) or 0.0
+        when = stamped_at(row) or 0.0
         key = case_key(row.get("case_id", ""), machine.device)
         if key not in newest or newest[key][0] <= when:
             newest[key] = (when, cost)

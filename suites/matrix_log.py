@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from suites.results import json_lines
+from suites.results import json_lines, stamped_at
 
 
 def log_path(out: Path, host: str, device: str) -> Path:
@@ -108,13 +108,6 @@ UNLOGGED = "unlogged"
 STAMP_SLACK_S = 1.0
 
 
-def stamp(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except (TypeError, ValueError):
-        return None
-
-
 def logged_spans(records: Iterable[dict[str, Any]], suite: str, framework: str,
                  phase: str) -> list[tuple[float, float]]:
     """The wall-clock spans of one item's logged invocations."""
@@ -122,7 +115,7 @@ def logged_spans(records: Iterable[dict[str, Any]], suite: str, framework: str,
     for record in records:
         if record.get("kind") == "item" and record.get("suite") == suite \
                 and record.get("framework") == framework and record.get("phase") == phase:
-            start = stamp(record.get("started_at", ""))
+            start = stamped_at(record)
             if start is not None:
                 spans.append((start - STAMP_SLACK_S,
                               start + float(record.get("wall_s") or 0.0) + STAMP_SLACK_S))
@@ -140,7 +133,7 @@ def unlogged_item(records: Iterable[dict[str, Any]], rows: Iterable[dict[str, An
     spans = logged_spans(records, suite, framework, phase)
     unlogged = []
     for row in rows:
-        written = stamp(row.get("started_at", ""))
+        written = stamped_at(row)
         if written is None or any(low <= written <= high for low, high in spans):
             continue
         unlogged.append((written, row))

@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -284,6 +285,15 @@ def results_files(folders: Iterable[Path]) -> list[Path]:
         files = [folder] if folder.is_file() else sorted(folder.rglob("*.jsonl"))
         found += [path for path in files if ".round" not in path.name]
     return found
+
+
+def stamped_at(record: dict[str, Any]) -> float | None:
+    """A row's or a cost-log record's ``started_at`` (ISO 8601, to the second) as a POSIX
+    time, or None where it has none that reads."""
+    try:
+        return datetime.fromisoformat(record["started_at"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def json_lines(path: Path) -> list[Any]:
