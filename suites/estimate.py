@@ -2,9 +2,10 @@
 machine: the matrix's plan (``python -m suites matrix``) and its time budget.
 
 Each row records ``elapsed_s``, the worker's seconds since its previous row (a job's first
-row includes the job's build and first calls), so the rows of a job sum to what the job
-cost. Rows written before that field existed give the same figure from the gaps between
-their ``started_at`` stamps, which are whole seconds: good in sum, coarse per row.
+row includes the job's build and first calls, and the release of the job before it), so
+the rows of a worker sum to what its jobs cost. Rows written before that field existed
+give the same figure from the gaps between their ``started_at`` stamps, which are whole
+seconds: good in sum, coarse per row.
 
 A pending case is estimated from, in order of preference:
 

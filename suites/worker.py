@@ -169,6 +169,10 @@ def log_to(path: str) -> None:
 
 class Worker:
     last_row: float | None = None   # when the previous row was written (perf_counter)
+    # The seconds the previous job took after its last row (its release: the jobs kept for
+    # the device phase offered it, its memory freed, a garbage collection), billed to the
+    # next job's first row (run_job).
+    release_s = 0.0
     after_wall = False              # device plans that follow this process's wall plans
     # Jobs this process has started (every plan of a serving process), and the one
     # running: an out-of-memory error after others goes to a fresh process.
@@ -243,6 +247,18 @@ class Worker:
               "median_ms": timing.get("median_ms"), "unstable": timing.get("unstable")})
 
     def run_job(self, job: dict[str, Any]) -> None:
+        # Each row's elapsed_s is the worker's time since the previous row: the job's build
+        # counted into its first, and so is the previous job's release, which no row of its
+        # own follows. A worker's rows thus sum to its time between its first job's start
+        # and its last job's last row (the matrix's estimates, suites/estimate.py), what it
+        # spent waiting for the runner apart.
+        self.last_row = time.perf_counter() - self.release_s
+        try:
+            self.build_and_measure(job)
+        finally:
+            self.release_s = time.perf_counter() - self.last_row
+
+    def build_and_measure(self, job: dict[str, Any]) -> None:
         from adapters.base import CaseConfig, Unsupported
         from models.analysis import analyse
         from models.inputs import make_batch
@@ -266,10 +282,6 @@ class Worker:
             return CaseKey(self.plan.suite, job["model"], job["batch"], measure_name, settings)
 
         pending = list(job["pending"])
-        # Each row's elapsed_s is the worker's time since the previous row, the job's build
-        # counted into its first: the job's rows sum to its whole cost (the matrix's
-        # estimates, suites/estimate.py).
-        self.last_row = time.perf_counter()
         # Figures of this case recorded before this process (suites/runner.py
         # recorded_references); a measure timed here replaces its entry.
         self.timed = {name: TimedReference(*figures)

@@ -79,22 +79,36 @@ def run_job(tmp_path: Path, prepared: SimulatedPrepared, pending: list[str],
             compile_cache: str = "",
             recorded: dict[str, list[float | None]] | None = None) -> dict[str, dict[str, Any]]:
     """The rows one job writes, by measure."""
+    path = tmp_path / f"rows-{phase}.jsonl"
+    worker = make_worker(path, prepared, framework, phase)
+    worker.run_job(job(pending, device_measures, compile_cache, recorded))
+    return {row["measure"]: row for row in map(json.loads, path.read_text().splitlines())}
+
+
+def make_worker(path: Path, prepared: SimulatedPrepared, framework: str = "jax",
+                phase: str = "all"):
+    """A worker writing its rows to ``path``, every job built as ``prepared``."""
     from suites.host_state import HostMonitor
+    from suites.results import ResultsFile
     from suites.worker import Plan, Worker
 
-    path = tmp_path / f"rows-{phase}.jsonl"
     worker = Worker.__new__(Worker)
     worker.plan = Plan("s", framework, "gpu", 1, 1, str(path), 0, [], phase=phase)
     worker.entry = Entry()
     worker.adapter = SimulatedAdapter(prepared)
     worker.env = {}
-    from suites.results import ResultsFile
     worker.results = ResultsFile(path)
     worker.gpu_monitor, worker.gpu_state_reason = None, "no NVML in the simulation"
     worker.host_monitor = HostMonitor(periodic=False)
     worker.timed = {}
-    worker.run_job({"model": "sae_tiny_ae2", "batch": 2, "precision": "fp32",
-                    "variant": "default", "compile_cache": compile_cache, "pending": pending,
-                    "timer": TIMER, "profile_iterations": 3,
-                    "device_measures": list(device_measures), "recorded": recorded or {}})
-    return {row["measure"]: row for row in map(json.loads, path.read_text().splitlines())}
+    return worker
+
+
+def job(pending: list[str], device_measures: tuple[str, ...] = (), compile_cache: str = "",
+        recorded: dict[str, list[float | None]] | None = None,
+        model: str = "sae_tiny_ae2") -> dict[str, Any]:
+    """One job as the runner sends it."""
+    return {"model": model, "batch": 2, "precision": "fp32", "variant": "default",
+            "compile_cache": compile_cache, "pending": pending, "timer": TIMER,
+            "profile_iterations": 3, "device_measures": list(device_measures),
+            "recorded": recorded or {}}

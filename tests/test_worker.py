@@ -115,3 +115,37 @@ def test_a_serving_worker_goes_on_from_the_wall_phase_to_the_device_phase_never_
     worker.switch_to(plan("device"))
     with pytest.raises(ValueError, match="a plan with another phase"):
         worker.switch_to(plan("wall"))
+
+
+def test_a_jobs_release_is_billed_to_the_next_jobs_first_row(tmp_path):
+    """The rows' elapsed_s are what the matrix plans from (suites/estimate.py), so a
+    worker's rows must add up to its time: a job's release (closing what it built, after
+    its last row) is no row's own, and goes into the next job's first row."""
+    import time
+
+    from tests.fake_cupti import FakeCupti
+    from tests.fake_worker import SimulatedPrepared, job, make_worker
+
+    release = 1.0
+
+    class SlowToRelease(SimulatedPrepared):
+        released = False
+
+        def close(self) -> None:
+            if not self.released:      # the first job's release only
+                type(self).released = True
+                time.sleep(release)
+
+    path = tmp_path / "rows.jsonl"
+    worker = make_worker(path, SlowToRelease(FakeCupti()), phase="wall")
+    began = time.perf_counter()
+    worker.run_job(job(["forward"]))
+    worker.run_job(job(["forward"], model="sae_tiny_se"))
+    ended = time.perf_counter()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [row["model"] for row in rows] == ["sae_tiny_ae2", "sae_tiny_se"]
+    billed = sum(row["elapsed_s"] for row in rows)
+    # Unbilled: the second job's own release and the call between the jobs; both far
+    # shorter than the first job's release, which was billed.
+    assert billed > ended - began - release / 2
+    assert rows[1]["elapsed_s"] >= release
