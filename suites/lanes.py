@@ -116,7 +116,11 @@ class LaneRun:
     def take(self) -> int | None:
         with self.cond:
             while True:
-                if self.stopping:
+                # A task stopped by the budget found its next job longer than the time left:
+                # the work still pending waits for the next run, as the one-GPU matrix
+                # stops at its first such job, rather than lanes starting tasks that would
+                # only start a worker and stop.
+                if self.stopping or self.out_of_time:
                     return None
                 if self.deadline is not None and time.monotonic() >= self.deadline:
                     self.out_of_time = True

@@ -264,3 +264,24 @@ def test_a_lane_with_nothing_ready_waits_for_the_task_another_lane_just_took():
     run.finish(1, 0)
     run.finish(2, 0)
     assert run.take() is None
+
+
+def test_once_a_task_is_stopped_by_the_budget_no_lane_starts_another():
+    """A task stopped by the budget found its next job longer than the time left; the
+    tasks still pending wait for the next run, as the one-GPU matrix stops at its first
+    such job, and the tasks running go on to their own end."""
+    import time
+
+    from rich.console import Console
+
+    from suites.lanes import LaneRun
+    from suites.runner import BUDGET_EXIT
+    tasks = [task("a", 4), task("b", 3), task("c", 2), task("d", 1)]
+    run = LaneRun([], tasks, priorities(tasks), lambda *_: [], Path("."),
+                  time.monotonic() + 3600, lambda text: None, Console(quiet=True))
+    assert (run.take(), run.take()) == (0, 1)
+    run.finish(0, BUDGET_EXIT)
+    assert run.take() is None           # an hour left by the clock, but the budget spoke
+    run.finish(1, 0)
+    assert run.take() is None
+    assert run.pending == {2, 3}
