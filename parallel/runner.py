@@ -27,7 +27,7 @@ from parallel.plan import MEASURE, PUBLISHED, plan_line
 from parallel.rank import done_marker
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
-from suites.compile_cache import cache_env, cache_root, cache_view
+from suites.compile_cache import cache_env, cache_root, cache_view, record_host
 from suites.environment import cpu_model, host_environment, host_id, nvidia_smi
 from suites.estimate import minutes
 from suites.results import SCHEMA_VERSION, read_rows
@@ -188,6 +188,7 @@ class ScalingRunner:
             # Whether the cache held files as this launch starts: its first calls may then
             # load what an earlier launch compiled (the rows say so).
             self.cache_state = cache_view(cache, host_id())
+            record_host(cache, host_id())
             launch_plan = plan(specs[0], paths, hosts, cache)
             ranks = processes(r.framework, devices, hosts)
             shared = len(group) > 1

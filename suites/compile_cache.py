@@ -11,6 +11,7 @@ this host loads them instead of autotuning again. Rows say where a first call lo
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from adapters.registry import load_registry
 from suites.estimate import CacheView
 
 OFF = "off"
+# In a device's cache folder: the hosts whose runs pointed their processes at it, one per
+# line. The folder may move between hosts (a volume that outlives a rented machine, a copy);
+# the plan then knows which hosts' earlier rows were compiled into it (CacheView).
+HOSTS_FILE = "hosts"
 
 
 def cache_root(setting: str, device: str) -> Path | None:
@@ -52,4 +57,26 @@ def cache_view(env: dict[str, str], host: str) -> CacheView | None:
     folders = [Path(value[value.index(root):]) for name, value in env.items()
                if name != "DLBENCH_PERSISTENT_CACHE" and root in value]
     kept = any(p.is_file() for folder in folders if folder.is_dir() for p in folder.rglob("*"))
-    return CacheView(host, kept)
+    return CacheView(host, kept, filled_by(Path(root)))
+
+
+def filled_by(root: Path) -> frozenset[str]:
+    """The hosts whose runs wrote into the cache folder ``root`` (none where not known)."""
+    try:
+        return frozenset(line.strip() for line in (root / HOSTS_FILE).read_text().splitlines()
+                         if line.strip())
+    except OSError:
+        return frozenset()
+
+
+def record_host(env: dict[str, str], host: str) -> None:
+    """Add ``host`` to the hosts of the cache folder that ``env`` points at, before a run of
+    this host writes into it. A folder that cannot be written is left as it is: the
+    framework then keeps no cache there either, and the plan only loses a warm estimate."""
+    root = env.get("DLBENCH_PERSISTENT_CACHE")
+    if not root or host in filled_by(Path(root)):
+        return
+    with contextlib.suppress(OSError):
+        Path(root).mkdir(parents=True, exist_ok=True)
+        with (Path(root) / HOSTS_FILE).open("a") as out:
+            out.write(f"{host}\n")

@@ -131,15 +131,19 @@ class OtherGpus:
 
 @dataclass(frozen=True)
 class CacheView:
-    """A framework's persistent compilation cache as a run will meet it: this host, and
-    whether its cache folder already holds files. A case is expected to load from it
-    (``warm``) only where it ran on this host before, with the cache kept."""
+    """A framework's persistent compilation cache as a run will meet it: this host, whether
+    its cache folder already holds files, and the hosts whose runs wrote into that folder
+    (suites/compile_cache.py: a folder carried from another host, on a volume that outlives
+    a rented machine, or copied). A case is expected to load from it (``warm``) only where
+    it ran before, with the cache kept, on this host or on one of those."""
 
     host: str
     kept: bool
+    filled_by: frozenset[str] = frozenset()
 
     def state(self, hosts: Iterable[str]) -> str:
-        return WARM if self.kept and self.host in hosts else COLD
+        ran_on = set(hosts)
+        return WARM if self.kept and (self.host in ran_on or ran_on & self.filled_by) else COLD
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ from models.zoo import get_model
 from parallel.topology import interconnect
 from suites import matrix_log
 from suites.between_runs import NO_EARLIER_RUNS, EarlierRuns, load_earlier
-from suites.compile_cache import cache_env, cache_view
+from suites.compile_cache import cache_env, cache_view, record_host
 from suites.environment import dlbench_commit, host_id
 from suites.estimate import History, load_history, minutes
 from suites.lane_plan import (
@@ -473,11 +473,12 @@ class Matrix:
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         before = set(read_rows(item.results)) if item.results.exists() else set()
         reused = self.copy_reused(item)
+        worker_env = compile_cache_env(self.request, item.framework)
+        record_host(worker_env, self.host)
         request = RunRequest(item.source, item.framework, item.device, self.request.out,
                              resume=True, seed=self.request.seed,
                              case_timeout_s=self.request.case_timeout_s, python=item.python,
-                             worker_env=compile_cache_env(self.request, item.framework),
-                             phases=(item.phase,))
+                             worker_env=worker_env, phases=(item.phase,))
         start = self.first_known(lambda name: matrix_log.worker_start_s(
             self.records, item.framework, name))
         budget = Budget(deadline, self.estimate_job(item), start or 0.0) \

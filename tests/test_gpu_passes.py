@@ -323,3 +323,15 @@ def test_earlier_runs_widen_a_gpu_matrix_runs_intervals_and_leave_its_rows_as_th
     assert all(r["timing"]["between_runs"]["earlier_runs"] == 1 for r in timed)
     assert all(r["timing"]["ci_low_ms"] <= r["timing"]["between_runs"]["own_interval_ms"][0]
                for r in timed)
+
+
+def test_a_matrix_run_names_its_host_in_the_cache_folder_it_points_its_workers_at(
+        tmp_path, stand_in_gpu):
+    # So that a plan on another host that is given this folder (a volume that outlives a
+    # rented machine, a copy) knows whose earlier rows it holds the programs of.
+    from suites.compile_cache import HOSTS_FILE
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    done = matrix(write_suites(tmp_path)[:1], out, "--compile-cache", str(cache),
+                  frameworks=("fake",), env={"DLBENCH_HOST_ID": "host-a"})
+    assert done.returncode == 0, done.stderr
+    assert (cache / "gpu" / HOSTS_FILE).read_text() == "host-a\n"

@@ -248,6 +248,10 @@ def test_a_host_that_kept_its_compilation_cache_is_estimated_from_warm_rows(tmp_
     history = load_history([tmp_path], Machine("gpu", H100, 16))
     assert seconds(CacheView("a", True)) == 4.5
     assert seconds(CacheView("b", True)) == 10.0    # the newest cold row, not the warm one
+    # Host b with the cache folder that host a's runs filled (carried, or on a volume).
+    assert seconds(CacheView("b", True, frozenset({"a"}))) == 4.5
+    assert seconds(CacheView("b", False, frozenset({"a"}))) == 10.0   # the folder is empty
+    assert seconds(CacheView("b", True, frozenset({"c"}))) == 10.0
 
 
 def test_the_cache_view_reads_the_folders_a_framework_keeps_its_cache_in(tmp_path):
@@ -263,6 +267,26 @@ def test_the_cache_view_reads_the_folders_a_framework_keeps_its_cache_in(tmp_pat
           "DLBENCH_PERSISTENT_CACHE": root}
     assert cache_view(tf, "h") == CacheView("h", False)
     assert cache_view({}, "h") is None
+
+
+def test_a_cache_folder_records_the_hosts_whose_runs_wrote_into_it(tmp_path):
+    from suites.compile_cache import HOSTS_FILE, filled_by, record_host
+    from suites.matrix import cache_view
+    root = tmp_path / "gpu"
+    env = {"JAX_COMPILATION_CACHE_DIR": f"{root}/jax", "DLBENCH_PERSISTENT_CACHE": str(root)}
+    assert filled_by(root) == frozenset()
+    record_host(env, "a")
+    record_host(env, "a")
+    record_host(env, "b")
+    assert (root / HOSTS_FILE).read_text() == "a\nb\n"
+    (root / "jax").mkdir()
+    (root / "jax" / "entry").write_bytes(b"x")
+    # The folder carried to host c: it holds what a's and b's runs compiled.
+    assert cache_view(env, "c") == CacheView("c", True, frozenset({"a", "b"}))
+    record_host({}, "d")                                 # no cache: nothing to record
+    (tmp_path / "file").write_text("")
+    record_host({"DLBENCH_PERSISTENT_CACHE": str(tmp_path / "file" / "gpu")}, "e")  # unwritable
+    assert filled_by(tmp_path / "file" / "gpu") == frozenset()
 
 
 # --- the cost log ---------------------------------------------------------------------------
