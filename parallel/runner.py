@@ -187,8 +187,8 @@ class ScalingRunner:
                 if r.framework in CACHED_ENGINES else {}
             # Whether the cache held files as this launch starts: its first calls may then
             # load what an earlier launch compiled (the rows say so).
-            self.cache_state = cache_view(cache, host_id())
-            record_host(cache, host_id())
+            self.cache_state = cache_view(cache, host_id(), r.framework)
+            record_host(cache, host_id(), r.framework)
             launch_plan = plan(specs[0], paths, hosts, cache)
             ranks = processes(r.framework, devices, hosts)
             shared = len(group) > 1

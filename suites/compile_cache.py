@@ -19,10 +19,11 @@ from adapters.registry import load_registry
 from suites.estimate import CacheView
 
 OFF = "off"
-# In a device's cache folder: the hosts whose runs pointed their processes at it, one per
-# line. The folder may move between hosts (a volume that outlives a rented machine, a copy);
-# the plan then knows which hosts' earlier rows were compiled into it (CacheView).
-HOSTS_FILE = "hosts"
+# In a device's cache folder, one file per framework: the hosts whose runs pointed that
+# framework's processes at it, one per line. The folder may move between hosts (a volume
+# that outlives a rented machine, a copy); the plan then knows which hosts' earlier rows
+# were compiled into it (CacheView).
+HOSTS_FILE = "hosts-{framework}"
 
 
 def cache_root(setting: str, device: str) -> Path | None:
@@ -47,7 +48,7 @@ def cache_env(framework: str, device: str, setting: str = "") -> dict[str, str]:
     return {**env, "DLBENCH_PERSISTENT_CACHE": str(root)} if env else {}
 
 
-def cache_view(env: dict[str, str], host: str) -> CacheView | None:
+def cache_view(env: dict[str, str], host: str, framework: str) -> CacheView | None:
     """The framework's persistent compilation cache as this run meets it (None for a
     framework that keeps none, or with ``off``): whether the folders its ``env`` points at
     already hold files (suites/estimate.py prefers history of that state)."""
@@ -57,26 +58,28 @@ def cache_view(env: dict[str, str], host: str) -> CacheView | None:
     folders = [Path(value[value.index(root):]) for name, value in env.items()
                if name != "DLBENCH_PERSISTENT_CACHE" and root in value]
     kept = any(p.is_file() for folder in folders if folder.is_dir() for p in folder.rglob("*"))
-    return CacheView(host, kept, filled_by(Path(root)))
+    return CacheView(host, kept, filled_by(Path(root), framework))
 
 
-def filled_by(root: Path) -> frozenset[str]:
-    """The hosts whose runs wrote into the cache folder ``root`` (none where not known)."""
+def filled_by(root: Path, framework: str) -> frozenset[str]:
+    """The hosts whose runs of ``framework`` wrote into the cache folder ``root`` (none
+    where not known)."""
     try:
-        return frozenset(line.strip() for line in (root / HOSTS_FILE).read_text().splitlines()
-                         if line.strip())
+        text = (root / HOSTS_FILE.format(framework=framework)).read_text()
     except OSError:
         return frozenset()
+    return frozenset(line.strip() for line in text.splitlines() if line.strip())
 
 
-def record_host(env: dict[str, str], host: str) -> None:
-    """Add ``host`` to the hosts of the cache folder that ``env`` points at, before a run of
-    this host writes into it. A folder that cannot be written is left as it is: the
-    framework then keeps no cache there either, and the plan only loses a warm estimate."""
+def record_host(env: dict[str, str], host: str, framework: str) -> None:
+    """Add ``host`` to the hosts of the cache folder that ``env`` points ``framework`` at,
+    before a run of this host writes into it. A folder that cannot be written is left as it
+    is: the framework then keeps no cache there either, and the plan only loses a warm
+    estimate."""
     root = env.get("DLBENCH_PERSISTENT_CACHE")
-    if not root or host in filled_by(Path(root)):
+    if not root or host in filled_by(Path(root), framework):
         return
     with contextlib.suppress(OSError):
         Path(root).mkdir(parents=True, exist_ok=True)
-        with (Path(root) / HOSTS_FILE).open("a") as out:
+        with (Path(root) / HOSTS_FILE.format(framework=framework)).open("a") as out:
             out.write(f"{host}\n")

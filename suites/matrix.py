@@ -211,7 +211,7 @@ class Matrix:
         if request.earlier and not (request.plan_only or request.costs_only):
             self.earlier = load_earlier(request.earlier, self.machine)
             say(self.earlier.describe(self.machine.name, request.earlier))
-        self.caches = {name: cache_view(compile_cache_env(request, name), self.host)
+        self.caches = {name: cache_view(compile_cache_env(request, name), self.host, name)
                        for name in self.frameworks}
         self.lanes: list[Lane] = self.make_lanes() \
             if request.gpus and not request.costs_only else []
@@ -474,7 +474,7 @@ class Matrix:
         before = set(read_rows(item.results)) if item.results.exists() else set()
         reused = self.copy_reused(item)
         worker_env = compile_cache_env(self.request, item.framework)
-        record_host(worker_env, self.host)
+        record_host(worker_env, self.host, item.framework)
         request = RunRequest(item.source, item.framework, item.device, self.request.out,
                              resume=True, seed=self.request.seed,
                              case_timeout_s=self.request.case_timeout_s, python=item.python,

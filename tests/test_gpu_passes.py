@@ -334,4 +334,4 @@ def test_a_matrix_run_names_its_host_in_the_cache_folder_it_points_its_workers_a
     done = matrix(write_suites(tmp_path)[:1], out, "--compile-cache", str(cache),
                   frameworks=("fake",), env={"DLBENCH_HOST_ID": "host-a"})
     assert done.returncode == 0, done.stderr
-    assert (cache / "gpu" / HOSTS_FILE).read_text() == "host-a\n"
+    assert (cache / "gpu" / HOSTS_FILE.format(framework="fake")).read_text() == "host-a\n"

@@ -259,14 +259,14 @@ def test_the_cache_view_reads_the_folders_a_framework_keeps_its_cache_in(tmp_pat
     root = str(tmp_path)
     env = {"JAX_COMPILATION_CACHE_DIR": f"{root}/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS":
            "0", "DLBENCH_PERSISTENT_CACHE": root}
-    assert cache_view(env, "h") == CacheView("h", False)
+    assert cache_view(env, "h", "jax") == CacheView("h", False)
     (tmp_path / "jax").mkdir()
     (tmp_path / "jax" / "entry").write_bytes(b"x")
-    assert cache_view(env, "h") == CacheView("h", True)
+    assert cache_view(env, "h", "jax") == CacheView("h", True)
     tf = {"TF_XLA_FLAGS": f"--tf_xla_persistent_cache_directory={root}/xla",
           "DLBENCH_PERSISTENT_CACHE": root}
-    assert cache_view(tf, "h") == CacheView("h", False)
-    assert cache_view({}, "h") is None
+    assert cache_view(tf, "h", "tf") == CacheView("h", False)
+    assert cache_view({}, "h", "jax") is None
 
 
 def test_a_cache_folder_records_the_hosts_whose_runs_wrote_into_it(tmp_path):
@@ -274,19 +274,21 @@ def test_a_cache_folder_records_the_hosts_whose_runs_wrote_into_it(tmp_path):
     from suites.matrix import cache_view
     root = tmp_path / "gpu"
     env = {"JAX_COMPILATION_CACHE_DIR": f"{root}/jax", "DLBENCH_PERSISTENT_CACHE": str(root)}
-    assert filled_by(root) == frozenset()
-    record_host(env, "a")
-    record_host(env, "a")
-    record_host(env, "b")
-    assert (root / HOSTS_FILE).read_text() == "a\nb\n"
+    assert filled_by(root, "jax") == frozenset()
+    record_host(env, "a", "jax")
+    record_host(env, "a", "jax")
+    record_host(env, "b", "jax")
+    record_host(env, "d", "torch")      # another framework's processes: not JAX's programs
+    assert (root / HOSTS_FILE.format(framework="jax")).read_text() == "a\nb\n"
     (root / "jax").mkdir()
     (root / "jax" / "entry").write_bytes(b"x")
-    # The folder carried to host c: it holds what a's and b's runs compiled.
-    assert cache_view(env, "c") == CacheView("c", True, frozenset({"a", "b"}))
-    record_host({}, "d")                                 # no cache: nothing to record
+    # The folder carried to host c: it holds what a's and b's runs of JAX compiled.
+    assert cache_view(env, "c", "jax") == CacheView("c", True, frozenset({"a", "b"}))
+    record_host({}, "e", "jax")                          # no cache: nothing to record
     (tmp_path / "file").write_text("")
-    record_host({"DLBENCH_PERSISTENT_CACHE": str(tmp_path / "file" / "gpu")}, "e")  # unwritable
-    assert filled_by(tmp_path / "file" / "gpu") == frozenset()
+    unwritable = {"DLBENCH_PERSISTENT_CACHE": str(tmp_path / "file" / "gpu")}
+    record_host(unwritable, "e", "jax")
+    assert filled_by(tmp_path / "file" / "gpu", "jax") == frozenset()
 
 
 # --- the cost log ---------------------------------------------------------------------------
