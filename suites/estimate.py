@@ -173,7 +173,11 @@ class History:
             return self.kept_device[key], "case"
         if kept and self.fallback is not None and key in self.fallback.kept_device:
             return self.fallback.kept_device[key], "other device"
-        state = cache.state(self.hosts_by_case.get(key, ())) if cache is not None else ""
+        # A compile-cache job (the computation's last field) meets a cache folder of its own,
+        # empty for its cold first call and filled by that for its warm one, whatever the
+        # host's folder holds: its rows are what it costs, here as anywhere.
+        state = cache.state(self.hosts_by_case.get(key, ())) \
+            if cache is not None and not computation[-1] else ""
         found = self.by_case_state.get((key, state)) if state else None
         if found is None and state == WARM and (key, COLD) in self.by_case_state:
             # No warm run of the case yet: its cold cost without the compilation. Per row

@@ -254,6 +254,24 @@ def test_a_host_that_kept_its_compilation_cache_is_estimated_from_warm_rows(tmp_
     assert seconds(CacheView("b", True, frozenset({"c"}))) == 10.0
 
 
+def test_a_compile_cache_jobs_cost_is_its_rows_whatever_the_hosts_cache_holds(tmp_path):
+    # bahrampour2016's cold-cache first call compiles into a folder of its own, empty each
+    # time: a host whose own cache is warm does not make it cheaper.
+    case_id = "s/jax/gpu/m/b1/forward/fp32/jit/t16"
+    row = _row(case_id, "2026-11-23T09:00:00+00:00", 10.0,
+               timing={"compile_events": {"persistent_cache_hits": 0,
+                                          "persistent_cache_misses": 1, "compile_s": 7.0}})
+    row["case_id"] += "/cache-cold"
+    row["settings"]["compile_cache"] = "cold"
+    row["env"]["host"] = "a"
+    (tmp_path / "r.jsonl").write_text(json.dumps(row) + "\n")
+    history = load_history([tmp_path], Machine("gpu", H100, 16))
+    computation = ("jax", "gpu", "m", 1, "forward", "fp32", "jit", None, "cold")
+    seconds, how = history.case_seconds(row["case_id"], computation, "gpu",
+                                        CacheView("a", True))
+    assert (seconds, how) == (10.0, "case")
+
+
 def test_the_cache_view_reads_the_folders_a_framework_keeps_its_cache_in(tmp_path):
     from suites.matrix import cache_view
     root = str(tmp_path)
