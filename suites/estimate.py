@@ -101,7 +101,12 @@ COLD, WARM = "cold", "warm"
 
 def cache_state(row: dict[str, Any]) -> str:
     """Whether the row's first call compiled (``cold``) or loaded everything from the
-    persistent compilation cache (``warm``); "" where the row does not say."""
+    host's persistent compilation cache (``warm``); "" where the row does not say, and for
+    a compile-cache job, whose first call meets a folder of its own (empty for its cold
+    call, filled by that for its warm one) whatever the host's holds: its rows are what it
+    costs on any host."""
+    if (row.get("settings") or {}).get("compile_cache"):
+        return ""
     events = (row.get("timing") or {}).get("compile_events") or {}
     if events.get("persistent_cache_misses"):
         return COLD
@@ -173,11 +178,7 @@ class History:
             return self.kept_device[key], "case"
         if kept and self.fallback is not None and key in self.fallback.kept_device:
             return self.fallback.kept_device[key], "other device"
-        # A compile-cache job (the computation's last field) meets a cache folder of its own,
-        # empty for its cold first call and filled by that for its warm one, whatever the
-        # host's folder holds: its rows are what it costs, here as anywhere.
-        state = cache.state(self.hosts_by_case.get(key, ())) \
-            if cache is not None and not computation[-1] else ""
+        state = cache.state(self.hosts_by_case.get(key, ())) if cache is not None else ""
         found = self.by_case_state.get((key, state)) if state else None
         if found is None and state == WARM and (key, COLD) in self.by_case_state:
             # No warm run of the case yet: its cold cost without the compilation. Per row

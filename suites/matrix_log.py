@@ -128,8 +128,9 @@ def unlogged_item(records: Iterable[dict[str, Any]], rows: Iterable[dict[str, An
     """The cost of the measured ``rows`` of one item (suite, framework, pass) that no
     logged invocation wrote, or None where every row is covered. A row's ``started_at``
     is when it was written and its ``elapsed_s`` the worker's time since the row before
-    (the job's build counted into its first), so the rows span from the first one's
-    start to the last one's end: that is the record's wall time."""
+    (the job's build, and the previous job's release, counted into its first), so the
+    rows span from the first one's start to the last one's end: that is the record's
+    wall time."""
     spans = logged_spans(records, suite, framework, phase)
     unlogged = []
     for row in rows:
