@@ -15,25 +15,26 @@ plan up front, resumable, within a time budget.
   ``--resume``, so the same command run again continues where a kill, a lost host or the
   budget stopped it, with no row lost or written twice. Workers die with their runner, and
   a lock keeps two matrix runs off one output folder.
-* **Order**: frameworks in the order given, each framework's suites in the order given;
-  on a GPU its wall pass over all suites (the runner's "wall" phase: timed measures and
-  fingerprints), then its device pass (the "device" phase: device time, profiles,
-  counters, set against the wall rows already on disk). The pool keeps one live GPU
-  worker at a time, since an idle one keeps GPU memory (suites/worker_pool.py), so this
-  order starts one worker per framework (the device pass goes on in the wall pass's
-  worker, after its last wall sample, unless a framework's registry entry says
-  own_device_process) where suite by suite the
-  framework and phase would change at every item. The CPU runs in the same order, one
-  pass ("all"): a framework's workers are closed before the next framework's start, so
-  no idle process of another framework holds host memory beside the one being measured
-  (suite by suite, each framework's worker would idle through the others' items), and
+* **Order** (``suites/matrix_plan.py`` ``stages``): the first suite given (the
+  comparison: by default the device's default suite) for every framework, then each
+  framework's other suites; within a stage frameworks in the order given, each
+  framework's suites in the order given; on a GPU its wall pass over the stage's suites
+  (the runner's "wall" phase: timed measures and fingerprints), then its device pass (the
+  "device" phase: device time, profiles, counters, set against the wall rows already on
+  disk). The pool keeps one live GPU worker at a time, since an idle one keeps GPU memory
+  (suites/worker_pool.py), so this order starts one worker per framework and stage (the
+  device pass goes on in the wall pass's worker, after its last wall sample, unless a
+  framework's registry entry says own_device_process) where suite by suite the framework
+  and phase would change at every item. The CPU runs in the same order, one pass
+  ("all"): a framework's workers are closed before the next framework's start, so no
+  idle process of another framework holds host memory beside the one being measured, and
   plans, budget stops and resuming read alike on both devices.
 * **Budget** (``--budget MINUTES``): work runs in that order; a job whose estimate
   would pass the deadline is not started, one still running at the deadline is stopped
   with its cases left pending. The exit code is then 75 and the command says what is
   left; run again, it goes on where it stopped (between a wall pass and its device pass:
-  with the device pass). A stopped run has measured the first frameworks on every suite
-  rather than every framework on the first suites.
+  with the device pass). A stopped run has measured the comparison suite for every
+  framework before any framework's other suites.
 * **Costs** (``suites/matrix_log.py``): what each suite × framework took (wall, worker
   starts, first calls, profiles, counters, fingerprints; on a GPU one record per pass)
   and what the float64 truth took.
@@ -324,8 +325,9 @@ class Matrix:
                 if item.unavailable or item.framework in skip:
                     continue
                 if item.framework != framework:
-                    # The items run framework by framework: no worker of the one before is
-                    # needed again, and none keeps memory beside the next one's.
+                    # The items run framework by framework within a stage: no worker of
+                    # the one before is needed before the next stage, and none keeps
+                    # memory beside the next one's.
                     pool.close()
                     framework = item.framework
                 if deadline is not None and time.monotonic() >= deadline:

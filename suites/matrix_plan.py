@@ -2,15 +2,16 @@
 earlier suite's rows cover, what is left and what it should cost (``suites/matrix.py``
 runs it; ``python -m suites matrix --plan`` prints it and stops).
 
-Work is ordered framework by framework: the frameworks in the order given, each
-framework's suites in the order given; on a GPU its wall pass over all suites (the
-runner's "wall" phase: timed measures and fingerprints), then its device pass (the
-"device" phase: device time, profiles, counters). Each (suite, framework, pass) is one
-item of the plan, listed in the order it runs. So a framework's GPU work needs one worker, its
-wall pass's, which goes on with the device pass (suites/worker_pool.py keeps one live GPU
-worker at a time), and no two frameworks' processes ever hold device or host memory at once. The
-price: a run stopped by its budget has measured the first frameworks on every suite
-rather than every framework on the first suites.
+Work is ordered in two stages (``stages``): the first suite given (the comparison: by
+default the device's default suite) for every framework, then each framework's other
+suites. Within a stage, framework by framework in the order given, each framework's suites
+in the order given; on a GPU its wall pass over the stage's suites (the runner's "wall"
+phase: timed measures and fingerprints), then its device pass (the "device" phase: device
+time, profiles, counters). Each (suite, framework, pass) is one item of the plan, listed in
+the order it runs. So a framework's GPU work in a stage needs one worker, its wall pass's,
+which goes on with the device pass (suites/worker_pool.py keeps one live GPU worker at a
+time), and no two frameworks' processes ever hold device or host memory at once; a run
+stopped by its budget has the comparison for every framework first.
 """
 
 from __future__ import annotations
@@ -246,27 +247,45 @@ def make_plan(device: str, frameworks: list[str], suites: list[str], out: Path, 
               truth_rate: float | None,
               caches: dict[str, CacheView | None] | None = None) -> Plan:
     unavailable = availability(frameworks, device, pythons)
+    # Cases a framework measured for an earlier suite, in the same pass.
+    indexes = {name: ReuseIndex() if reuse else None for name in frameworks}
+    expanded = {name: {suite: suite_jobs(suite, name, device, out, seed) for suite in suites}
+                for name in frameworks}
     items = []
-    for name in frameworks:      # the order items run in: the module's docstring
-        # Cases a framework measured for an earlier suite, in the same pass.
-        index = ReuseIndex() if reuse else None
-        expanded = {suite: suite_jobs(suite, name, device, out, seed) for suite in suites}
-        for phase in device_phases(device):
-            for suite in suites:
-                suite_name, path, jobs = expanded[suite]
-                if not jobs:
-                    continue
-                item = plan_item(suite_name, suite, name, device, pythons[name], path, jobs,
-                                 index, history, unavailable[name], (caches or {}).get(name),
-                                 phase)
-                if item.total:
-                    items.append(item)
+    for stage in stages(frameworks, suites):     # the order items run in: stages' docstring
+        for name in frameworks:
+            for phase in device_phases(device):
+                for suite in stage:
+                    suite_name, path, jobs = expanded[name][suite]
+                    if not jobs:
+                        continue
+                    item = plan_item(suite_name, suite, name, device, pythons[name], path,
+                                     jobs, indexes[name], history, unavailable[name],
+                                     (caches or {}).get(name), phase)
+                    if item.total:
+                        items.append(item)
     pairs = truth_pairs(items, seed)
     gflop = sum(truth_module.cost_gflop(get_model(m), b) for m, b in pairs)
     return Plan(device, machine, tuple(items), tuple(pairs), gflop,
                 gflop / truth_rate if truth_rate and pairs else (0.0 if not pairs else None),
                 worker_start_s, history.rows,
                 history.fallback.models if history.fallback is not None else ())
+
+
+def stages(frameworks: list[str], suites: list[str]) -> list[list[str]]:
+    """The suites in the order the matrix runs them: the first suite for every framework,
+    then each framework's other suites. Within a stage, framework by framework, each
+    framework's wall pass over the stage's suites before its device pass.
+
+    The first suite is the comparison (the default suite: every framework on the same
+    networks), so a run stopped by ``--budget`` or a kill has it for every framework before
+    any seed suite; framework by framework over every suite, a GPU's first 20 minutes were
+    one framework's seven suites and no comparison (``published/h100-2026-11-budget``). It
+    costs each framework one worker start more (its workers are closed between stages, as
+    between frameworks). With one framework or one suite, one stage."""
+    if len(frameworks) > 1 and len(suites) > 1:
+        return [suites[:1], suites[1:]]
+    return [list(suites)]
 
 
 def plan_item(suite: str, source: str, framework: str, device: str, python: str, path: Path,

@@ -3,8 +3,9 @@
 one process at a time, as a GPU in exclusive-process compute mode does, so a worker left
 alive beside another shows up as the second one's fatal error. Checked: the pool keeps
 one live GPU worker at a time (suites/worker_pool.py); a runner runs the phases it is
-asked for; the matrix runs framework by framework, each framework's wall pass over every
-suite before its device pass, the device pass in the wall pass's worker; a budget stop or a kill
+asked for; the matrix runs the first suite for every framework, then each framework's
+others, a framework's wall pass over a stage's suites before its device pass, the device
+pass in the wall pass's worker; a budget stop or a kill
 between or in the passes resumes to the rows of an uninterrupted run; rounds keep their
 own processes. Nothing here asserts a duration."""
 
@@ -153,33 +154,37 @@ def planned(stderr: str) -> list[tuple[str, str, str]]:
             if phase in ("wall", "device")]
 
 
-def test_each_framework_runs_its_wall_pass_then_its_device_pass_in_one_worker(
+def test_each_framework_runs_its_wall_pass_then_its_device_pass_in_one_worker_a_stage(
         tmp_path, stand_in_gpu):
     out = tmp_path / "out"
     done = matrix(write_suites(tmp_path), out)
     assert done.returncode == 0, done.stderr     # a second live worker would be fatal
-    order = [(framework, suite, phase) for framework in ("fake", "fake2")
-             for phase in ("wall", "device") for suite in ("gpu-a", "gpu-b")]
+    # The first suite for both frameworks, then the other suite (suites/matrix_plan.py
+    # stages); in each stage a framework's wall pass, then its device pass.
+    order = [(framework, suite, phase) for suite in ("gpu-a", "gpu-b")
+             for framework in ("fake", "fake2") for phase in ("wall", "device")]
     assert planned(done.stderr) == order
     log = items(out)
     assert [(r["framework"], r["suite"], r["phase"]) for r in log] == order
-    assert [r["worker_starts"] for r in log] == [1, 0, 0, 0] * 2
+    assert [r["worker_starts"] for r in log] == [1, 0] * 4
     rows = all_rows(out)
     assert {status for _, status in rows} == {"ok"} and set(rows.values()) == {1}
     assert len(rows) == 2 * (16 + 8)
     # Every case a framework prepared, in the order the processes prepared them: one
-    # process per framework, the frameworks one after the other, each one's device rows
-    # after all its wall rows.
+    # process per framework and stage, one after the other, each one's device rows after
+    # all its wall rows.
     pids = [int(line.split()[0]) for line in Path(stand_in_gpu[EVENTS]).read_text().splitlines()]
     runs = [pid for pid, _ in groupby(pids)]
     expected = []
-    for framework in ("fake", "fake2"):
-        measured = [row for suite in ("gpu-a", "gpu-b") for row in rows_of(out, suite, framework)
-                    if "reused_from" not in row]
-        assert len({r["env"]["worker_pid"] for r in measured}) == 1
-        expected.append(measured[0]["env"]["worker_pid"])
-        last_wall = max(r["started_at"] for r in measured if r["measure"] != "device_time")
-        assert min(r["started_at"] for r in measured if r["measure"] == "device_time") >= last_wall
+    for suite in ("gpu-a", "gpu-b"):
+        for framework in ("fake", "fake2"):
+            measured = [row for row in rows_of(out, suite, framework)
+                        if "reused_from" not in row]
+            assert len({r["env"]["worker_pid"] for r in measured}) == 1
+            expected.append(measured[0]["env"]["worker_pid"])
+            last_wall = max(r["started_at"] for r in measured if r["measure"] != "device_time")
+            assert min(r["started_at"] for r in measured
+                       if r["measure"] == "device_time") >= last_wall
     assert runs == expected
 
 
@@ -264,15 +269,16 @@ def test_a_kill_in_the_device_pass_resumes_to_the_rows_of_an_uninterrupted_run(
     clean = tmp_path / "clean"
     assert matrix(suites, clean).returncode == 0
     out = tmp_path / "out"
-    # fake's second device job hangs: its wall pass and one device_time row are on disk.
+    # fake's second device job of the first stage hangs: its wall pass over gpu-a and one
+    # device_time row are on disk.
     marker = "gpu-a/fake/gpu/lenet_tiny/b3/device_time"
     proc = subprocess.Popen(matrix_command(suites, out), cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "DLBENCH_INJECT_HANG": marker})
     kill_at_the_hang(proc, marker)
     measures = collections.Counter(case.split("/")[5] for case, _ in all_rows(out))
-    # fake's wall pass over both suites (four jobs and two), one device_time row.
-    assert measures == {"forward": 6, "gradient": 6, "fingerprint": 6, "device_time": 1}
+    # fake's wall pass over gpu-a (four jobs), one device_time row.
+    assert measures == {"forward": 4, "gradient": 4, "fingerprint": 4, "device_time": 1}
     resumed = matrix(suites, out)
     assert resumed.returncode == 0, resumed.stderr
     assert all_rows(out) == all_rows(clean)

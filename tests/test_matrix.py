@@ -414,17 +414,26 @@ def test_a_framework_the_interpreter_lacks_is_listed_as_not_run(tmp_path):
     assert ("not run: torch" in text) == missing
 
 
-def test_plan_ordering_is_framework_by_framework_each_wall_pass_before_its_device_pass(
+def test_plan_ordering_is_the_first_suite_for_every_framework_then_framework_by_framework(
         tmp_path, every_framework_installed, monkeypatch):
-    plan = matrix_plan.make_plan("gpu", ["jax", "torch"], ["kernels-gpu", "default-gpu"],
+    suites = ["kernels-gpu", "default-gpu", "cnn-benchmarks"]
+    plan = matrix_plan.make_plan("gpu", ["jax", "torch"], suites,
                                  tmp_path, 0, {"jax": "p", "torch": "p"}, History({}, {}, 0),
                                  Machine("gpu", H100, 16), True, {}, None)
+    # The first suite given for every framework, then each framework's others; each
+    # framework's wall pass over a stage's suites before its device pass.
     assert [(i.framework, i.suite, i.phase) for i in plan.items] == [
-        (framework, suite, phase) for framework in ("jax", "torch")
-        for phase in ("wall", "device") for suite in ("kernels-gpu", "default-gpu")]
-    # Each framework's pooled worker starts once: its wall worker, which then serves the
-    # device pass.
-    assert plan.worker_starts() == ["jax", "torch"]
+        (framework, suite, phase) for stage in (suites[:1], suites[1:])
+        for framework in ("jax", "torch") for phase in ("wall", "device") for suite in stage]
+    # Each framework's pooled worker starts once a stage: its wall worker, which then
+    # serves the device pass.
+    assert plan.worker_starts() == ["jax", "torch", "jax", "torch"]
+    # One framework: one stage, framework by framework as before.
+    alone = matrix_plan.make_plan("gpu", ["jax"], suites, tmp_path, 0, {"jax": "p"},
+                                  History({}, {}, 0), Machine("gpu", H100, 16), True, {}, None)
+    assert [(i.suite, i.phase) for i in alone.items] == [
+        (suite, phase) for phase in ("wall", "device") for suite in suites]
+    assert alone.worker_starts() == ["jax"]
     # A framework whose registry entry keeps its device phase apart (own_device_process)
     # starts a second worker for its device pass.
     def tf_plan():
@@ -442,8 +451,8 @@ def test_plan_ordering_is_framework_by_framework_each_wall_pass_before_its_devic
                                 tmp_path, 0, {"jax": "p", "torch": "p"}, History({}, {}, 0),
                                 Machine("cpu", "x", 2), True, {}, None)
     assert [(i.framework, i.suite, i.phase) for i in cpu.items] == [
-        (framework, suite, "all") for framework in ("jax", "torch")
-        for suite in ("default-cpu", "li2016-quick")]
+        (framework, suite, "all") for suite in ("default-cpu", "li2016-quick")
+        for framework in ("jax", "torch")]
 
 
 def test_planned_worker_starts_count_a_gpu_worker_again_after_a_compile_cache_process(
