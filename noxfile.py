@@ -4,7 +4,7 @@
     nox -s torch_cpu -- bahrampour --resume   # another suite, passing runner flags
     nox -s tests                     # core tests and every framework's conformance kit
     nox --no-venv -s torch_gpu       # use the frameworks already installed (offline GPU hosts)
-    nox -s matrix -- --device gpu --budget 20   # every framework × suite (suites/matrix.py)
+    nox -s matrix -- --device gpu --budget 20   # every framework × suite (suites/matrix/run.py)
 
 Each framework session has its own virtualenv with that framework's pinned packages.
 ``--no-venv`` runs a session on the current interpreter and installs nothing, for

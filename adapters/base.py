@@ -1,6 +1,6 @@
 """The Adapter protocol: what every framework provides to the harness.
 
-The harness (suites/worker.py) owns the timing; an adapter only builds the network from
+The harness (suites/harness/worker.py) owns the timing; an adapter only builds the network from
 the IR, loads the canonical weights, places the seeded batch on the device and hands back
 one callable per measurement plus a ``sync`` that waits for the device. Nothing an
 adapter does in ``prepare`` is timed.
@@ -88,7 +88,7 @@ class Profile:
     """What a framework's profiler saw over ``iterations`` runs of ``measure``.
 
     ``by_layer_type`` splits the profiled time (ms per iteration) over
-    ``adapters.profiling.LAYER_TYPES`` (Li et al.'s conv, pool, ReLU, FC and concat, plus
+    ``suites.instruments.profiling.LAYER_TYPES`` (Li et al.'s conv, pool, ReLU, FC and concat, plus
     norm and other); ``top_kernels`` are the most expensive device kernels on a GPU, or
     the most expensive operations where the profiler sees no kernels (a CPU);
     ``timeline``, where present, says how much of the profiled span the device spent in
@@ -101,7 +101,7 @@ class Profile:
     by_layer_type: dict[str, float]
     top_kernels: tuple[KernelTime, ...]
     kernel_level: bool       # True: top_kernels are device kernels; False: framework ops
-    # Kernel-tracer profiles (adapters/kernel_trace.py) only: host time per traced
+    # Kernel-tracer profiles (suites/instruments/kernel_trace.py) only: host time per traced
     # iteration, for comparing the kernel total with it, and ms per convolution kernel
     # family (implicit GEMM, FFT, Winograd, ...), over the profiled measure and, traced
     # separately, over the forward pass alone (kernel names rarely tell the direction).
@@ -110,7 +110,7 @@ class Profile:
     forward_conv_families: dict[str, float] = field(default_factory=dict)
     # Where the profiler gives kernel start and end times: per iteration, the time from
     # the first kernel's start to the last one's end, the GPU busy within it, and the
-    # layout-transpose kernels' share (adapters.profiling.device_timeline).
+    # layout-transpose kernels' share (suites.instruments.profiling.device_timeline).
     timeline: dict[str, float] | None = None
 
 
@@ -195,10 +195,10 @@ class Prepared(abc.ABC):
         raise Unsupported("no profiler support")
 
     def device_clock(self) -> Any:
-        """A ``suites.timer.DeviceClock`` that times kernels on this case's device, or None
+        """A ``suites.stats.timer.DeviceClock`` that times kernels on this case's device, or None
         where the framework offers none. The harness prefers CUPTI's clock, the same for
         every framework, where cupti-python imports; this one is the fallback
-        (suites/device_time.py)."""
+        (suites/instruments/device_time.py)."""
         return None
 
     def close(self) -> None:
@@ -233,13 +233,13 @@ class Adapter(abc.ABC):
     def reapply(self, case: CaseConfig) -> None:
         """Set again the process-wide settings ``prepare`` set for ``case`` (precision,
         cuDNN's algorithm search), before a job kept built runs again after others were
-        prepared (suites/kept_jobs.py). Nothing for a framework whose settings live in
+        prepared (suites/harness/kept_jobs.py). Nothing for a framework whose settings live in
         the job."""
 
     def bytes_in_use(self) -> int | None:
         """Device memory the framework's allocator has handed out now (the figure its
         ``peak_memory`` is a peak of), or None where it reports none: what jobs kept for
-        the device phase hold is left out of a later job's peak (suites/kept_jobs.py)."""
+        the device phase hold is left out of a later job's peak (suites/harness/kept_jobs.py)."""
         return None
 
     def memory_used_fraction(self) -> float | None:

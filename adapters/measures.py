@@ -11,7 +11,7 @@ PROFILE = "profile"
 # same from page-locked host memory (Li et al. 2016, Fig. 7 and its discussion).
 TRANSFERS = ("transfer", "transfer_pinned")
 # "counters": per-kernel hardware counters from Nsight Compute (ncu), reduced as Li et al.
-# 2016 did for Fig. 6 and Table II (suites/counters.py).
+# 2016 did for Fig. 6 and Table II (suites/instruments/counters.py).
 COUNTERS = "counters"
 # "train_step": one training iteration as training runs it: forward in training mode, loss,
 # backward for every trainable body parameter, and an optimizer step (SGD with momentum)
@@ -35,14 +35,14 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 # A measure whose device blocks CUPTI received nothing in, while it received the job's
-# other measures in the same process, did nothing on the device (suites/device_pass.py
-# marks it; reports/tidy.py makes its wall row an error).
+# other measures in the same process, did nothing on the device (suites/harness/device_pass.py
+# marks it; reports/pipeline/tidy.py makes its wall row an error).
 NO_DEVICE_WORK = ("the step did no work on the GPU: CUPTI recorded no kernel, copy or set in "
                   "its device blocks while it recorded the job's other measures in the same "
                   "process, so its wall figure times no device work")
 
 # A step's device busy time cannot exceed the wall time of the same iterations: the wall
-# clock spans every kernel they launch. The device phase (suites/device_pass.py) rebuilds
+# clock spans every kernel they launch. The device phase (suites/harness/device_pass.py) rebuilds
 # the job after the wall samples, with CUPTI loaded, and a framework that autotunes again
 # there can choose other kernels. Seen: TensorFlow's conv_l1 forward at batch 128 on an H200,
 # 7.79 ms of busy time in the device phase against a wall median of 3.12 ms (commit
@@ -57,7 +57,7 @@ NO_DEVICE_WORK = ("the step did no work on the GPU: CUPTI recorded no kernel, co
 # 1.007, so 5% leaves room for the GPU's clock moving between the two phases.
 # Transfers are apart: their two phases' copies can run at different speeds (ONNX Runtime's
 # pageable copies in published/h100-2026-11c: device figures up to 2.0 times the wall
-# median), which the report marks instead (reports/cells.py).
+# median), which the report marks instead (reports/pipeline/cells.py).
 DEVICE_ABOVE_WALL_LIMIT = 1.05
 
 

@@ -31,13 +31,13 @@ class FrameworkEntry:
     compile_cache_variants: tuple[str, ...] = ()
     compile_cache_env: dict[str, str] = field(default_factory=dict)
     # Precisions whose jobs run in worker processes of their own, never sharing one with
-    # jobs of another precision (suites/runner.py process_group; registry.toml says why).
+    # jobs of another precision (suites/harness/runner.py process_group; registry.toml says why).
     own_process_precisions: tuple[str, ...] = ()
     # Whether its device phase starts a process of its own rather than going on in the
-    # wall phase's worker (suites/worker_pool.py; registry.toml says why).
+    # wall phase's worker (suites/harness/pool.py; registry.toml says why).
     own_device_process: bool = False
     # Whether the wall phase's worker keeps the jobs built for the device phase
-    # (suites/kept_jobs.py; registry.toml says for which frameworks and why).
+    # (suites/harness/kept_jobs.py; registry.toml says for which frameworks and why).
     keeps_jobs_for_device_phase: bool = False
 
     def load(self):

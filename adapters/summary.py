@@ -1,7 +1,7 @@
 """What a fingerprint needs of one forward and one gradient pass, so that the arrays
 themselves never have to reach the host where they are large.
 
-A fingerprint row (``suites/truth_check.py``) reads of the inference output only its
+A fingerprint row (``suites/truth/check.py``) reads of the inference output only its
 shape, its first few examples (those the float64 truth judges, ``models/truth.py``) and
 its mean and standard deviation; of the gradients, each parameter's 2-norm, and the
 arrays themselves only where the truth judges them element by element. Fetching whole

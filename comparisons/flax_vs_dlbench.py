@@ -11,7 +11,7 @@ ResNet-50: torchvision's v1.5 (stride on the 3×3 convolution), batch norm after
 bias-free convolution, torch-style symmetric padding. dlbench's canonical weights are
 copied into it (every path and shape checked), both must give the same output and loss
 (within what the precision's rounding explains: ``identity_tolerance``), and then each
-measure is timed for both with the same timer (suites.timer.measure with the TimerSettings
+measure is timed for both with the same timer (suites.stats.timer.measure with the TimerSettings
 of ``--suite``, by default the device's default suite), jit, precision, NHWC batch on the
 device and loss (mean softmax cross-entropy, in float32).
 
@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     from models.inputs import make_batch
     from models.weights import canonical_weights
     from models.zoo import get_model
-    from suites.spec import load_suite, resolve_suite_path
-    from suites.timer import measure
+    from suites.harness.spec import load_suite, resolve_suite_path
+    from suites.stats.timer import measure
 
     try:
         adapter = JaxAdapter(RunConfig(args.device, len(os.sched_getaffinity(0)), 1))

@@ -92,11 +92,11 @@ end one table lists every ratio.
 
 ``--trace N`` (GPU only) shows where a gap comes from: after each pair is timed, each
 side's step is warmed up and N iterations of it run under the CUPTI kernel tracer
-(``adapters/kernel_trace.py``, the one the ``profile`` measure uses). Per side and
+(``suites/instruments/kernel_trace.py``, the one the ``profile`` measure uses). Per side and
 iteration it records the traced wall time, the kernel busy time and the time outside
 kernels (host work and launch gaps: wall - busy), kernel ms by layer type, the layout
 transposes' ms, the top kernels and the convolution kernel families, with
-``suites/kernel_check.py``'s check of the kernel total; the result's JSON holds them
+``suites/instruments/kernel_check.py``'s check of the kernel total; the result's JSON holds them
 under ``"trace"`` and a compact table follows each timing line. Where the tracer cannot
 run (a CPU, no cupti-python) one line says why and the comparison goes on.
 """
@@ -121,8 +121,8 @@ from models.googlenet import INCEPTION
 from models.inputs import make_batch
 from models.weights import canonical_weights
 from models.zoo import get_model
-from suites.environment import limit_cpus
-from suites.timer import TimerSettings, measure
+from suites.instruments.environment import limit_cpus
+from suites.stats.timer import TimerSettings, measure
 
 MODELS = ("resnet50", "vgg16", "googlenet", "alexnet")
 MEASURES = ("forward", "gradient", TRAIN_STEP)   # in timing order: train_step last
@@ -663,7 +663,7 @@ def tracer_unavailable(device: str) -> str | None:
     """Why ``--trace`` cannot run here, or None."""
     if device != "gpu":
         return "kernel trace skipped: --trace needs --device gpu (CUPTI traces CUDA kernels)"
-    from adapters.kernel_trace import unavailable_reason
+    from suites.instruments.kernel_trace import unavailable_reason
 
     return unavailable_reason()
 
@@ -672,12 +672,12 @@ def trace_summary(kernels, measure: str, timed_ms: float | None = None) -> dict:
     """One side's traced iterations (a ``KernelTrace``), per iteration: the traced wall
     time, the kernel busy time (overlapping kernels once) and what lies outside it (host
     work, launches and syncs the GPU waited for), the kernel sum by layer type
-    (``adapters.profiling``'s patterns on kernel names), the layout transposes' share,
-    the top kernels, the convolution kernel families and ``suites.kernel_check``'s check
+    (``suites.instruments.profiling``'s patterns on kernel names), the layout transposes' share,
+    the top kernels, the convolution kernel families and ``suites.instruments.kernel_check``'s check
     of the kernel total against the traced wall time and the timed median. Raises
     ``KernelTotalError`` for a kernel total no GPU can produce."""
-    from adapters.kernel_trace import kernel_profile
-    from suites.kernel_check import TimedReference, kernel_check
+    from suites.instruments.kernel_check import TimedReference, kernel_check
+    from suites.instruments.kernel_trace import kernel_profile
 
     profile = kernel_profile(kernels, measure)
     check = kernel_check(profile, kernels, TimedReference(median_ms=timed_ms))
@@ -699,8 +699,8 @@ def trace_side(run, sync, iterations: int, label: str, measure: str,
     """Warm-up, then ``iterations`` traced runs of one side's step; a tracer that fails
     (CUPTI refused, an impossible kernel total) is recorded, not raised, so the timings
     stand."""
-    from adapters.kernel_trace import trace
-    from adapters.profiling import WARMUP_RUNS
+    from suites.instruments.kernel_trace import trace
+    from suites.instruments.profiling import WARMUP_RUNS
 
     try:
         for _ in range(WARMUP_RUNS):
@@ -721,8 +721,8 @@ def short_kernel_name(name: str, width: int = 44) -> str:
 def format_trace(measure: str, summaries: dict[str, dict]) -> list[str]:
     """The compact table of one pair's traces: a row of ms per iteration per side, then
     each side's top kernels."""
-    from adapters.kernel_trace import dominant_family
-    from adapters.profiling import LAYER_TYPES
+    from suites.instruments.kernel_trace import dominant_family
+    from suites.instruments.profiling import LAYER_TYPES
 
     iterations = next((s["iterations"] for s in summaries.values() if "iterations" in s), 0)
     head = f"trace {measure}, ms/it. ({iterations} it.)"

@@ -1,5 +1,5 @@
 """Does dlbench time ONNX Runtime fairly? dlbench's ORT forward time for a model (the
-adapter driven by suites.timer, as a suite run does) against the same ONNX model, exported
+adapter driven by suites.stats.timer, as a suite run does) against the same ONNX model, exported
 from dlbench's builder to a file, run by a minimal hand-written loop in this file, in the
 same process, in alternating rounds. On the GPU the two medians must agree within ±5%
 (exit status 1 otherwise).
@@ -39,8 +39,8 @@ from adapters.ort.network import build  # noqa: E402
 from models.inputs import make_batch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
-from suites.environment import cpu_model, usable_cpus  # noqa: E402
-from suites.timer import TimerSettings, measure  # noqa: E402
+from suites.instruments.environment import cpu_model, usable_cpus  # noqa: E402
+from suites.stats.timer import TimerSettings, measure  # noqa: E402
 
 TOLERANCE = 0.05
 

@@ -48,7 +48,7 @@ from adapters.torch import TorchAdapter
 from models.inputs import make_batch
 from models.weights import canonical_weights
 from models.zoo import get_model
-from suites.timer import TimerSettings, measure
+from suites.stats.timer import TimerSettings, measure
 
 MODELS = ("resnet50", "vgg16", "alexnet")
 MEASURES = ("forward", "gradient", TRAIN_STEP)

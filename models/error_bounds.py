@@ -1,6 +1,6 @@
 """How far from the float64 truth a correct implementation may land, per precision.
 
-A fingerprint's errors against float64 (``suites/truth_check.py``) are relative: the
+A fingerprint's errors against float64 (``suites/truth/check.py``) are relative: the
 inference output's largest error over its largest value (the normalisation under which
 fp32-strict outputs of single convolutions, ResNet-50 and VGG-16 measured 3e-7 to 4e-6 on
 an H100, and TF32 ones 3e-4 to 1.2e-3), the gradient's 2-norm error over its 2-norm. The

@@ -2,8 +2,8 @@
 row needs from the numpy reference, for the canonical weights and the seeded batch,
 computed once and cached on disk.
 
-Every framework's fingerprint row is judged against this (``suites/truth_check.py``,
-``reports/truth.py``). The numpy reference was chosen over a float64 build of one of the
+Every framework's fingerprint row is judged against this (``suites/truth/check.py``,
+``reports/pipeline/truth.py``). The numpy reference was chosen over a float64 build of one of the
 benchmarked frameworks so that the truth shares no kernel, layout or autodiff code with
 anything it judges.
 

@@ -2,7 +2,7 @@
 kernels ran per step, how much of that ran while a compute kernel was running on the same
 device (overlapped: the all-reduce hidden behind backward), and how much ran alone
 (exposed: the step waits for it). Framework-neutral: the same CUPTI window
-(``adapters/cupti_window.py``) the device clock uses, in every engine's rank process.
+(``suites/instruments/cupti_window.py``) the device clock uses, in every engine's rank process.
 
 A kernel is communication when its name holds ``nccl`` (NCCL's ``ncclDevKernel_*`` and
 ``ncclKernel_*``, whether PyTorch, XLA or TensorFlow launched them). An NCCL kernel's
@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from adapters.cupti_window import CuptiWindow, busy_and_span_ns, detach, load_cupti
+from suites.instruments.cupti_window import CuptiWindow, busy_and_span_ns, detach, load_cupti
 
 NCCL_MARK = "nccl"
 TOOL = "CUPTI activity records (concurrent kernels), names holding 'nccl' against the rest"
@@ -103,7 +103,7 @@ def trace(engine: Any, steps: int) -> tuple[dict[str, Any] | None, str]:
     that while. Counted in, that wait showed as NCCL kernel time of 9.8 to 43 ms per step
     in steps of 11.6 to 70 ms (PyTorch, one process per GPU, 4× H200), more than the steps
     themselves. The uncounted step is a barrier: the counted ones start aligned."""
-    from adapters.kernel_trace import unavailable_reason
+    from suites.instruments.kernel_trace import unavailable_reason
 
     reason = unavailable_reason()
     if reason:
@@ -121,7 +121,7 @@ def trace(engine: Any, steps: int) -> tuple[dict[str, Any] | None, str]:
         wall_ms = (host_clock() - started) * 1e3 / steps
     finally:
         closed = window.close()
-        # Attached, CUPTI slows every later launch of the process (adapters/cupti_window.py,
+        # Attached, CUPTI slows every later launch of the process (suites/instruments/cupti_window.py,
         # detach): the next case of a shared launch must not be timed under it.
         global DETACH_PROBLEM
         DETACH_PROBLEM = detach(cupti)

@@ -105,7 +105,7 @@ def plan(spec: RankSpec, paths: list[str], hosts: int = 1,
     of the same framework, device and N in turn; ``spec`` the first). ``hosts`` > 1 stands
     several hosts in with processes on this one, through the same multi-host path a real
     cluster uses. ``extra_env`` goes to every process (the persistent compilation cache's
-    variables, suites/compile_cache.py)."""
+    variables, suites/matrix/compile_cache.py)."""
     python = sys.executable
     rank = [python, "-m", "parallel.rank", *paths]
     env = {**base_env(spec.device, spec.devices // max(1, hosts)

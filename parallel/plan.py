@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from parallel.spec import SUITES_DIR, ScalingCase
-from suites.estimate import Estimate
-from suites.results import json_lines
+from suites.matrix.estimate import Estimate
+from suites.rows.results import json_lines
 
 MEASURE = "data_parallel"
 PUBLISHED = Path(__file__).resolve().parent.parent / "published"

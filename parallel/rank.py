@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
     module's ``finish`` ends the group after the last."""
     specs = [RankSpec.from_file(Path(path)) for path in argv]
     info = RankInfo.from_environment()
-    from suites.environment import limit_cpus
+    from suites.instruments.environment import limit_cpus
 
     first = specs[0]
     threads = max(1, len(os.sched_getaffinity(0)) // max(1, first.processes))
@@ -138,9 +138,9 @@ def main(argv: list[str]) -> int:
 def run_case(module, spec: RankSpec, info: RankInfo, threads: int, affinity: list[int]) -> None:
     """One case on this rank; rank 0 writes its result."""
     from adapters.base import Unsupported
-    from suites.environment import host_environment
-    from suites.results import timing_fields
-    from suites.timer import TimerSettings, summarise
+    from suites.instruments.environment import host_environment
+    from suites.rows.results import timing_fields
+    from suites.stats.timer import TimerSettings, summarise
 
     try:
         engine = module.DataParallel(spec, info, threads)

@@ -27,10 +27,10 @@ from parallel.plan import MEASURE, PUBLISHED, plan_line
 from parallel.rank import done_marker
 from parallel.spec import RankSpec, ScalingCase, ScalingSuite
 from parallel.topology import gpu_count, interconnect
-from suites.compile_cache import cache_env, cache_root, cache_view, record_host
-from suites.environment import cpu_model, host_environment, host_id, nvidia_smi
-from suites.estimate import minutes
-from suites.results import SCHEMA_VERSION, read_rows
+from suites.instruments.environment import cpu_model, host_environment, host_id, nvidia_smi
+from suites.matrix.compile_cache import cache_env, cache_root, cache_view, record_host
+from suites.matrix.estimate import minutes
+from suites.rows.results import SCHEMA_VERSION, read_rows
 
 OTHER_DEVICES = 2   # CPU: logical devices the engines make (a CPU run checks the path)
 
@@ -51,7 +51,7 @@ class ScalingRequest:
     device_counts: list[int] | None = None  # these N instead of the suite's (and N = 1)
     plan_only: bool = False          # print the plan and stop
     history: tuple[Path, ...] = (PUBLISHED,)   # earlier rows the plan estimates from
-    # The persistent compilation cache (suites/compile_cache.py): a folder, "" for the
+    # The persistent compilation cache (suites/matrix/compile_cache.py): a folder, "" for the
     # default (~/.cache/dlbench/compile), "off" for none. The command line's default is "".
     compile_cache: str = "off"
 
@@ -71,7 +71,7 @@ def efficiency(case: ScalingCase, median_ms: float, baseline_ms: float | None) -
 class ScalingRunner:
     def __init__(self, request: ScalingRequest):
         self.request = request
-        # The same host identity as the single-device runner's (suites/environment.py).
+        # The same host identity as the single-device runner's (suites/instruments/environment.py).
         self.path = request.out / request.suite.name / host_id() / \
             f"{request.framework}_{request.device}.jsonl"
         self.baselines: dict[tuple[str, int, str], float] = {}

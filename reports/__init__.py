@@ -1,13 +1,10 @@
-"""The report stage: result rows (JSON Lines) in; Markdown tables in the seeds' formats,
-one self-contained HTML page with plots, a tidy CSV and a plain-text summary
-out.
+"""The report stage: result rows in; Markdown tables in the seeds' formats, one
+self-contained HTML page with plots, a tidy CSV and a plain-text summary out.
 
-Pipeline (one module per step, frozen dataclasses between them):
-``load`` → ``tidy`` → ``peaks`` (TFLOP/s) → ``equivalence`` / ``ratios`` → ``tables_*`` /
-``historical`` / ``plots`` → ``markdown`` / ``html`` / ``text``, driven by ``build``;
-``compare`` puts a run beside a published reference, ``publish`` makes a published folder.
-
-No ML framework is imported here (DESIGN.md: reports/ may import pandas and plotting only).
+``pipeline`` (load → tidy → judge) → ``sections`` (one module per table group) →
+``render`` (markdown, html, text, driven by ``render.build``). Tools at this level:
+``compare`` (a run beside a published reference), ``publish``, ``readme_tables``, ``gap``.
+No ML framework is imported here: pandas and matplotlib only.
 """
 
 SUPPORTED_SCHEMA = 1

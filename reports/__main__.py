@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reports.load import InputError
+from reports.pipeline.load import InputError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", action="store_true",
                         help="write only report.md and plots/*.png (for a published folder)")
     args = parser.parse_args(argv)
-    from reports.build import build  # after argparse: --help stays fast
     from reports.compare import is_published
+    from reports.render.build import build  # after argparse: --help stays fast
 
     inputs = list(args.inputs) + [p for p in args.reference if p not in args.inputs]
     # An explicit --reference decides alone, so one published folder can be compared with
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     for warning in report.warnings:
         print(warning, file=sys.stderr)
     if not args.quiet:
-        from reports.text import render
+        from reports.sections.text import render
 
         sys.stdout.write(render(report))
         for section in report.sections:

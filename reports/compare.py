@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import cells
-from reports.compare_scaling import section_parts as scaling_section
-from reports.grouping import records
-from reports.load import Loaded, under_roots
-from reports.naming import sort_key
-from reports.table import Cell, Table
-from reports.tidy import tidy
+from reports.pipeline import cells
+from reports.pipeline.grouping import records
+from reports.pipeline.load import Loaded, under_roots
+from reports.pipeline.naming import sort_key
+from reports.pipeline.tidy import tidy
+from reports.render.table import Cell, Table
+from reports.sections.compare_scaling import section_parts as scaling_section
 
 # Settings compared between your row and the reference row, with the weight of a mismatch
 # when choosing among several reference rows: batch and precision change the computation,
@@ -76,7 +76,7 @@ class Pair:
 
 def _timed(row: dict) -> bool:
     """A timed row this comparison pairs: data-parallel rows are paired by their own key
-    (reports/compare_scaling.py), never by the nearest settings."""
+    (reports/sections/compare_scaling.py), never by the nearest settings."""
     return row["status"] == "ok" and row["measure"] != "data_parallel" and all(
         isinstance(row.get(k), float) and math.isfinite(row[k]) and row[k] > 0 for k in TIMED)
 
@@ -108,7 +108,7 @@ def split(loaded: Loaded, reference_roots: tuple[Path, ...]) -> tuple[pd.DataFra
 
 def _pair_key(row: dict) -> tuple:
     """What a reference row must share with yours: model, measure, framework, device, and
-    whether both are practice-suite rows (bf16 / TF32 at large batches: reports/practice.py),
+    whether both are practice-suite rows (bf16 / TF32 at large batches: reports/sections/practice.py),
     so a practice row is never set beside a strict-fp32 one, nor the other way round."""
     return (row["model"], row["measure"], row["framework"], row["device"],
             bool(row["practice"]))
@@ -229,7 +229,7 @@ def pair_table(pairs: list[Pair]) -> Table:
 def section_parts(loaded: Loaded, reference_roots: tuple[Path, ...]
                   ) -> tuple[tuple[str, ...], tuple[Table, ...]]:
     """The comparison section's paragraphs and tables (empty when nothing pairs); the
-    data-parallel cases in a table of their own (reports/compare_scaling.py)."""
+    data-parallel cases in a table of their own (reports/sections/compare_scaling.py)."""
     pairs, unmatched = pair_rows(*split(loaded, reference_roots))
     scaling_text, scaling_tables = scaling_section(loaded, reference_roots)
     names = ", ".join(str(p) for p in reference_roots)

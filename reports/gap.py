@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.load import InputError, load
-from reports.tidy import LAYER_TYPES, tidy
+from reports.pipeline.load import InputError, load
+from reports.pipeline.tidy import LAYER_TYPES, tidy
 
 TOP = 5
 # Summed kernel time above busy time by more than this share is reported as overlap (the

@@ -1,2 +1,2 @@
-"""Suites (TOML files beside this module) and the harness that runs them: suite parsing,
-case expansion, the timer, environment capture, result rows and the runner."""
+"""The command line (``python -m suites``) and the suite TOML files beside it. The
+subsystems are packages: harness (one run), stats, instruments, truth, matrix, rows."""

@@ -3,7 +3,7 @@
     python -m suites run default-cpu --framework torch --device cpu [--resume] [--out results]
     python -m suites validate suites/my_suite.toml
     python -m suites list
-    python -m suites compare RUN1 RUN2 [RUN3]   # do two or three runs agree? (suites/compare.py)
+    python -m suites compare RUN1 RUN2 [RUN3]   # do two or three runs agree? (suites/stats/compare.py)
     python -m suites interleave default-gpu --frameworks torch jax --device gpu [--blocks 2]
     python -m suites matrix --device gpu [--frameworks ...] [--suites ...] [--budget MIN] [--plan]
 """
@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 from adapters.registry import load_registry
-from suites.between_runs import load_earlier
-from suites.results import OutputError
-from suites.runner import Runner, RunRequest
-from suites.spec import SUITES_DIR, SuiteError, check_case_timeout, load_suite, resolve_suite_path
+from suites.harness.runner import Runner, RunRequest
+from suites.harness.spec import SUITES_DIR, SuiteError, check_case_timeout, load_suite, resolve_suite_path
+from suites.rows.results import OutputError
+from suites.stats.between_runs import load_earlier
 
 EARLIER_HELP = ("earlier results of this machine model (folders or .jsonl files): each "
                 "case's spread over them and this run widens its interval to cover a re-run "
-                "(suites/between_runs.py)")
+                "(suites/stats/between_runs.py)")
 
 
 def check_earlier(folders: list[Path]) -> None:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
     run.add_argument("--rounds", type=int, default=1,
                      help="run every case's repetitions in this many separate processes "
-                          "(suites/rounds.py)")
+                          "(suites/harness/rounds.py)")
     run.add_argument("--earlier", nargs="+", type=Path, default=[], metavar="DIR",
                      help=EARLIER_HELP)
     run.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS",
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("suite")
     commands.add_parser("list", help="list the bundled suites")
     interleave = commands.add_parser("interleave", help="several frameworks in counterbalanced "
-                                     "blocks (suites/interleave.py)")
+                                     "blocks (suites/harness/interleave.py)")
     interleave.add_argument("suite")
     interleave.add_argument("--frameworks", nargs="+", required=True)
     interleave.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     order = ("frameworks in the order given, each framework's suites in the order given; on a "
              "GPU its wall pass over all suites, then its device pass")
     matrix = commands.add_parser("matrix", help="every framework x suite on one device: a plan "
-                                 "up front, resumable, within a budget (suites/matrix.py)",
+                                 "up front, resumable, within a budget (suites/matrix/run.py)",
                                  description="Every framework x suite on one device: a plan up "
                                  f"front, resumable, within a budget. Order: {order}.")
     matrix.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                              "device")
     matrix.add_argument("--suites", nargs="+", default=[],
                         help="in the order each framework runs them; default: the device's "
-                             "default suite and the seeds' suites (suites/matrix_plan.py)")
+                             "default suite and the seeds' suites (suites/matrix/plan.py)")
     matrix.add_argument("--out", type=Path, default=Path("results"))
     matrix.add_argument("--seed", type=int, default=0)
     matrix.add_argument("--budget", type=float, default=None, metavar="MINUTES",
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--rounds", type=int, default=1,
                         help="measure every case in this many rounds of separate processes, "
                              "so its interval covers a re-run in other processes "
-                             "(suites/rounds.py)")
+                             "(suites/harness/rounds.py)")
     matrix.add_argument("--plan", action="store_true", help="print the plan and stop")
     matrix.add_argument("--device-name", default="", metavar="NAME",
                         help="estimate for this device model (e.g. 'NVIDIA H100 80GB HBM3') "
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--gpus", default="", metavar="N|LIST",
                         help="run on several GPUs of this host side by side: one lane per GPU, "
                              "each with CPUs of its own, taking one framework's suite at a time "
-                             "(a count, or GPU indices such as 0,2; suites/lanes.py)")
+                             "(a count, or GPU indices such as 0,2; suites/matrix/lanes.py)")
     matrix.add_argument("--cpus", default="", metavar="LIST",
                         help="run on these CPUs only, e.g. 0-15 (what each lane of --gpus gets)")
     matrix.add_argument("--lane-of", type=int, default=0, help=argparse.SUPPRESS)
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("run", "matrix"):
             check_earlier(args.earlier)
         if args.command == "run" and (args.rounds != 1 or args.earlier):
-            from suites.matrix_plan import this_machine
-            from suites.rounds import run_rounds
+            from suites.harness.rounds import run_rounds
+            from suites.matrix.plan import this_machine
             machine = this_machine(args.device)
             earlier = load_earlier(args.earlier, machine)
             if args.earlier:
@@ -141,23 +141,23 @@ def main(argv: list[str] | None = None) -> int:
             return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
                                      args.resume, args.seed, args.case_timeout)).run()
         if args.command == "interleave":
-            from suites.interleave import run_interleaved
+            from suites.harness.interleave import run_interleaved
             if args.blocks < 1:
                 raise SuiteError(f"--blocks must be at least 1, got {args.blocks}")
             return run_interleaved([RunRequest(args.suite, name, args.device, args.out,
                                                args.resume, args.seed)
                                     for name in dict.fromkeys(args.frameworks)], args.blocks)
         if args.command == "matrix":
-            from suites.matrix import Matrix, MatrixRequest
-            from suites.runner import stop_on_sigterm
+            from suites.harness.runner import stop_on_sigterm
+            from suites.matrix.run import Matrix, MatrixRequest
             stop_on_sigterm()
             if args.case_timeout is not None:
                 check_case_timeout("--case-timeout", args.case_timeout)
             if args.lane_of:
-                from suites.worker import die_with_parent
+                from suites.harness.worker import die_with_parent
                 die_with_parent(args.lane_of)
             if args.cpus:
-                from suites.lanes import confine
+                from suites.matrix.lanes import confine
                 confine(args.cpus)
             return Matrix(MatrixRequest(
                 args.device, tuple(args.frameworks), tuple(args.suites), args.out, args.seed,
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.device_name, args.rounds, args.gpus, args.lane_of,
                 tuple(args.earlier))).run()
         if args.command == "compare":
-            from suites.compare import main as compare_runs
+            from suites.stats.compare import main as compare_runs
             return compare_runs(args.runs)
         if args.command == "validate":
             suite = load_suite(resolve_suite_path(args.suite), load_registry())

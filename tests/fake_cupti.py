@@ -136,12 +136,11 @@ class FakeCupti:
 def install(monkeypatch, fake: FakeCupti) -> FakeCupti:
     """Make ``from cupti import cupti`` return ``fake`` and time the tracer's host side on
     the fake's clock."""
-    from adapters import kernel_trace
-
+    from suites.instruments import kernel_trace
     package = types.ModuleType("cupti")
     package.cupti = fake
     monkeypatch.setitem(sys.modules, "cupti", package)
     monkeypatch.setitem(sys.modules, "cupti.cupti", fake)
     monkeypatch.setattr(kernel_trace, "host_clock", fake.host_clock)
-    monkeypatch.setattr("adapters.cupti_window.host_ns", lambda: fake.now)
+    monkeypatch.setattr("suites.instruments.cupti_window.host_ns", lambda: fake.now)
     return fake

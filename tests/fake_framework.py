@@ -16,12 +16,12 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
   worker takes an exclusive lock on the file when it starts and holds it until it exits,
   and a worker that finds it held stops with ``DeviceUnavailable`` (the worker's fatal
   event), naming the process that holds it. Each entry of ``CUDA_VISIBLE_DEVICES`` is a
-  stand-in GPU of its own (``<file>.<entry>``), for a matrix's lanes (suites/lanes.py).
+  stand-in GPU of its own (``<file>.<entry>``), for a matrix's lanes (suites/matrix/lanes.py).
 * ``FAKE_EVENTS=<file>``: each prepared case appends ``<pid> <device> <model> b<batch>``
   to the file, so a test can read the order in which processes ran their cases.
 * ``FAKE_GPU_MEMORY_USED=<fraction>``: the share of the stand-in GPU's memory in use
   (default 0), which decides whether a job is kept built for the device phase
-  (suites/kept_jobs.py); ``FAKE_EVENTS`` shows which jobs were built again, and a
+  (suites/harness/kept_jobs.py); ``FAKE_EVENTS`` shows which jobs were built again, and a
   kept job's settings set again (``<pid> reapply <precision> <variant>``).
 * ``FAKE_OOM=<model>``: preparing that model raises an out-of-memory error.
   ``FAKE_OOM_AFTER_OTHERS=<model>``: only in a process that prepared another model
@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from adapters.base import Adapter, DeviceUnavailable, Memory, Prepared, RunConfig, Unsupported
-from suites.timer import DeviceClock
+from suites.stats.timer import DeviceClock
 
 REGISTRY = Path(__file__).with_name("data") / "fake_registry.toml"
 CRASH = "FAKE_CRASH"

@@ -1,4 +1,4 @@
-"""A worker (``suites/worker.py``) running one job of a stand-in framework on a simulated
+"""A worker (``suites/harness/worker.py``) running one job of a stand-in framework on a simulated
 GPU (``tests/fake_cupti.py``): every row field the worker assembles — wall and device
 time, host overhead, host state, the profile's kernel check — comes out as on a GPU host,
 with all times on the simulation's clock."""
@@ -88,9 +88,9 @@ def run_job(tmp_path: Path, prepared: SimulatedPrepared, pending: list[str],
 def make_worker(path: Path, prepared: SimulatedPrepared, framework: str = "jax",
                 phase: str = "all"):
     """A worker writing its rows to ``path``, every job built as ``prepared``."""
-    from suites.host_state import HostMonitor
-    from suites.results import ResultsFile
-    from suites.worker import Plan, Worker
+    from suites.harness.worker import Plan, Worker
+    from suites.instruments.host_state import HostMonitor
+    from suites.rows.results import ResultsFile
 
     worker = Worker.__new__(Worker)
     worker.plan = Plan("s", framework, "gpu", 1, 1, str(path), 0, [], phase=phase)

@@ -1,5 +1,5 @@
 """Synthetic result rows for tests/test_reports.py: realistic shapes (the layout of
-``suites.results.Row.to_json``), two hosts (a CPU box and an H100 box), three frameworks,
+``suites.rows.results.Row.to_json``), two hosts (a CPU box and an H100 box), three frameworks,
 failures of every kind, unstable rows, reruns, tf32 beside fp32, a hostile model name."""
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def profile_rows() -> list[dict]:
 
 def counters(occupancy: float, ipc: float, warp: float, gld: float | None, gst: float,
              shared: float, registers: float, smem_kb: float, measure: str) -> dict:
-    """A counters row's reduced Nsight Compute metrics (suites/ncu_metrics.py layout)."""
+    """A counters row's reduced Nsight Compute metrics (suites/instruments/ncu_metrics.py layout)."""
     values = {"achieved_occupancy": occupancy, "ipc": ipc, "warp_execution_efficiency": warp,
               "gld_efficiency": gld, "gst_efficiency": gst, "shared_efficiency": shared,
               "registers_per_thread": registers, "shared_memory_per_block_kb": smem_kb}
@@ -260,7 +260,7 @@ def counters(occupancy: float, ipc: float, warp: float, gld: float | None, gst: 
 
 def tracer_profile(conv: float, other: float, wall: float, families: dict,
                    forward_families: dict, measure: str) -> dict:
-    """A kernel-tracer profile (adapters/kernel_trace.py)."""
+    """A kernel-tracer profile (suites/instruments/kernel_trace.py)."""
     row = profile(conv, 0.0, 0.0, 0.0, 0.0, 0.0, other, [("fft2d_r2c_32x32", conv, 2.0)],
                   kernel_level=True, tool="CUPTI activity API (cupti-python)")
     return {**row, "measure": measure, "wall_ms": wall, "conv_families": families,
@@ -335,7 +335,7 @@ def _write(path: Path, rows: list[dict]) -> None:
 
 
 def device_timing(device: float | None, *, span: float | None = None, **fields) -> dict:
-    """A GPU row's device-time fields (suites/worker.py): the kernels' busy time per
+    """A GPU row's device-time fields (suites/harness/worker.py): the kernels' busy time per
     iteration and how it was taken, or null with the reason; ``fields`` adds the newer ones
     (``device_span_median_ms``, ``host_overhead_ms``, ``launch_bound``) as a row states them."""
     if device is None:

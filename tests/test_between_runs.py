@@ -1,5 +1,5 @@
 """Intervals widened by a case's spread over earlier runs of the machine model
-(suites/between_runs.py). Coverage is checked on simulated runs whose run-to-run shifts are
+(suites/stats/between_runs.py). Coverage is checked on simulated runs whose run-to-run shifts are
 known, so the figures asserted are properties of the method, not of one machine."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from suites.__main__ import main
-from suites.between_runs import (
+from suites.harness.rounds import merge_rows
+from suites.matrix.estimate import Machine
+from suites.stats.between_runs import (
     NO_EARLIER_RUNS,
     EarlierRuns,
     between_runs_priors,
     load_earlier,
     widen,
 )
-from suites.estimate import Machine
-from suites.rounds import merge_rows
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -133,9 +133,9 @@ def test_an_earlier_folder_that_does_not_exist_is_refused_before_anything_runs(t
 def test_rounds_merge_widens_with_earlier_runs(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from suites import rounds
-    from suites.results import ResultsFile, read_rows
-    from suites.timer import TimerSettings
+    from suites.harness import rounds
+    from suites.rows.results import ResultsFile, read_rows
+    from suites.stats.timer import TimerSettings
 
     case_id = "s/torch/cpu/m/b1/forward/fp32/eager/t1"
 
@@ -161,7 +161,7 @@ def test_rounds_merge_widens_with_earlier_runs(tmp_path, monkeypatch):
 
 
 def test_compare_says_what_the_earlier_runs_did_to_the_first_runs_intervals(tmp_path):
-    from suites.compare import earlier_runs_line, load_run, pair_up
+    from suites.stats.compare import earlier_runs_line, load_run, pair_up
 
     case = "s/torch/cpu/m/b1/{}/fp32/eager/t2"
     first = [timed(case.format("forward"), 1.0, 0.8, 1.25),

@@ -3,7 +3,7 @@ ResNet-50, GoogLeNet and the LSTM in bf16, TF32 and fp32 strict, as PyTorch and 
 them on an NVIDIA H100 80GB HBM3 (tests/data/practice_h100_fingerprints.jsonl). Each
 passes its own precision's bound; relabelled, each precision's error betrays it: bf16 or
 TF32 under an fp32 label exceeds the fp32 bound, fp32 under a bf16 label falls below the
-bf16 floor (reports/truth.py)."""
+bf16 floor (reports/pipeline/truth.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from reports.load import load
-from reports.tidy import tidy
-from reports.truth import row_truths
+from reports.pipeline.load import load
+from reports.pipeline.tidy import tidy
+from reports.pipeline.truth import row_truths
 
 RECORDED = Path(__file__).parent / "data" / "practice_h100_fingerprints.jsonl"
 

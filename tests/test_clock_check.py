@@ -1,14 +1,14 @@
-"""The clock-overhead check (``python -m suites.clock_check``) on a simulated GPU and, as
+"""The clock-overhead check (``python -m suites.instruments.clock_check``) on a simulated GPU and, as
 a smoke test, its command line without CUPTI (what a CPU host or CI has)."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters.kernel_trace import unavailable_reason
-from suites import clock_check
-from suites.cupti_clock import CuptiClock
-from suites.timer import DeviceClock
+from suites.instruments import clock_check
+from suites.instruments.cupti_clock import CuptiClock
+from suites.instruments.kernel_trace import unavailable_reason
+from suites.stats.timer import DeviceClock
 from tests.fake_cupti import FakeCupti, install
 from tests.fake_worker import SimulatedPrepared
 
@@ -93,7 +93,7 @@ def test_detach_runs_after_every_traced_round_and_says_when_it_cannot(monkeypatc
 
 
 def test_detach_calls_cupti_finalize_or_says_why_not():
-    from adapters.cupti_window import detach
+    from suites.instruments.cupti_window import detach
 
     class WithFinalize:
         finalized = 0
@@ -112,8 +112,7 @@ def test_detach_calls_cupti_finalize_or_says_why_not():
 
 
 def test_processes_check_rotates_roles_and_compares_the_cycles_after_a_device_block():
-    from suites import clock_processes
-
+    from suites.instruments import clock_processes
     assert clock_processes.order(2) == ["plain", "traced", "detached",
                                         "traced", "detached", "plain"]
     results = [{"role": "plain", "wall_ms": [9.0, 1.0, 1.0]},

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from suites import compare
+from suites.stats import compare
 
 SUITE = "default-gpu/torch/gpu"
 TAIL = "fp32/eager/t16"

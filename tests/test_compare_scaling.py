@@ -1,4 +1,4 @@
-"""A scaling run beside a published reference (reports/compare_scaling.py): cases pair by
+"""A scaling run beside a published reference (reports/sections/compare_scaling.py): cases pair by
 the computation they run, across suites, never by the nearest settings."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from reports.compare import section_parts
-from reports.compare_scaling import SAME_POINTS, pair_scaling
-from reports.load import Loaded, RawRow
+from reports.pipeline.load import Loaded, RawRow
+from reports.sections.compare_scaling import SAME_POINTS, pair_scaling
 
 
 def _row(suite: str, devices: int, median: float, baseline: float, batch: int = 64,
@@ -77,7 +77,7 @@ def test_the_row_comparison_leaves_scaling_rows_to_their_own_table(tmp_path):
 
 
 def test_the_efficiency_figure_takes_two_hosts_runs_of_one_case():
-    from reports.tables_scaling import efficiency_plot
+    from reports.sections.scaling import efficiency_plot
 
     # Two hosts' weak-scaling runs: their one-device rows also start the strong-scaling
     # lines, which no strong case continues; two such starts once made a line of a case

@@ -1,11 +1,11 @@
 """``python -m suites compare``'s run shift: the ratio a later run's medians share, and the
-interval check with it divided out (suites/compare.py: run_shift)."""
+interval check with it divided out (suites/stats/compare.py: run_shift)."""
 
 from __future__ import annotations
 
 import pytest
 
-from suites.compare import Pair, Timed, probe_line, probe_ratio, run_shift, shift_line
+from suites.stats.compare import Pair, Timed, probe_line, probe_ratio, run_shift, shift_line
 
 
 def case(name: str, median: float, half_width: float = 0.05) -> Timed:

@@ -1,6 +1,6 @@
 """The GPU's two phases: wall samples and fingerprints in a process that never loads
-CUPTI, then device time, profiles and counters in one of their own (suites/device_pass.py,
-suites/runner.py phases); and the report's join of the device time onto the wall rows."""
+CUPTI, then device time, profiles and counters in one of their own (suites/harness/device_pass.py,
+suites/harness/runner.py phases); and the report's join of the device time onto the wall rows."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from suites.runner import device_measures, pending_measures, phases, recorded_references
-from suites.spec import Job
+from suites.harness.runner import device_measures, pending_measures, phases, recorded_references
+from suites.harness.spec import Job
 from tests.fake_cupti import FakeCupti, install
 from tests.fake_worker import SimulatedPrepared, run_job
 
@@ -74,7 +74,7 @@ def test_a_case_split_over_two_jobs_has_one_device_time_row_for_all_its_measures
 def test_the_wall_phase_never_enables_cupti_and_the_device_phase_times_every_measure(
         monkeypatch, tmp_path):
     fake = install(monkeypatch, FakeCupti())
-    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock, raising=False)
+    monkeypatch.setattr("suites.stats.timer.host_clock", fake.host_clock, raising=False)
     prepared = SimulatedPrepared(fake, kernel_ns=100_000, gap_ns=400_000)
     wall = run_job(tmp_path, prepared, ["forward", "gradient", "fingerprint"], phase="wall")
     assert fake.launches_while_enabled == 0
@@ -103,7 +103,7 @@ def test_a_profile_in_the_device_phase_says_the_recorded_wall_median_is_host_wor
     says why the wall median is longer (seen on an H100: ONNX Runtime's conv_l4 forward,
     busy 0.122 ms against a 0.24 ms wall median, and no reason in the row)."""
     fake = install(monkeypatch, FakeCupti())
-    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock, raising=False)
+    monkeypatch.setattr("suites.stats.timer.host_clock", fake.host_clock, raising=False)
     prepared = SimulatedPrepared(fake, kernel_ns=100_000, gap_ns=400_000)
     wall = run_job(tmp_path, prepared, ["gradient", "fingerprint"], phase="wall")
     wall_median = wall["gradient"]["timing"]["median_ms"]
@@ -126,8 +126,8 @@ def test_without_any_device_clock_the_device_time_row_says_why(monkeypatch, tmp_
 
 
 def test_the_report_joins_device_time_onto_the_wall_rows():
-    from reports.load import Loaded, RawRow
-    from reports.tidy import tidy
+    from reports.pipeline.load import Loaded, RawRow
+    from reports.pipeline.tidy import tidy
     from tests import report_fixtures as fx
 
     forward = fx.make_row("sae_ae1", 64, "forward", "torch", "gpu", 0.80)
@@ -158,8 +158,8 @@ def test_a_case_two_suites_timed_keeps_each_measures_device_time():
     # times its forward again and takes device time for that measure only. The later
     # forward supersedes the earlier; the transfer keeps default-gpu's device time
     # (published/h100-2026-11c: JAX's and TensorFlow's transfers had lost theirs).
-    from reports.load import Loaded, RawRow
-    from reports.tidy import tidy
+    from reports.pipeline.load import Loaded, RawRow
+    from reports.pipeline.tidy import tidy
     from tests import report_fixtures as fx
 
     def device_row(suite, started, measures):
@@ -206,7 +206,7 @@ class IdleTransfer(SimulatedPrepared):
 def test_a_step_that_did_no_device_work_is_marked_beside_measures_that_did(monkeypatch,
                                                                           tmp_path):
     fake = install(monkeypatch, FakeCupti())
-    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock, raising=False)
+    monkeypatch.setattr("suites.stats.timer.host_clock", fake.host_clock, raising=False)
     rows = run_job(tmp_path, IdleTransfer(fake), ["device_time"], phase="device",
                    device_measures=("forward", "transfer"))
     measures = rows["device_time"]["device_times"]["measures"]
@@ -220,7 +220,7 @@ def test_a_step_that_did_no_device_work_is_marked_beside_measures_that_did(monke
 
 def test_when_cupti_saw_nothing_of_the_job_no_step_is_blamed(monkeypatch, tmp_path):
     fake = install(monkeypatch, FakeCupti())
-    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock, raising=False)
+    monkeypatch.setattr("suites.stats.timer.host_clock", fake.host_clock, raising=False)
     rows = run_job(tmp_path, IdleTransfer(fake, idle=("forward", "transfer")),
                    ["device_time"], phase="device", device_measures=("forward", "transfer"))
     for entry in rows["device_time"]["device_times"]["measures"].values():
@@ -239,8 +239,8 @@ def _device_row(measures: dict) -> dict:
 @pytest.mark.parametrize("recorded", ["marked by the device phase", "an older row's reason"])
 def test_the_report_makes_a_wall_row_that_timed_no_device_work_an_error(recorded):
     from adapters.measures import NO_DEVICE_WORK
-    from reports.load import Loaded, RawRow
-    from reports.tidy import tidy
+    from reports.pipeline.load import Loaded, RawRow
+    from reports.pipeline.tidy import tidy
     from tests import report_fixtures as fx
 
     received = ("CUPTI recorded no kernel, copy or set in the device block (0 records "
@@ -262,8 +262,8 @@ def test_the_report_makes_a_wall_row_that_timed_no_device_work_an_error(recorded
 
 
 def test_the_report_blames_no_step_where_cupti_recorded_none_of_the_job():
-    from reports.load import Loaded, RawRow
-    from reports.tidy import tidy
+    from reports.pipeline.load import Loaded, RawRow
+    from reports.pipeline.tidy import tidy
     from tests import report_fixtures as fx
 
     nothing = {"reason": "CUPTI recorded no kernel, copy or set in the device block "
@@ -281,8 +281,8 @@ def test_the_report_leaves_out_a_device_time_above_the_wall_median():
     busy time per forward against a wall median of 3.12 ms: not the wall samples' kernels.
     The wall row keeps no device figure and says why; one within the limit is joined, a
     CUDA-event figure of the wall process stays, and a transfer is never judged so."""
-    from reports.load import Loaded, RawRow
-    from reports.tidy import tidy
+    from reports.pipeline.load import Loaded, RawRow
+    from reports.pipeline.tidy import tidy
     from tests import report_fixtures as fx
 
     gradient = fx.make_row("li_conv1", 128, "gradient", "tf", "gpu", 6.45)

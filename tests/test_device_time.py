@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from adapters.cupti_window import ActivityRecord, busy_and_span_ns
-from suites.cupti_clock import CuptiClock
-from suites.device_time import CLOCK_ENV, FirstWorkingClock, device_clock_for
-from suites.launch_bound import overhead_fields
-from suites.timer import DeviceClock, TimerSettings, measure
+from suites.instruments.cupti_clock import CuptiClock
+from suites.instruments.cupti_window import ActivityRecord, busy_and_span_ns
+from suites.instruments.device_time import CLOCK_ENV, FirstWorkingClock, device_clock_for
+from suites.stats.launch_bound import overhead_fields
+from suites.stats.timer import DeviceClock, TimerSettings, measure
 from tests.fake_cupti import FakeCupti, install
 from tests.fake_worker import SimulatedPrepared, run_job
 
@@ -110,7 +110,7 @@ def test_every_framework_gets_device_time_with_untraced_wall_samples(monkeypatch
     the CUPTI busy time; its wall samples ran with CUPTI disabled: the only launches
     recorded are those of the device blocks."""
     fake = install(monkeypatch, FakeCupti())
-    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock)
+    monkeypatch.setattr("suites.stats.timer.host_clock", fake.host_clock)
     rows = run_job(tmp_path, SimulatedPrepared(fake, kernel_ns=400_000, gap_ns=100_000),
                    ["forward"], framework="ort")
     timing = rows["forward"]["timing"]
@@ -127,7 +127,7 @@ def test_every_framework_gets_device_time_with_untraced_wall_samples(monkeypatch
 
 def test_a_launch_bound_row_says_its_wall_time_depends_on_the_host(monkeypatch, tmp_path):
     fake = install(monkeypatch, FakeCupti())
-    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock)
+    monkeypatch.setattr("suites.stats.timer.host_clock", fake.host_clock)
     rows = run_job(tmp_path, SimulatedPrepared(fake, kernel_ns=50_000, gap_ns=150_000),
                    ["forward"], framework="tf")
     timing = rows["forward"]["timing"]
@@ -137,7 +137,7 @@ def test_a_launch_bound_row_says_its_wall_time_depends_on_the_host(monkeypatch, 
 
 
 def test_without_cupti_the_reason_names_both_clocks(tmp_path):
-    from adapters.kernel_trace import unavailable_reason
+    from suites.instruments.kernel_trace import unavailable_reason
     if unavailable_reason() is None:
         pytest.skip("CUPTI is installed here")
     rows = run_job(tmp_path, SimulatedPrepared(FakeCupti()), ["forward"], framework="jax")
@@ -157,7 +157,7 @@ def test_overhead_fields():
 
 
 def test_merged_rounds_recompute_overhead_and_keep_spans_and_host_state():
-    from suites.rounds import merge_rows
+    from suites.harness.rounds import merge_rows
 
     def row(medians, device, span, steal):
         timing = {"median_ms": medians[0], "repetition_medians_ms": medians,
@@ -182,7 +182,7 @@ def test_merged_rounds_recompute_overhead_and_keep_spans_and_host_state():
 
 
 def test_a_block_that_raises_leaves_cupti_off(monkeypatch):
-    from suites.timer import time_on_device
+    from suites.stats.timer import time_on_device
 
     fake = install(monkeypatch, FakeCupti())
     calls = []
@@ -199,7 +199,7 @@ def test_a_block_that_raises_leaves_cupti_off(monkeypatch):
 
 
 def test_the_cupti_clock_can_detach_after_each_block(monkeypatch):
-    from suites.cupti_clock import CuptiClock
+    from suites.instruments.cupti_clock import CuptiClock
     from tests.fake_cupti import FakeCupti, install
 
     fake = install(monkeypatch, FakeCupti())

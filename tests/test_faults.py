@@ -115,7 +115,7 @@ def test_sigkill_at_random_points_then_resume_loses_and_duplicates_nothing(tmp_p
 
 def full_disk(tmp_path: Path) -> tuple[Path, dict[str, str], callable]:
     """A 16 KiB tmpfs where this machine lets the test mount one, else an injected ENOSPC
-    at the same size (suites.results.INJECT_ENOSPC)."""
+    at the same size (suites.rows.results.INJECT_ENOSPC)."""
     mount = tmp_path / "small"
     mount.mkdir()
     if hasattr(os, "geteuid") and os.geteuid() == 0:

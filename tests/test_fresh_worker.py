@@ -1,5 +1,5 @@
-"""Out of memory after other jobs: the job goes on in a fresh worker (suites/worker.py,
-suites/runner.py), with the stand-in framework on its stand-in GPU (tests/fake_framework.py
+"""Out of memory after other jobs: the job goes on in a fresh worker (suites/harness/worker.py,
+suites/harness/runner.py), with the stand-in framework on its stand-in GPU (tests/fake_framework.py
 ``FAKE_OOM`` / ``FAKE_OOM_AFTER_OTHERS``; ``FAKE_EVENTS`` says which process prepared
 what). Checked: a job refused only after other jobs runs in a fresh worker and its rows
 say why; a job refused there too is ``oom`` with both attempts in its reason; a job that
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from suites.runner import Runner, RunRequest
+from suites.harness.runner import Runner, RunRequest
 from tests.fake_framework import EVENTS, GPU_LOCK, OOM, OOM_AFTER_OTHERS, REGISTRY
 from tests.tiny_suites import cases, tiny_suite
 

@@ -2,7 +2,7 @@
 (tests/fake_framework.py) runs the runner's two phases, and their stand-in GPU admits
 one process at a time, as a GPU in exclusive-process compute mode does, so a worker left
 alive beside another shows up as the second one's fatal error. Checked: the pool keeps
-one live GPU worker at a time (suites/worker_pool.py); a runner runs the phases it is
+one live GPU worker at a time (suites/harness/pool.py); a runner runs the phases it is
 asked for; the matrix runs the first suite for every framework, then each framework's
 others, a framework's wall pass over a stage's suites before its device pass, the device
 pass in the wall pass's worker; a budget stop or a kill
@@ -50,8 +50,8 @@ def rows_of(out: Path, suite: str, framework: str = "fake") -> list[dict]:
 
 def test_the_device_phase_goes_on_in_the_wall_workers_process_and_no_gpu_worker_idles_beside_another(
         tmp_path, stand_in_gpu, monkeypatch):
-    from suites.runner import Runner, RunRequest
-    from suites.worker_pool import WorkerPool
+    from suites.harness.pool import WorkerPool
+    from suites.harness.runner import Runner, RunRequest
 
     suites = write_suites(tmp_path)
     out = tmp_path / "out"
@@ -84,8 +84,8 @@ def test_the_device_phase_goes_on_in_the_wall_workers_process_and_no_gpu_worker_
 
 def test_a_runner_runs_the_phases_it_is_asked_for_and_counts_only_theirs(tmp_path,
                                                                          stand_in_gpu):
-    from suites.runner import Runner, RunRequest
-    from suites.spec import SuiteError
+    from suites.harness.runner import Runner, RunRequest
+    from suites.harness.spec import SuiteError
 
     suite = str(write_suites(tmp_path)[0])
     out = tmp_path / "out"
@@ -159,7 +159,7 @@ def test_each_framework_runs_its_wall_pass_then_its_device_pass_in_one_worker_a_
     out = tmp_path / "out"
     done = matrix(write_suites(tmp_path), out)
     assert done.returncode == 0, done.stderr     # a second live worker would be fatal
-    # The first suite for both frameworks, then the other suite (suites/matrix_plan.py
+    # The first suite for both frameworks, then the other suite (suites/matrix/plan.py
     # stages); in each stage a framework's wall pass, then its device pass.
     order = [(framework, suite, phase) for suite in ("gpu-a", "gpu-b")
              for framework in ("fake", "fake2") for phase in ("wall", "device")]
@@ -335,7 +335,7 @@ def test_a_matrix_run_names_its_host_in_the_cache_folder_it_points_its_workers_a
         tmp_path, stand_in_gpu):
     # So that a plan on another host that is given this folder (a volume that outlives a
     # rented machine, a copy) knows whose earlier rows it holds the programs of.
-    from suites.compile_cache import HOSTS_FILE
+    from suites.matrix.compile_cache import HOSTS_FILE
     out, cache = tmp_path / "out", tmp_path / "cache"
     done = matrix(write_suites(tmp_path)[:1], out, "--compile-cache", str(cache),
                   frameworks=("fake",), env={"DLBENCH_HOST_ID": "host-a"})

@@ -1,4 +1,4 @@
-"""The host probes (suites/host_probe.py): what they return and what they leave behind."""
+"""The host probes (suites/instruments/host_probe.py): what they return and what they leave behind."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from suites.host_probe import core_ms, core_workload, run_probes, wakeup_us
+from suites.instruments.host_probe import core_ms, core_workload, run_probes, wakeup_us
 
 
 def test_the_core_probe_times_one_window_of_a_fixed_workload():

@@ -10,9 +10,9 @@ from collections import namedtuple
 
 import pytest
 
-from suites import environment
-from suites.host_probe import ProbeReading
-from suites.host_state import (
+from suites.instruments import environment
+from suites.instruments.host_probe import ProbeReading
+from suites.instruments.host_state import (
     HostMonitor,
     HostReading,
     merge_host_fields,

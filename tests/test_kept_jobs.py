@@ -1,4 +1,4 @@
-"""Jobs kept built from the wall phase for the device phase (suites/kept_jobs.py): the
+"""Jobs kept built from the wall phase for the device phase (suites/harness/kept_jobs.py): the
 device phase of a kept job builds nothing and sets the job's process-wide settings again;
 the memory rule decides what is kept; a later job's peak memory leaves out what kept
 jobs hold. Run on the stand-in GPU (tests/fake_framework.py); nothing here asserts a
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from adapters.base import Memory
-from suites.kept_jobs import KEEP_BELOW, KeptJob, KeptJobs, KeptKey
-from suites.worker import own_memory
+from suites.harness.kept_jobs import KEEP_BELOW, KeptJob, KeptJobs, KeptKey
+from suites.harness.worker import own_memory
 from tests.fake_framework import MEMORY_USED
 from tests.tiny_suites import cases, tiny_suite
 
@@ -52,8 +52,8 @@ def run_suites(tmp_path: Path, *texts: str, framework: str = "fake"
     """Each suite's wall then device phase in one pool (the device phase in the wall
     worker's process, as the matrix runs them): the rows, and the events of the stand-in
     (``<pid> gpu <model> b<batch>`` per build, ``<pid> reapply ...`` per kept job used)."""
-    from suites.runner import Runner, RunRequest
-    from suites.worker_pool import WorkerPool
+    from suites.harness.pool import WorkerPool
+    from suites.harness.runner import Runner, RunRequest
 
     out = tmp_path / "out"
     paths = []
@@ -115,7 +115,7 @@ def test_a_framework_whose_registry_entry_does_not_keep_jobs_builds_them_again(
 
 
 def test_only_cases_with_device_phase_work_left_are_kept(tmp_path, stand_in_gpu):
-    from suites.runner import Runner, RunRequest
+    from suites.harness.runner import Runner, RunRequest
 
     suite = tmp_path / "gpu-a.toml"
     suite.write_text(SUITE_A)

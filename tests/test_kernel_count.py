@@ -15,10 +15,10 @@ import json
 
 import pytest
 
-from adapters.cupti_window import DUMP_ENV, ActivityRecord, select
-from adapters.kernel_trace import KernelRecord, KernelTrace, kernel_profile, trace
-from suites.kernel_check import KernelTotalError, TimedReference, kernel_check
-from suites.kernel_profile import profile_fields
+from suites.instruments.cupti_window import DUMP_ENV, ActivityRecord, select
+from suites.instruments.kernel_check import KernelTotalError, TimedReference, kernel_check
+from suites.instruments.kernel_profile import profile_fields
+from suites.instruments.kernel_trace import KernelRecord, KernelTrace, kernel_profile, trace
 from tests.fake_cupti import FakeActivity, FakeCupti, install
 from tests.fake_worker import SimulatedPrepared, run_job
 
@@ -143,7 +143,7 @@ def test_records_on_another_clock_are_read_in_nanoseconds(monkeypatch, tmp_path)
 
 
 def test_a_clock_unit_is_taken_only_where_the_clocks_disagree():
-    from adapters.cupti_window import ns_per_tick
+    from suites.instruments.cupti_window import ns_per_tick
     assert ns_per_tick(1_000_000, 1_004_000) == 1.0          # read back to back: agree
     assert ns_per_tick(2_000_000, 1_000_000) == pytest.approx(0.5)
     assert ns_per_tick(0, 1_000) == 1.0
@@ -152,7 +152,7 @@ def test_a_clock_unit_is_taken_only_where_the_clocks_disagree():
 def test_profile_rows_state_the_kernel_total_against_the_timed_device_time(monkeypatch,
                                                                            tmp_path):
     fake = install(monkeypatch, FakeCupti())
-    monkeypatch.setattr("suites.timer.host_clock", fake.host_clock)
+    monkeypatch.setattr("suites.stats.timer.host_clock", fake.host_clock)
     fake.leave_profiler_state([])
     rows = run_job(tmp_path, SimulatedPrepared(fake), ["forward", "gradient", "profile"])
     assert rows["profile"]["status"] == "ok"
@@ -169,7 +169,7 @@ def test_profile_rows_state_the_kernel_total_against_the_timed_device_time(monke
 
 
 def test_a_window_that_fails_to_open_leaves_no_kind_enabled(monkeypatch):
-    from adapters.cupti_window import CuptiWindow
+    from suites.instruments.cupti_window import CuptiWindow
 
     fake = install(monkeypatch, FakeCupti())
     enable = fake.activity_enable

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from adapters.base import KernelTime, Profile, Unsupported
-from adapters.kernel_trace import (
+from suites.instruments import counters
+from suites.instruments.kernel_profile import profile_fields
+from suites.instruments.kernel_trace import (
     KernelRecord,
     KernelTrace,
     conv_families,
@@ -20,10 +22,8 @@ from adapters.kernel_trace import (
     kernel_profile,
     unavailable_reason,
 )
-from adapters.profiling import layer_type
-from suites import counters
-from suites.kernel_profile import profile_fields
-from suites.ncu_metrics import METRICS, ncu_metric_names, parse_ncu_csv, reduce_counters
+from suites.instruments.ncu_metrics import METRICS, ncu_metric_names, parse_ncu_csv, reduce_counters
+from suites.instruments.profiling import layer_type
 from tests.fake_cupti import FakeActivity, FakeCupti, install
 
 DATA = Path(__file__).parent / "data" / "kernels"
@@ -154,7 +154,7 @@ def test_the_ncu_command_filters_on_the_measured_range(tmp_path):
     include = command[command.index("--nvtx-include") + 1]
     assert include == f"{counters.NVTX_DOMAIN}@{counters.NVTX_RANGE}"
     assert command[command.index("--metrics") + 1].split(",") == ncu_metric_names()
-    assert command[-3:-1] == ["-m", "suites.counted"]
+    assert command[-3:-1] == ["-m", "suites.instruments.counted"]
 
 
 def test_counters_are_unsupported_on_a_cpu_and_without_ncu(monkeypatch, tmp_path):
@@ -321,7 +321,7 @@ def test_counters_row_from_an_ncu_run(tmp_path, monkeypatch, with_nvtx):
     monkeypatch.setenv(counters.NCU_ENV, str(script))
     row = counters.counters_fields(GpuPlan(), JOB, "gradient")["counters"]
     args = record.read_text()
-    assert "--nvtx-include dlbench@measured" in args and "-m suites.counted" in args
+    assert "--nvtx-include dlbench@measured" in args and "-m suites.instruments.counted" in args
     assert row["ncu_version"] == "Version 2025.3.1.0 (build 0)"
     assert row["measure"] == "gradient" and row["iterations"] == 3 and row["launches"] == 4
     expected = reduce_counters(parse_ncu_csv(

@@ -1,4 +1,4 @@
-"""A matrix on several GPUs (``--gpus``, suites/lane_plan.py and suites/lanes.py): which
+"""A matrix on several GPUs (``--gpus``, suites/matrix/lane_plan.py and suites/matrix/lanes.py): which
 CPUs each lane gets, which tasks wait for which, the order lanes take them in, and a run
 over two stand-in GPUs (tests/fake_framework.py: each CUDA_VISIBLE_DEVICES entry a GPU of
 its own that admits one process at a time) that ends with the rows of a one-GPU run.
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from suites.lane_plan import (
+from suites.harness.spec import SuiteError
+from suites.matrix.lane_plan import (
     Task,
     choose_gpus,
     cpu_list_text,
@@ -25,7 +26,6 @@ from suites.lane_plan import (
     sibling_groups,
     simulate,
 )
-from suites.spec import SuiteError
 from tests.test_gpu_passes import (
     ROOT,
     all_rows,
@@ -247,7 +247,7 @@ def test_a_lane_with_nothing_ready_waits_for_the_task_another_lane_just_took():
 
     from rich.console import Console
 
-    from suites.lanes import LaneRun
+    from suites.matrix.lanes import LaneRun
     tasks = [task("root", 4), task("child1", 2, needs=(0,)), task("child2", 2, needs=(0,))]
     run = LaneRun([], tasks, priorities(tasks), lambda *_: [], Path("."), None,
                   lambda text: None, Console(quiet=True))
@@ -274,8 +274,8 @@ def test_once_a_task_is_stopped_by_the_budget_no_lane_starts_another():
 
     from rich.console import Console
 
-    from suites.lanes import LaneRun
-    from suites.runner import BUDGET_EXIT
+    from suites.harness.runner import BUDGET_EXIT
+    from suites.matrix.lanes import LaneRun
     tasks = [task("a", 4), task("b", 3), task("c", 2), task("d", 1)]
     run = LaneRun([], tasks, priorities(tasks), lambda *_: [], Path("."),
                   time.monotonic() + 3600, lambda text: None, Console(quiet=True))

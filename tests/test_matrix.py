@@ -14,8 +14,12 @@ from pathlib import Path
 import pytest
 
 from adapters.registry import load_registry
-from suites import matrix_log, matrix_plan
-from suites.estimate import (
+from suites.harness.reuse import ReuseIndex, Source, covers, reused_row, signature
+from suites.harness.runner import device_measures
+from suites.harness.spec import SUITES_DIR, Job, expand, load_suite
+from suites.matrix import log as matrix_log
+from suites.matrix import plan as matrix_plan
+from suites.matrix.estimate import (
     CacheView,
     History,
     Machine,
@@ -24,10 +28,7 @@ from suites.estimate import (
     load_history,
     row_costs,
 )
-from suites.reuse import ReuseIndex, Source, covers, reused_row, signature
-from suites.runner import device_measures
-from suites.spec import SUITES_DIR, Job, expand, load_suite
-from suites.timer import TimerSettings
+from suites.stats.timer import TimerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
@@ -195,7 +196,7 @@ def test_a_gpu_model_without_rows_of_a_case_falls_back_on_another_models_and_say
 def test_a_framework_that_keeps_its_jobs_is_estimated_from_device_rows_of_kept_jobs(tmp_path):
     # An H100 plan: the H100's device_time row of the case rebuilt the job (8 s); an
     # H200's was measured on a kept job (0.3 s), as the run will measure it.
-    from suites.device_pass import method
+    from suites.harness.device_pass import method
     case = "s/tf/gpu/m/b1/device_time/fp32/graph/t16"
     timer = TimerSettings()
     rows = [_row(case, "2026-11-25T09:00:00+00:00", 8.0,
@@ -273,7 +274,7 @@ def test_a_compile_cache_jobs_cost_is_its_rows_whatever_the_hosts_cache_holds(tm
 
 
 def test_the_cache_view_reads_the_folders_a_framework_keeps_its_cache_in(tmp_path):
-    from suites.matrix import cache_view
+    from suites.matrix.run import cache_view
     root = str(tmp_path)
     env = {"JAX_COMPILATION_CACHE_DIR": f"{root}/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS":
            "0", "DLBENCH_PERSISTENT_CACHE": root}
@@ -288,8 +289,8 @@ def test_the_cache_view_reads_the_folders_a_framework_keeps_its_cache_in(tmp_pat
 
 
 def test_a_cache_folder_records_the_hosts_whose_runs_wrote_into_it(tmp_path):
-    from suites.compile_cache import HOSTS_FILE, filled_by, record_host
-    from suites.matrix import cache_view
+    from suites.matrix.compile_cache import HOSTS_FILE, filled_by, record_host
+    from suites.matrix.run import cache_view
     root = tmp_path / "gpu"
     env = {"JAX_COMPILATION_CACHE_DIR": f"{root}/jax", "DLBENCH_PERSISTENT_CACHE": str(root)}
     assert filled_by(root, "jax") == frozenset()
@@ -483,7 +484,7 @@ def test_tensorflow_tf32_jobs_plan_workers_of_their_own(tmp_path, every_framewor
                                      Machine("gpu", H100, 16), False, {}, None).worker_starts()
     assert starts("tf") == ["tf"] * 4
     assert starts("torch") == ["torch"]
-    from suites.runner import framework_entry, process_group
+    from suites.harness.runner import framework_entry, process_group
     assert process_group(framework_entry("tf", "gpu"), "tf32") == "tf32"
     assert process_group(framework_entry("tf", "gpu"), "fp32") == ""
     assert process_group(framework_entry("torch", "gpu"), "tf32") == ""
@@ -498,8 +499,8 @@ def test_a_compile_cache_job_the_framework_cannot_run_plans_no_process(
                                  False, {"ort": 10.0}, None)
     assert any(c.job.compile_cache for item in plan.items for c in item.to_run)
     assert plan.worker_starts() == ["ort"]
-    # The runner's rule, which the plan shares (suites/runner.py own_process).
-    from suites.runner import framework_entry, own_process
+    # The runner's rule, which the plan shares (suites/harness/runner.py own_process).
+    from suites.harness.runner import framework_entry, own_process
     job = next(c.job for item in plan.items for c in item.to_run if c.job.compile_cache)
     assert not own_process(framework_entry("ort", "gpu"), job)
     torch_job = replace(job, variant="compile")
@@ -537,11 +538,11 @@ def test_plan_prints_and_writes_nothing(tmp_path):
 
 
 def test_the_float64_truth_of_every_suite_is_one_pool_before_any_framework(tmp_path, monkeypatch):
-    # One pool for all suites (suites/truth_pool.py): a pool per suite waited for each
+    # One pool for all suites (suites/truth/pool.py): a pool per suite waited for each
     # suite's largest job while the CPUs idled.
-    import suites.matrix as matrix_module
-    import suites.runner as runner_module
-    from suites.matrix import Matrix, MatrixRequest
+    import suites.harness.runner as runner_module
+    import suites.matrix.run as matrix_module
+    from suites.matrix.run import Matrix, MatrixRequest
     from tests.fake_framework import REGISTRY
     from tests.tiny_suites import cases, tiny_suite
 

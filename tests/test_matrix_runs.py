@@ -73,7 +73,7 @@ def measured_rows(out: Path) -> int:
 
 def logged_rows(out: Path) -> int:
     """Rows the matrix's cost log says its invocations measured."""
-    from suites import matrix_log
+    from suites.matrix import log as matrix_log
     return sum(record["measured"] for record in matrix_log.load([out / "matrix"])
                if record.get("kind") == "item")
 
@@ -102,7 +102,7 @@ def test_second_suite_reuses_the_first_suites_rows_and_a_rerun_does_nothing(tmp_
     assert [(r["suite"], r["reused"], r["stopped"]) for r in items] == [
         ("matrix-a", 0, "done"), ("matrix-b", 3, "done")]
     assert items[0]["measured"] == 12 and items[1]["measured"] == 3
-    # One PyTorch worker for both suites (suites/worker_pool.py).
+    # One PyTorch worker for both suites (suites/harness/pool.py).
     assert [r["worker_starts"] for r in items] == [1, 0]
     # Everything is done: the same command writes no row and says so in the plan.
     again = run(suites, out)
@@ -140,7 +140,7 @@ def test_killed_at_random_points_then_resumed_gives_the_rows_of_an_uninterrupted
 
 def write_history(out: Path, seconds: float) -> None:
     """An earlier run's rows saying each of matrix-a's cases took ``seconds``."""
-    from suites.environment import cpu_model
+    from suites.instruments.environment import cpu_model
     path = out / "history" / "matrix-a" / "earlier" / "torch_cpu.jsonl"
     path.parent.mkdir(parents=True)
     lines = []

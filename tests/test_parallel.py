@@ -212,7 +212,7 @@ def _row(framework, devices, median, efficiency_, status="ok"):
 
 
 def test_report_has_the_scaling_section(tmp_path):
-    from reports.build import build
+    from reports.render.build import build
 
     rows = [_row("torch", 1, 100.0, 1.0), _row("torch", 2, 105.0, 100 / 105),
             _row("jax", 1, 90.0, 1.0), _row("jax", 2, 0.0, None, status="failed")]
@@ -398,7 +398,7 @@ def test_a_crash_in_a_shared_launch_is_the_row_of_its_case(tmp_path, monkeypatch
 def test_launches_share_the_persistent_compilation_cache_and_rows_say_its_state(tmp_path,
                                                                                monkeypatch):
     """The scaling runner points every process at the frameworks' compilation cache, as the
-    matrix does (suites/compile_cache.py); a row says whether the cache held files when its
+    matrix does (suites/matrix/compile_cache.py); a row says whether the cache held files when its
     launch started, so a first call that loaded an executable is not read as a compile."""
     from parallel import runner
     from parallel.runner import ScalingRequest, ScalingRunner

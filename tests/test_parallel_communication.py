@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.cupti_window import ActivityRecord
 from parallel import communication
 from parallel.communication import per_device, summarise
+from suites.instruments.cupti_window import ActivityRecord
 
 MS = 1_000_000   # ns
 
@@ -63,7 +63,7 @@ def test_no_nccl_kernels_and_no_records():
 
 
 def test_trace_without_cupti_says_why(monkeypatch):
-    monkeypatch.setattr("adapters.kernel_trace.unavailable_reason",
+    monkeypatch.setattr("suites.instruments.kernel_trace.unavailable_reason",
                         lambda: "CUPTI kernel tracer unavailable: no cupti-python")
 
     class Engine:
@@ -79,7 +79,7 @@ def traced(monkeypatch):
     from tests.fake_cupti import FakeCupti, install
 
     fake = install(monkeypatch, FakeCupti())
-    monkeypatch.setattr("adapters.kernel_trace.unavailable_reason", lambda: None)
+    monkeypatch.setattr("suites.instruments.kernel_trace.unavailable_reason", lambda: None)
     monkeypatch.setattr(communication, "host_clock", fake.host_clock)
     # trace() sets it: restored after each test.
     monkeypatch.setattr(communication, "DETACH_PROBLEM", "")

@@ -1,10 +1,10 @@
-"""Which measure a job's profile and counters rows trace (suites/worker.py)."""
+"""Which measure a job's profile and counters rows trace (suites/harness/worker.py)."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from suites.worker import Worker
+from suites.harness.worker import Worker
 
 TRAINABLE = SimpleNamespace(entry=SimpleNamespace(measures=["forward", "gradient", "profile"]))
 INFERENCE = SimpleNamespace(entry=SimpleNamespace(measures=["forward", "profile"]))

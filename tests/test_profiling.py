@@ -2,7 +2,7 @@
 
 import pytest
 
-from adapters.profiling import (
+from suites.instruments.profiling import (
     LAYER_TYPES,
     device_timeline,
     is_layout_transpose,

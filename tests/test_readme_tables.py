@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reports import readme_tables
-from reports.table import Cell, Table
+from reports.render.table import Cell, Table
 
 ROOT = Path(__file__).resolve().parent.parent
 

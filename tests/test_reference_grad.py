@@ -1,6 +1,6 @@
 """The float64 truth: the reference's gradients (models/reference_grad.py) against central
 finite differences and the conformance goldens, its disk cache (models/truth.py), the
-error bounds (models/error_bounds.py) and the worker-side errors (suites/truth_check.py).
+error bounds (models/error_bounds.py) and the worker-side errors (suites/truth/check.py).
 numpy only: runs in the core session."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from models.error_bounds import bounds
 from models.inputs import make_batch
 from models.weights import canonical_weights
 from models.zoo import TINY, get_model
-from suites import truth_check
+from suites.truth import check as truth_check
 from tests.conformance import goldens
 
 # Models small enough for finite differences on every node kind: LRN, grouped and

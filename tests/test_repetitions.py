@@ -10,17 +10,17 @@ import math
 import numpy as np
 import pytest
 
-from suites import compare
-from suites.device_state import GpuMonitor, Reading, clocks_settled, empty_state, open_monitor
-from suites.host_state import HostMonitor, HostReading
-from suites.repetitions import (
+from suites.instruments.device_state import GpuMonitor, Reading, clocks_settled, empty_state, open_monitor
+from suites.instruments.host_state import HostMonitor, HostReading
+from suites.stats import compare
+from suites.stats.repetitions import (
     combined_fields,
     enough,
     interleave,
     repetition_settings,
     rerun_interval,
 )
-from suites.timer import DeviceClock, TimerSettings, Timing, measure, summarise
+from suites.stats.timer import DeviceClock, TimerSettings, Timing, measure, summarise
 
 
 def timing(median: float, samples: int = 5, inner: int = 1) -> Timing:
@@ -171,7 +171,7 @@ def test_gpu_monitor_waits_for_the_clock_ramp_and_summarises_readings():
     assert answers[:7] == [False] * 7 and answers[7]   # two readings near 1980 MHz
     monitor.start_sampling()
     fields = monitor.stop_sampling()
-    from suites.device_state import summarise_readings
+    from suites.instruments.device_state import summarise_readings
     state = summarise_readings(fields, monitor.sm_max_mhz)
     assert state["gpu_sm_clock_mhz_median"] == 1980 and state["gpu_power_w_median"] == 350
     assert state["gpu_temperature_c_max"] is None and state["gpu_state_reason"] == ""
@@ -229,7 +229,7 @@ def test_compare_rejects_missing_or_empty_runs(tmp_path, capsys):
 
 
 def test_interleaved_blocks_run_in_abba_order():
-    from suites.interleave import block_order
+    from suites.harness.interleave import block_order
     assert block_order(["torch", "jax"], 2) == [(0, "torch"), (0, "jax"), (1, "jax"),
                                                 (1, "torch")]
 
@@ -239,8 +239,8 @@ def test_worker_rows_carry_repetitions_gpu_state_and_device_time(tmp_path):
     repetitions, the clock readings and the device time; a failing measure leaves the
     rotation as an unsupported row while the others finish."""
     from adapters.base import Memory, Unsupported
-    from suites.results import CaseKey, ResultsFile, Settings
-    from suites.worker import Plan, Worker
+    from suites.harness.worker import Plan, Worker
+    from suites.rows.results import CaseKey, ResultsFile, Settings
 
     class Prepared:
         extra: dict = {}
@@ -318,7 +318,7 @@ class EnergyNvml(FakeNvml):
 
 
 def test_energy_of_an_iteration_from_the_energy_counter_over_the_sampling_windows():
-    from suites.device_state import energy_fields
+    from suites.instruments.device_state import energy_fields
     now = itertools.count(0.0, 0.01)
     monitor = GpuMonitor(EnergyNvml(), handle=None, clock=lambda: next(now))
     windows = []
@@ -332,7 +332,7 @@ def test_energy_of_an_iteration_from_the_energy_counter_over_the_sampling_window
 
 
 def test_without_an_energy_counter_the_power_readings_stand_in_and_say_so():
-    from suites.device_state import energy_fields
+    from suites.instruments.device_state import energy_fields
     now = itertools.count(0.0, 0.01)
     monitor = GpuMonitor(FakeNvml(itertools.repeat(1980)), handle=None, clock=lambda: next(now))
     monitor.start_sampling()

@@ -1,12 +1,12 @@
-"""The report's measurement conditions (reports/tables_conditions.py) and the transfer
+"""The report's measurement conditions (reports/sections/conditions.py) and the transfer
 table's host buffer, from synthetic rows in tests/report_fixtures.py."""
 
 from __future__ import annotations
 
 import json
 
-from reports.build import make_report
-from reports.load import load
+from reports.pipeline.load import load
+from reports.render.build import make_report
 from tests import report_fixtures as fx
 
 GPU_STATE = {"repetitions": 5, "device_median_ms": 0.15, "gpu_sm_clock_mhz_min": 1755,

@@ -1,6 +1,6 @@
-"""Device time beside wall time in the report (reports/cells.py, tables_models.py,
+"""Device time beside wall time in the report (reports/pipeline/cells.py, tables_models.py,
 compare.py, readme_tables.py), the launch-bound mark, and the rule that a case whose
-frameworks' intervals overlap is not ranked (reports/ranking.py). Rows come from
+frameworks' intervals overlap is not ranked (reports/pipeline/ranking.py). Rows come from
 tests/report_fixtures.py: with device fields, without them (older rows) and CPU rows."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from reports import cells, ranking, readme_tables
-from reports.build import make_report
-from reports.load import load
-from reports.table import Cell, Table
-from reports.tables_models import COLUMNS
-from reports.tidy import tidy
+from reports import readme_tables
+from reports.pipeline import cells, ranking
+from reports.pipeline.load import load
+from reports.pipeline.tidy import tidy
+from reports.render.build import make_report
+from reports.render.table import Cell, Table
+from reports.sections.models import COLUMNS
 from tests import report_fixtures as fx
 
 
@@ -229,7 +230,6 @@ def test_device_time_above_the_wall_time_is_marked_and_gives_no_host_overhead(tm
 
 def _published(root: Path, rows) -> Path:
     from reports import publish
-
     source = root / "reference-rows"
     (source / "default-gpu" / "gpubox").mkdir(parents=True)
     fx._write(source / "default-gpu" / "gpubox" / "torch_gpu.jsonl", rows)

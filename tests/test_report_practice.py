@@ -1,4 +1,4 @@
-"""Today's practice (reports/practice.py): the practice suites' rows in a section of their
+"""Today's practice (reports/sections/practice.py): the practice suites' rows in a section of their
 own, with throughput, utilisation, memory, energy and the float64 verdict; their figure of
 throughput against batch size; their README table; and their absence from every strict-fp32
 table, ranking and ratio. Synthetic rows, no framework."""
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from matplotlib.axes import Axes
 
-from reports import practice, readme_tables
-from reports.build import build, judge, make_report
-from reports.load import load
-from reports.plots import practice_plots
+from reports import readme_tables
+from reports.pipeline.load import load
+from reports.render.build import build, judge, make_report
+from reports.render.plots import practice_plots
+from reports.sections import practice
 from tests import report_fixtures as fx
 
 GPU = "NVIDIA H100 80GB HBM3"

@@ -14,13 +14,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports import equivalence, peaks, ratios
-from reports.build import build, make_report
-from reports.historical import HISTORICAL_CSV, load_historical
-from reports.html import HOOK
-from reports.load import load
-from reports.naming import parse_conv
-from reports.tidy import tidy
+from reports.pipeline import equivalence, peaks, ratios
+from reports.pipeline.historical import HISTORICAL_CSV, load_historical
+from reports.pipeline.load import load
+from reports.pipeline.naming import parse_conv
+from reports.pipeline.tidy import tidy
+from reports.render.build import build, make_report
+from reports.render.html import HOOK
 from tests import report_fixtures as fx
 
 REPO = Path(__file__).resolve().parent.parent
@@ -338,7 +338,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium not installed "
                     "(apt-get install -y chromium)")
 def test_headless_chromium_renders_without_errors(built, tmp_path):
-    from reports.screenshot import check
+    from reports.render.screenshot import check
     _, out, _ = built
     result = check(out / "report.html", tmp_path / "shot.png", height=2500)
     assert result.js_ok and result.errors == () and result.passed
@@ -510,7 +510,7 @@ def test_row_without_required_fields_is_refused(tmp_path):
 
 def test_reports_imports_no_framework(tmp_path):
     results = fx.write_results(tmp_path / "results")
-    code = ("import sys; from pathlib import Path; from reports.build import build; "
+    code = ("import sys; from pathlib import Path; from reports.render.build import build; "
             f"build([Path({str(results)!r})], Path({str(tmp_path / 'o')!r})); "
             "bad = [m for m in ('torch', 'tensorflow', 'jax', 'onnxruntime', 'onnx') "
             "if m in sys.modules]; print(bad)")
@@ -525,7 +525,7 @@ def test_reports_imports_no_framework(tmp_path):
 
 
 def test_fixture_rows_have_the_runner_row_layout():
-    results = pytest.importorskip("suites.results")
+    results = pytest.importorskip("suites.rows.results")
     settings = results.Settings("torch", "cpu", "fp32", "eager", 8, 1)
     row = results.Row(results.CaseKey("s", "lenet", 64, "forward", settings), "ok")
     theirs = row.to_json()
@@ -719,7 +719,7 @@ def test_profile_rows_stay_out_of_timed_tables(tmp_path):
     failures = find_table(report, "Failures")
     assert [(r[0].text, r[2].text, r[4].text) for r in failures.rows] == [
         ("alexnet", "profile", "unsupported")]
-    from reports import text
+    from reports.sections import text
     assert "alexnet" not in text.render(report)
     assert not report.ratios
 
@@ -824,7 +824,6 @@ def test_gap_splits_a_framework_gap_into_kernels_and_time_outside_them(tmp_path,
     ms of summed kernels having overlapped, vs 6.0) and +1.0 outside (1.5 vs 0.5); conv
     is the largest kernel difference; the TF timeline's transposes."""
     from reports import gap
-
     timeline = {"span_ms": 10.0, "busy_ms": 7.5, "idle_ms": 2.5, "kernel_ms": 8.0,
                 "transpose_ms": 0.4, "kernels": 321.0}
     tf_profile = {**fx.profile(5.0, 0.5, 0.5, 0.2, 0.0, 1.0, 0.8,
@@ -856,7 +855,6 @@ def test_gap_splits_a_framework_gap_into_kernels_and_time_outside_them(tmp_path,
 def published_reference(root: Path) -> Path:
     """A published folder made by reports.publish from the GPU fixture rows."""
     from reports import publish
-
     source = root / "gpu-results"
     (source / "default-gpu" / "gpubox").mkdir(parents=True)
     fx._write(source / "default-gpu" / "gpubox" / "torch_gpu.jsonl", fx.gpu_rows())
@@ -934,7 +932,6 @@ def test_publish_names_one_commit_once_and_no_unknown_beside_a_known_version(tmp
 
 def test_publish_refuses_a_torn_line(tmp_path, capsys):
     from reports import publish
-
     source = tmp_path / "src" / "s" / "h"
     source.mkdir(parents=True)
     (source / "torch_cpu.jsonl").write_text(json.dumps(fx.cpu_rows()[0]) + "\n{\"schema\": 1, ")
@@ -945,7 +942,6 @@ def test_publish_refuses_a_torn_line(tmp_path, capsys):
 
 def test_cli_compares_one_published_folder_with_another_named_by_reference(tmp_path):
     from reports import publish
-
     reference = published_reference(tmp_path)
     second = tmp_path / "published" / "h200-2026-01"      # a second GPU's published folder
     assert publish.main([str(users_run(tmp_path)), "--to", str(second)]) == 0
@@ -1084,8 +1080,8 @@ def test_bahrampour_rows_alike_but_for_their_host_keep_one_order():
     published page must regenerate byte for byte."""
     from dataclasses import replace
 
-    from reports.grouping import Setting
-    from reports.tables_bahrampour import _order
+    from reports.pipeline.grouping import Setting
+    from reports.sections.bahrampour import _order
 
     first = Setting(device="gpu", hardware="NVIDIA H200", framework="jax", variant="jit",
                     precision="fp32", threads=16, interop_threads=1, layout="", execution="",
@@ -1155,7 +1151,7 @@ def test_tracer_check_sets_busy_time_against_the_device_median_first(tmp_path):
 
 
 def test_tracer_reading_of_traced_iterations_faster_than_the_timed_ones():
-    from adapters.kernel_trace import tracer_reading
+    from suites.instruments.kernel_trace import tracer_reading
     assert tracer_reading(5.0, 5.2, 7.0) == ("traced iterations 0.74x the timed median, the "
                                              "GPU busy through them")
     assert tracer_reading(5.0, 5.2, float("nan")) == ""

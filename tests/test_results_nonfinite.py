@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 
-from suites.results import CaseKey, ResultsFile, Row, Settings, finite_only
+from suites.rows.results import CaseKey, ResultsFile, Row, Settings, finite_only
 
 
 def key(measure: str) -> CaseKey:

@@ -1,5 +1,5 @@
-"""Rounds of separate processes (suites/rounds.py) and the moderated between-process
-spread behind their intervals (suites/spread.py), on simulated process medians whose
+"""Rounds of separate processes (suites/harness/rounds.py) and the moderated between-process
+spread behind their intervals (suites/stats/spread.py), on simulated process medians whose
 true spread is known. Coverage is checked on thousands of simulated cases, so the
 figures asserted are properties of the method, not of one machine."""
 
@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from suites.rounds import between_prior, merge_rows, round_path, round_timer
-from suites.spread import NO_PRIOR, fit_prior, moderated, t_975
-from suites.timer import TimerSettings
+from suites.harness.rounds import between_prior, merge_rows, round_path, round_timer
+from suites.stats.spread import NO_PRIOR, fit_prior, moderated, t_975
+from suites.stats.timer import TimerSettings
 
 
 def row(medians: list[float], status: str = "ok", sm: int = 1980, case: str = "c") -> dict:
@@ -109,8 +109,8 @@ def test_a_run_without_resume_merges_its_rows_after_an_earlier_runs(tmp_path, mo
     even for cases an earlier run already wrote (a plain run does the same)."""
     from pathlib import Path
 
-    from suites import rounds
-    from suites.results import ResultsFile, read_rows
+    from suites.harness import rounds
+    from suites.rows.results import ResultsFile, read_rows
 
     class Final:
         path = tmp_path / "torch_cpu.jsonl"

@@ -1,4 +1,4 @@
-"""Where a data-parallel step loses its time (reports/scaling_loss.py): the timed and the
+"""Where a data-parallel step loses its time (reports/sections/scaling_loss.py): the timed and the
 CUPTI split of a case below 90%, and the traces that must not be used."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from reports.scaling_loss import below_target, step_loss, trace_problem
+from reports.sections.scaling_loss import below_target, step_loss, trace_problem
 
 
 def _row(devices: int, median: float, local: float, kernels: dict | None, mode="strong",

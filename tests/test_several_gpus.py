@@ -1,4 +1,4 @@
-"""The README's "one model, several GPUs" table (reports/gpus.py) on hand-made rows."""
+"""The README's "one model, several GPUs" table (reports/pipeline/gpus.py) on hand-made rows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from reports.gpus import several_gpus_table
+from reports.pipeline.gpus import several_gpus_table
 
 
 def row(hardware: str, framework: str, model: str, median: float, device_ms: float = math.nan,
@@ -57,7 +57,7 @@ def test_no_table_without_a_network_that_a_published_and_a_seed_gpu_both_ran():
 
 
 def test_a_gpu_published_twice_is_read_from_its_first_folder_only():
-    from reports.gpus import one_run_per_gpu
+    from reports.pipeline.gpus import one_run_per_gpu
     first = pd.DataFrame([row("H200", "torch", "resnet50", 22.3), row("H100", "torch", "resnet50", 26.6)])
     second = pd.DataFrame([row("H200", "torch", "resnet50", 21.0),            # a luckier run
                            row("H200", "jax", "resnet50", 24.6),

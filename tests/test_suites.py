@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adapters.registry import load_registry
-from suites.spec import SUITES_DIR, SuiteError, expand, load_suite
+from suites.harness.spec import SUITES_DIR, SuiteError, expand, load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from suites.timer import TimerSettings, bootstrap_median_ci, measure
+from suites.stats.timer import TimerSettings, bootstrap_median_ci, measure
 
 
 class FakeDevice:
@@ -48,7 +48,7 @@ def test_stops_once_the_interval_is_tight():
 
 
 def test_the_interval_is_asked_for_again_only_as_the_samples_grow(monkeypatch):
-    import suites.timer as timer
+    import suites.stats.timer as timer
 
     asked: list[int] = []
     real = timer.bootstrap_median_ci

@@ -1,8 +1,8 @@
 """What the float64 truth computes (models/truth.py): the inference output of the first
 examples only, gradients only where they are judged, single convolutions in closed form
 (models/closed_form.py), a cache key that follows all of it, the worker-side comparison
-on the same examples (suites/truth_check.py) and the parallel cache fill
-(suites/truth_pool.py). numpy only: runs in the core session."""
+on the same examples (suites/truth/check.py) and the parallel cache fill
+(suites/truth/pool.py). numpy only: runs in the core session."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from models.analysis import analyse
 from models.error_bounds import grad_judged
 from models.weights import canonical_weights
 from models.zoo import TINY, get_model
-from suites import truth_check, truth_pool
+from suites.truth import check as truth_check
+from suites.truth import pool as truth_pool
 
 BATCH = 6   # more than truth.OUTPUT_EXAMPLES, so the first examples are a strict part
 
@@ -448,7 +449,7 @@ def test_resume_takes_again_a_fingerprint_the_truth_now_judges(tmp_path, monkeyp
     # Written when the truth was above the cap and skipped: resuming redoes the
     # fingerprint (only it) once the truth judges the pair; still above the cap, with the
     # truth off, or failed: recorded as before.
-    from suites.results import finished_case_ids
+    from suites.rows.results import finished_case_ids
 
     capped = {"skipped": "float64 reference skipped: 3960 GFLOP > 3000 "
                          "(DLBENCH_TRUTH_MAX_GFLOP); pairwise agreement only"}

@@ -1,4 +1,4 @@
-"""The report's float64 verdict (reports/truth.py) on planted errors: a TF32-sized error
+"""The report's float64 verdict (reports/pipeline/truth.py) on planted errors: a TF32-sized error
 (5e-4 relative, measured on an H100 for TF32 convolutions) in one framework's fp32
 fingerprint is ✗ for that framework only; the same error in a tf32 row is ✓."""
 
@@ -8,9 +8,9 @@ import copy
 
 from models.error_bounds import bounds
 from models.zoo import get_model
-from reports import equivalence, truth
-from reports.load import load
-from reports.tidy import tidy
+from reports.pipeline import equivalence, truth
+from reports.pipeline.load import load
+from reports.pipeline.tidy import tidy
 from tests import report_fixtures as fx
 
 TF32_SIZED = 5e-4

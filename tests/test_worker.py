@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
 import gc, os, signal, sys
-from suites import worker
+from suites.harness import worker
 if sys.argv[1] == "handler":
     worker.install_interrupt_handler()
 fired = []
@@ -48,9 +48,9 @@ def test_an_interrupt_swallowed_by_a_callback_still_stops_the_worker():
 
 
 def serve(tmp_path: Path, plans: list[tuple[str, str, int]]) -> subprocess.CompletedProcess:
-    """``python -m suites.worker --serve`` fed one plan per (suite, model, threads), each
+    """``python -m suites.harness.worker --serve`` fed one plan per (suite, model, threads), each
     writing ``<suite>.jsonl`` and its log ``<suite>.log`` in ``tmp_path``."""
-    from suites.worker import Plan
+    from suites.harness.worker import Plan
 
     timer = {"warmup": 0, "min_samples": 1, "max_samples": 2, "budget_s": 0.01,
              "repetitions": 1, "max_repetitions": 1}
@@ -64,7 +64,7 @@ def serve(tmp_path: Path, plans: list[tuple[str, str, int]]) -> subprocess.Compl
                     [job], log=str(tmp_path / f"{suite}.log"))
         plan.to_file(tmp_path / f"{suite}.json")
         paths.append(tmp_path / f"{suite}.json")
-    return subprocess.run([sys.executable, "-m", "suites.worker", "--serve"], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "suites.harness.worker", "--serve"], cwd=ROOT,
                           input="".join(f"{path}\n" for path in paths), capture_output=True,
                           text=True, timeout=120,
                           env={**os.environ, "DLBENCH_REGISTRY": str(REGISTRY),
@@ -72,7 +72,7 @@ def serve(tmp_path: Path, plans: list[tuple[str, str, int]]) -> subprocess.Compl
 
 
 def test_serve_runs_each_plan_in_one_process_with_its_stderr_in_the_plans_log(tmp_path):
-    from suites.worker import EVENT_PREFIX
+    from suites.harness.worker import EVENT_PREFIX
 
     done = serve(tmp_path, [("one", "lenet_tiny", 1), ("two", "conv_tiny", 1)])
     assert done.returncode == 0, done.stderr
@@ -100,8 +100,8 @@ def test_a_serving_worker_refuses_a_plan_for_other_thread_settings(tmp_path):
 
 def test_a_serving_worker_goes_on_from_the_wall_phase_to_the_device_phase_never_back(tmp_path):
     """CUPTI may load after a process's wall samples, never before them
-    (suites/device_pass.py): a wall worker takes device plans, a device worker no wall plan."""
-    from suites.worker import Plan, Worker
+    (suites/harness/device_pass.py): a wall worker takes device plans, a device worker no wall plan."""
+    from suites.harness.worker import Plan, Worker
 
     def plan(phase: str) -> Plan:
         return Plan("s", "fake", "gpu", 1, 1, str(tmp_path / f"{phase}.jsonl"), 0, [],
@@ -118,7 +118,7 @@ def test_a_serving_worker_goes_on_from_the_wall_phase_to_the_device_phase_never_
 
 
 def test_a_jobs_release_is_billed_to_the_next_jobs_first_row(tmp_path):
-    """The rows' elapsed_s are what the matrix plans from (suites/estimate.py), so a
+    """The rows' elapsed_s are what the matrix plans from (suites/matrix/estimate.py), so a
     worker's rows must add up to its time: a job's release (closing what it built, after
     its last row) is no row's own, and goes into the next job's first row."""
     import time

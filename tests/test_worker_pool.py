@@ -1,4 +1,4 @@
-"""The worker pool (suites/worker_pool.py): a matrix starts one serving worker per key and
+"""The worker pool (suites/harness/pool.py): a matrix starts one serving worker per key and
 hands it every suite that needs that key, with nothing else changed — the same rows as
 separate runs, a dead or hung worker replaced by a fresh one, the budget's stops,
 compile-cache jobs in processes of their own, rounds in separate processes. Run on the
@@ -168,7 +168,7 @@ def test_a_timeout_kills_the_pooled_worker_and_the_next_suite_starts_a_fresh_one
 
 def write_history(folder: Path, suite: str, model: str, seconds: float) -> None:
     """An earlier run's rows saying each of ``model``'s cases took ``seconds``."""
-    from suites.environment import cpu_model
+    from suites.instruments.environment import cpu_model
     path = folder / suite / "earlier" / "fake_cpu.jsonl"
     path.parent.mkdir(parents=True)
     lines = [json.dumps({
@@ -199,8 +199,8 @@ def test_a_budget_stop_between_suites_then_a_rerun_lose_and_duplicate_no_row(tmp
 
 def test_a_job_running_at_the_deadline_is_killed_and_its_key_has_no_worker(tmp_path, fake_env,
                                                                            monkeypatch):
-    from suites.runner import BUDGET_EXIT, Budget, Runner, RunRequest
-    from suites.worker_pool import WorkerPool
+    from suites.harness.pool import WorkerPool
+    from suites.harness.runner import BUDGET_EXIT, Budget, Runner, RunRequest
 
     suites = write_suites(tmp_path, a=SUITE_A, b=SUITE_B)
     out = tmp_path / "out"
@@ -268,7 +268,7 @@ class IdleWorker:
 
 
 def test_the_pool_closes_idle_gpu_workers_of_other_keys_and_leaves_cpu_workers_alone():
-    from suites.worker_pool import WorkerKey, WorkerPool
+    from suites.harness.pool import WorkerKey, WorkerPool
 
     def key(framework: str, device: str, phase: str) -> WorkerKey:
         return WorkerKey("python", framework, device, 16, 1, phase)

@@ -42,12 +42,12 @@ from adapters.jax.network import Context, Lengths, Numerics, build, loss_value
 from adapters.jax.profile import profile_steps
 from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.profiling import WARMUP_RUNS
 from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
 from models.analysis import analyse
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
+from suites.instruments.profiling import WARMUP_RUNS
 
 try:
     import optax
@@ -97,7 +97,7 @@ def start_cpu_backend(threads: int) -> None:
     threads`` is rejected as an unknown flag; ``--xla_cpu_multi_thread_eigen`` only
     turns Eigen's pool off) and sizes its pools from the CPUs this process may use when
     the backend starts. The worker pins the process before importing the adapter
-    (suites.environment.limit_cpus); the same pinning is done here for callers outside
+    (suites.instruments.environment.limit_cpus); the same pinning is done here for callers outside
     the worker, while the backend has not started yet."""
     from jax._src import xla_bridge  # backends_are_initialized has no public alias
 

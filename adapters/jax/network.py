@@ -97,7 +97,7 @@ def sequence(layers: list[Apply]) -> Apply:
 # ("jit(_loss)/jvp(conv)/conv_general_dilated", the ReLU's backward
 # "transpose(jvp(relu))/select_n"), which profiles read to split a step's time by layer type
 # (Li et al. 2016, Fig. 2) where XLA's instruction names do not tell ("compare_select_fusion").
-# The names are those adapters.profiling.layer_type knows.
+# The names are those suites.instruments.profiling.layer_type knows.
 _SCOPES: dict[type, str] = {
     ir.Conv2d: "conv", ir.GlobalAvgPool: "global_avg_pool", ir.LRN: "lrn",
     ir.BatchNorm: "batch_norm", ir.Dense: "dense", ir.TiedDense: "dense",

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import jax
 
 from adapters.base import Profile, Unsupported
-from adapters.profiling import summarise
+from suites.instruments.profiling import summarise
 
 # A fusion's kind is the first of these that it contains, otherwise its root's opcode
 # ("maximum", "select", "reduce": element-wise and reduction work).

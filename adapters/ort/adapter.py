@@ -5,7 +5,7 @@ standard fast path; lower optimisation levels and cuDNN algorithm searches as va
 ONNX Runtime's training API ships in other packages (onnxruntime-training), so this
 adapter times forward, the host-to-device copy and an epoch of forward passes, and profiles
 forward with ONNX Runtime's own profiler (profile.py; on a GPU the worker's CUPTI kernel
-tracer, adapters/kernel_trace.py, gives the kernel times this profiler cannot record there).
+tracer, suites/instruments/kernel_trace.py, gives the kernel times this profiler cannot record there).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters.base import Profile, Unsupported
-from adapters.profiling import WARMUP_RUNS, summarise
+from suites.instruments.profiling import WARMUP_RUNS, summarise
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # profiler only times each node's Compute call on the host, which on the CUDA EP launches
 # kernels asynchronously and returns: a launch time, not the GPU time Li et al. split.
 # The GPU profile row therefore comes from the framework-neutral CUPTI kernel tracer
-# (suites/kernel_profile.py), and this reason goes into its framework_profile.
+# (suites/instruments/kernel_profile.py), and this reason goes into its framework_profile.
 NO_KERNEL_EVENTS = ("this onnxruntime build records no CUDA kernel events (built without "
                     "--enable_cuda_profiling); its node times on the CUDA EP are host-side "
                     "launch times, not GPU time")

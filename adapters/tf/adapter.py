@@ -29,7 +29,6 @@ from adapters.base import (
 )
 from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.profiling import WARMUP_RUNS
 from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
 from adapters.tf.network import (
     NCHW,
@@ -50,6 +49,7 @@ from models.ir import LSTM as IRLSTM
 from models.ir import Conv2d as IRConv2d
 from models.ir import Model, all_nodes
 from models.weights import Weights
+from suites.instruments.profiling import WARMUP_RUNS
 
 
 class _CasesTraceOnPurpose(logging.Filter):
@@ -447,7 +447,7 @@ class TFPrepared(Prepared):
                 # the pageable host buffer in (Li et al. 2016, Fig. 7). An identity of
                 # host_x itself copied nothing after the first call: H100 and H200 rows
                 # timed 0.04-0.07 ms for 9.6-67 MB, and CUPTI saw no copy in those calls
-                # (suites/device_pass.py mark_idle_steps); most likely eager TensorFlow's
+                # (suites/harness/device_pass.py mark_idle_steps); most likely eager TensorFlow's
                 # mirroring, where a handle keeps its first copy on the GPU for later ops
                 # there. Each call therefore copies from a new handle: an identity on
                 # the CPU, which shares host_x's buffer (no host copy) and has no GPU

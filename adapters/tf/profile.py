@@ -30,7 +30,7 @@ from typing import Any
 import tensorflow as tf
 
 from adapters.base import Profile
-from adapters.profiling import device_timeline, summarise
+from suites.instruments.profiling import device_timeline, summarise
 
 HOST_PLANE = "/host:CPU"
 GPU_PLANE_PREFIX = "/device:GPU:"

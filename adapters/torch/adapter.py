@@ -29,13 +29,13 @@ from adapters.base import (
 )
 from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.profiling import WARMUP_RUNS
 from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
 from adapters.torch.network import Lengths, build
 from adapters.torch.profile import profile_steps
 from models.inputs import Batch
 from models.ir import Model
 from models.weights import Weights
+from suites.instruments.profiling import WARMUP_RUNS
 
 COMPILED = ("compile", "compile_channels_last")
 CHANNELS_LAST = ("channels_last", "compile_channels_last")
@@ -53,7 +53,7 @@ def apply_precision(precision: str, on_gpu: bool) -> None:
 
 
 class CudaEventClock:
-    """suites.timer.DeviceClock with CUDA events on the current stream. ``hold`` queues
+    """suites.stats.timer.DeviceClock with CUDA events on the current stream. ``hold`` queues
     ``torch.cuda._sleep`` (a kernel that spins for a number of GPU cycles, calibrated
     once against the events) so the block's launches queue up behind it and the events
     time the kernels back to back, without the host's launch gaps (nvbench's blocking

@@ -14,7 +14,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from adapters.base import Profile
-from adapters.profiling import summarise
+from suites.instruments.profiling import summarise
 
 US_PER_MS = 1e3
 

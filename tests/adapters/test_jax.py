@@ -35,12 +35,12 @@ from adapters.jax.profile import (  # noqa: E402
     hlo_ops,
     operation_label,
 )
-from adapters.profiling import layer_type, summarise  # noqa: E402
 from models import ir  # noqa: E402
 from models import reference as reference_numpy  # noqa: E402
 from models.inputs import make_batch, make_epoch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
+from suites.instruments.profiling import layer_type, summarise  # noqa: E402
 from tests.tolerance import assert_fp32_close, forward_rtol, gradient_rtol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -708,7 +708,7 @@ def test_out_of_memory_errors_are_recognised(adapter):
 
 PROBE = """
 import json, os, sys, time
-from suites.environment import limit_cpus
+from suites.instruments.environment import limit_cpus
 threads = int(sys.argv[1])
 if sys.argv[2] == "worker":
     limit_cpus(threads)          # the worker's path: pinned before the adapter is imported
@@ -768,9 +768,9 @@ def test_cpu_count_really_changes_cpu_use(path):
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_worker_rows_record_the_cpus_xla_used(tmp_path):
-    from suites.spec import Job
-    from suites.timer import TimerSettings
-    from suites.worker import Plan
+    from suites.harness.spec import Job
+    from suites.harness.worker import Plan
+    from suites.stats.timer import TimerSettings
 
     for threads in (1, 2):
         results = tmp_path / f"t{threads}.jsonl"
@@ -779,7 +779,7 @@ def test_worker_rows_record_the_cpus_xla_used(tmp_path):
         plan = Plan("threads", "jax", "cpu", threads, 1, str(results), 0,
                     [{**asdict(job), "pending": ["forward"]}])
         plan.to_file(tmp_path / "plan.json")
-        subprocess.run([sys.executable, "-m", "suites.worker", str(tmp_path / "plan.json")],
+        subprocess.run([sys.executable, "-m", "suites.harness.worker", str(tmp_path / "plan.json")],
                        cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)
         (row,) = [json.loads(line) for line in results.read_text().splitlines()
                   if json.loads(line)["measure"] == "forward"]

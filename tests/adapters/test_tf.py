@@ -20,7 +20,6 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported  # noqa: E402
-from adapters.profiling import device_timeline  # noqa: E402
 from adapters.tf import TFAdapter  # noqa: E402
 from adapters.tf.adapter import (  # noqa: E402
     DEFAULT_LAYOUT,
@@ -54,6 +53,7 @@ from models import reference as reference_numpy  # noqa: E402
 from models.inputs import Batch, make_batch, make_epoch  # noqa: E402
 from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
+from suites.instruments.profiling import device_timeline  # noqa: E402
 from tests.adapters.thread_probe import thread_shares  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

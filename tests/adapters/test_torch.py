@@ -164,7 +164,7 @@ def test_out_of_memory_errors_are_recognised(adapter):
 
 PROBE = """
 import json, os, sys
-from suites.environment import limit_cpus
+from suites.instruments.environment import limit_cpus
 threads = int(sys.argv[1])
 limit_cpus(threads)
 from adapters.base import CaseConfig, RunConfig

@@ -1,4 +1,4 @@
-"""``python -m suites.clock_check`` runs with this session's framework: on a CPU it times
+"""``python -m suites.instruments.clock_check`` runs with this session's framework: on a CPU it times
 the wall blocks and says why it measures no device clock (CUPTI needs a GPU)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_clock_check_runs_on_a_cpu(framework):
-    done = subprocess.run([sys.executable, "-m", "suites.clock_check", "--framework", framework,
+    done = subprocess.run([sys.executable, "-m", "suites.instruments.clock_check", "--framework", framework,
                            "--device", "cpu", "--model", "sae_tiny_ae2", "--batch", "2",
                            "--threads", "1", "--blocks", "2", "--rounds", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.kernel_trace import KernelRecord, KernelTrace
 from comparisons import keras_vs_dlbench as keras_comparison
+from suites.instruments.kernel_trace import KernelRecord, KernelTrace
 from tests.fake_cupti import FakeCupti, install
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from adapters.base import CaseConfig, Unsupported
-from adapters.profiling import LAYER_TYPES
 from models import reference as reference_numpy
 from models.analysis import analyse
 from models.inputs import make_batch, make_epoch
 from models.weights import canonical_weights
 from models.zoo import TINY, get_model
+from suites.instruments.profiling import LAYER_TYPES
 from tests.conformance import goldens
 
 TINY_MODELS = list(TINY)
@@ -80,7 +80,7 @@ def test_fingerprint_is_within_the_fp32_bound_of_the_float64_truth(adapter, entr
     and every gradient element where the adapter reports canonical layouts, else gradient
     norms) within the fp32 bound that models/error_bounds.py derives for the model."""
     from models.error_bounds import bounds
-    from suites.truth_check import fingerprint_fields
+    from suites.truth.check import fingerprint_fields
 
     monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
     # Every gradient element, also of the networks whose gradients the report does not
@@ -213,7 +213,7 @@ def test_cpu_peak_memory_is_the_process_rss(adapter):
 
 
 def test_a_job_kept_built_computes_the_same_after_other_jobs(adapter):
-    """A job kept from the wall phase for the device phase (suites/kept_jobs.py) runs
+    """A job kept from the wall phase for the device phase (suites/harness/kept_jobs.py) runs
     again after other jobs were prepared and closed in its process (JAX's close clears
     its compiled programs; another precision changes the process's settings), once the
     worker has set its settings again."""

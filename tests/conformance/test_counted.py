@@ -1,4 +1,4 @@
-"""The process Nsight Compute profiles for a ``counters`` row (``python -m suites.counted``)
+"""The process Nsight Compute profiles for a ``counters`` row (``python -m suites.instruments.counted``)
 runs with this session's framework: it builds the job as the worker does, warms up, and
 opens and closes the measured NVTX range once. A stand-in ``nvtx`` module records the
 range (the real one is a GPU-session dependency); the GPU itself is not needed."""
@@ -36,7 +36,7 @@ def test_the_counted_child_runs_inside_one_range(tmp_path, framework, entry):
     record = tmp_path / "nvtx.txt"
     env = {**os.environ, "NVTX_RECORD": str(record),
            "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)])}
-    done = subprocess.run([sys.executable, "-m", "suites.counted", str(job)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "suites.instruments.counted", str(job)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert record.read_text().splitlines() == ["start dlbench@measured", "end 1"]

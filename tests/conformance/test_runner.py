@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from suites.results import SCHEMA_VERSION
+from suites.rows.results import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def test_rows_record_settings_environment_and_statistics(tmp_path, framework, en
     assert len(timing["samples_ms"]) == timing["samples"] >= 3
     assert timing["ci_low_ms"] <= timing["median_ms"] <= timing["ci_high_ms"]
     assert timing["first_call_ms"] > 0
-    # Independent repetitions behind the median (suites/repetitions.py), and the CPU run's
+    # Independent repetitions behind the median (suites/stats/repetitions.py), and the CPU run's
     # reasons for having no GPU state and no separate device time.
     assert timing["repetitions"] == len(timing["repetition_medians_ms"]) >= 3
     assert math.isclose(timing["median_ms"], statistics.median(timing["repetition_medians_ms"]))

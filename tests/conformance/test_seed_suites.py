@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from adapters.registry import load_registry
-from suites.environment import physical_cores, usable_cpus
-from suites.results import FINGERPRINT
-from suites.spec import SUITES_DIR, expand, load_suite
+from suites.harness.spec import SUITES_DIR, expand, load_suite
+from suites.instruments.environment import physical_cores, usable_cpus
+from suites.rows.results import FINGERPRINT
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_SUITES = ("convnet-benchmarks", "cnn-benchmarks", "bahrampour2016", "li2016")
