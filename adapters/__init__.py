@@ -1,3 +1,2 @@
-"""Framework adapters: ``base`` defines the protocol, ``registry.toml`` lists the
-frameworks, and one subpackage per framework realises the IR. Framework modules are
-imported lazily, so importing ``adapters`` imports no framework."""
+"""One package per framework (torch, tf, jax, ort) that builds the IR and times its steps;
+``base`` is the contract, ``registry.toml`` the list. Importing ``adapters`` imports no framework."""

@@ -1,4 +1,2 @@
-"""Framework-neutral model definitions: the IR, the zoo, analysis, weights and inputs.
-
-This package imports numpy and the standard library only; a test enforces it.
-"""
+"""Framework-neutral model definitions: the IR, its ops' shapes, FLOPs and float64 references,
+the zoo, weights and inputs. numpy and the standard library only (tests/test_layering.py)."""

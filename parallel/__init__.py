@@ -1,4 +1,2 @@
-"""Data-parallel scaling: one training step (forward, loss, backward, gradient all-reduce,
-no optimizer update) over N devices on each framework's own distributed engine, at a fixed
-per-device batch (weak scaling) or a fixed global batch (strong scaling); ONNX Runtime
-scales inference with one session per GPU. ``python -m parallel run SUITE ...``."""
+"""Data-parallel scaling (``python -m parallel run SUITE``): one training step over N devices on
+each framework's own engine, weak or strong scaling; its rows' keys live in suites.rows.scaling."""

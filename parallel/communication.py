@@ -22,13 +22,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from suites.instruments.cupti_window import CuptiWindow, busy_and_span_ns, detach, load_cupti
+from suites.rows.scaling import implausible
 
 NCCL_MARK = "nccl"
 TOOL = "CUPTI activity records (concurrent kernels), names holding 'nccl' against the rest"
 NS_PER_MS = 1e6
-# Kernel busy time may exceed the host's time for the same steps by this much (the two
-# clocks are read at slightly different points) before the records are taken as wrong.
-WALL_TOLERANCE = 0.05
 # The host clock the traced steps are timed on (tests replace it with a simulated one).
 host_clock = time.perf_counter
 # Why CUPTI is still attached to this process after the last trace, or "".
@@ -80,17 +78,6 @@ def summarise(records: Iterable[Any], steps: int,
             "compute_kernel_ms_per_step": mean_ms("compute_ns"),
             "all_kernel_ms_per_step": mean_ms("busy_ns"),
             "traced_wall_ms_per_step": wall_ms_per_step}
-
-
-def implausible(summary: dict[str, Any]) -> str:
-    """Why a summary cannot be right, or "": one device's kernels, overlaps merged, cannot
-    be busy longer than the steps they ran in took on the host's clock."""
-    wall = summary.get("traced_wall_ms_per_step")
-    busy = summary["all_kernel_ms_per_step"]
-    if wall and busy > wall * (1 + WALL_TOLERANCE):
-        return (f"kernel busy time {busy:.2f} ms per step exceeds the traced steps' wall time "
-                f"{wall:.2f} ms: the records are not these steps'")
-    return ""
 
 
 def trace(engine: Any, steps: int) -> tuple[dict[str, Any] | None, str]:

@@ -17,31 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from parallel.spec import SUITES_DIR, ScalingCase
 from suites.matrix.estimate import Estimate
 from suites.rows.results import json_lines
+from suites.rows.scaling import Key, row_key
 
 MEASURE = "data_parallel"
 PUBLISHED = Path(__file__).resolve().parent.parent / "published"
-
-Key = tuple[str, str, str, str, int, int, int, str]
 
 
 def case_key(framework: str, device: str, case: ScalingCase) -> Key:
     return (framework, device, case.model, case.mode, case.per_device_batch,
             case.global_batch, case.devices, case.precision)
-
-
-def row_key(row: dict[str, Any]) -> Key | None:
-    s, settings = row.get("scaling") or {}, row.get("settings") or {}
-    try:
-        return (settings["framework"], settings["device"], row["model"], s["mode"],
-                int(s["per_device_batch"]), int(s["global_batch"]), int(s["devices"]),
-                settings.get("precision", "fp32"))
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def scaling_folder(path: Path) -> bool:

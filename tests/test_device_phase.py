@@ -155,9 +155,10 @@ def test_the_report_joins_device_time_onto_the_wall_rows():
 
 def test_a_case_two_suites_timed_keeps_each_measures_device_time():
     # default-gpu times AlexNet's forward and transfer; float64-gpu, later in the same run,
-    # times its forward again and takes device time for that measure only. The later
-    # forward supersedes the earlier; the transfer keeps default-gpu's device time
-    # (published/h100-2026-11c: JAX's and TensorFlow's transfers had lost theirs).
+    # times its forward again and takes device time for that measure only. Each suite's
+    # forward keeps its own suite's device time, the tables show the later forward, and
+    # the transfer keeps default-gpu's device time (published/h100-2026-11c: JAX's and
+    # TensorFlow's transfers had lost theirs).
     from reports.pipeline.load import Loaded, RawRow
     from reports.pipeline.tidy import tidy
     from tests import report_fixtures as fx
@@ -186,7 +187,11 @@ def test_a_case_two_suites_timed_keeps_each_measures_device_time():
     assert frame.loc["forward", "suite"] == "float64-gpu"
     assert frame.loc["forward", "device_median_ms"] == pytest.approx(0.91)
     assert frame.loc["transfer", "device_median_ms"] == pytest.approx(1.80)
-    assert merged.superseded == 1                 # the earlier forward
+    assert merged.superseded == 0                 # two suites' forwards: no rerun
+    assert merged.not_shown == 1                  # the earlier forward, kept beside
+    every = merged.measurements.set_index("suite")
+    assert every.loc["default-gpu"].query("measure == 'forward'")[
+        "device_median_ms"].tolist() == [pytest.approx(0.90)]
 
 
 class IdleTransfer(SimulatedPrepared):

@@ -449,7 +449,7 @@ def test_resume_takes_again_a_fingerprint_the_truth_now_judges(tmp_path, monkeyp
     # Written when the truth was above the cap and skipped: resuming redoes the
     # fingerprint (only it) once the truth judges the pair; still above the cap, with the
     # truth off, or failed: recorded as before.
-    from suites.rows.results import finished_case_ids
+    from suites.truth.check import finished_case_ids
 
     capped = {"skipped": "float64 reference skipped: 3960 GFLOP > 3000 "
                          "(DLBENCH_TRUTH_MAX_GFLOP); pairwise agreement only"}

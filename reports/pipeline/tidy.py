@@ -1,9 +1,10 @@
 """The merged tidy table: one row per result row, flat columns, reruns resolved.
 
 Rule (DESIGN.md "Fairness rules"): rows whose settings differ are never averaged or merged
-— every field of ``settings`` plus the hardware and the framework version is part of the
-identity. Rows with identical identity (reruns) are reduced to the latest one (by
-``started_at``, then read order); how many were superseded is reported.
+— the suite that measured a row, every field of ``settings`` plus the hardware and the
+framework version is part of the identity (``IDENTITY``). Rows with identical identity
+(reruns) are reduced to the latest one (by ``started_at``, then read order); how many were
+superseded is reported.
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ CONDITION_TEXT = ("interval", "host_buffer", "gpu_state_reason", "device_time_re
 ENERGY_FIELDS = ("gpu_energy_power_w", "energy_per_iteration_j", "energy_window_s")
 ENERGY_TEXT = ("energy_source",)
 # The practice suites (bf16 / TF32 / fp32 at large batches, the training step:
-# reports/sections/practice.py) are measurements of their own, never reruns of a strict-fp32 suite's
-# rows: the flag is part of a row's identity, so neither replaces the other, and their rows
-# stay out of every other table.
+# reports/sections/practice.py) have a section of their own: their rows stay out of every
+# other table. (Which rows are kept apart is the identity's business, below, not this list's.)
 PRACTICE_SUITES = ("practice-gpu", "practice-cpu")
 # Device time under this share of the wall time: the wall time is mostly the host's
 # (launches, framework overhead), so it depends on the host CPU more than on the GPU.
@@ -55,11 +55,24 @@ LAUNCH_BOUND_SHARE = 0.5
 # Li et al. Fig. 2's layer types (and norm, other): suites.instruments.profiling.LAYER_TYPES. A type this
 # report does not know is counted as "other", so the shares still sum to the whole.
 LAYER_TYPES = ("conv", "pool", "relu", "fc", "concat", "norm", "other")
-# What makes two rows "the same measurement": a table row (a "setting") is this minus measure,
-# model and batch.
+# What makes two rows "the same measurement": a table row (a "setting") is this minus suite,
+# measure, model and batch.
 SETTING_KEY = (*SETTING_FIELDS, "host", "cpu_model", "gpu_model", "framework_version")
-IDENTITY = ("model", "batch", "measure", *SETTING_KEY, "practice")
-STRING_COLUMNS = ("suite", "model", "measure", "status", "reason", "framework", "device",
+# The suite a row was measured in is part of it. A suite fixes how its cases are timed (its
+# [timer] table and its groups' overrides: warm-up, samples, repetitions, budget: the timer
+# mode) and what they are for (a seed's forward at batch 1 beside a latency suite's), and a
+# suite times each case's measure once (suites/harness/spec.py _merge_duplicates), so two
+# rows of one suite and identical settings are a rerun, and two suites' rows are two
+# measurements, neither of which replaces the other. A matrix run's copy of a case measured
+# for an earlier suite (suites/harness/reuse.py, ``reused_from``) is that suite's
+# measurement: ``measured_in`` names the suite that took it.
+IDENTITY = ("measured_in", "model", "batch", "measure", *SETTING_KEY)
+# A table cell: one setting's measure of one model and batch. Where two suites measured it
+# (default-gpu's timer and float64-gpu's shorter one), a table shows the latest of those
+# measurements and the overview says how many it left out; every one stays in the tidy CSV.
+# The practice suites' rows are never shown in a strict cell, nor the other way round.
+CELL = ("model", "batch", "measure", *SETTING_KEY, "practice")
+STRING_COLUMNS = ("suite", "measured_in", "model", "measure", "status", "reason", "framework", "device",
                   "precision", "variant", "layout", "execution", "unstable_reason",
                   "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
                   "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
@@ -76,9 +89,17 @@ COUNTER_KEYS = ("achieved_occupancy", "ipc", "warp_execution_efficiency", "gld_e
 
 @dataclass(frozen=True)
 class Tidy:
-    frame: pd.DataFrame       # kept rows, one per identity; see flatten() for the columns
+    frame: pd.DataFrame       # what tables read: one row per CELL; see flatten() for the columns
     superseded: int           # older reruns dropped
     superseded_ids: tuple[str, ...]
+    # Every measurement, one row per IDENTITY: ``frame`` and the rows other suites took of
+    # its cells earlier.
+    measurements: pd.DataFrame
+
+    @property
+    def not_shown(self) -> int:
+        """Measurements a table leaves out for a later one of the same cell (another suite's)."""
+        return len(self.measurements) - len(self.frame)
 
 
 def _text(value) -> str:
@@ -168,6 +189,7 @@ def flatten(raw) -> dict:
     env = data.get("env") or {}
     row = {
         "case_id": _text(data.get("case_id")), "suite": _text(data.get("suite")),
+        "measured_in": measured_in(data),
         "practice": _text(data.get("suite")) in PRACTICE_SUITES,
         "model": _text(data.get("model")), "batch": int(data.get("batch") or 0),
         "measure": _text(data.get("measure")),
@@ -207,6 +229,14 @@ def flatten(raw) -> dict:
     return row
 
 
+def measured_in(data) -> str:
+    """The suite that measured a row: its own, or for a copy of a case measured for an
+    earlier suite (suites/harness/reuse.py) the suite of the case id it copies
+    (suites/rows/results.py CaseKey.id starts with the suite)."""
+    origin = _text(data.get("reused_from"))
+    return origin.split("/", 1)[0] if origin else _text(data.get("suite"))
+
+
 def hardware(row) -> str:
     """The device a timing belongs to: the GPU's name on GPU, the CPU's on CPU."""
     if row["device"] == "gpu":
@@ -219,15 +249,19 @@ def tidy(loaded: Loaded) -> Tidy:
     for column in STRING_COLUMNS:
         frame[column] = frame[column].astype(object)
     frame = frame.sort_values(["started_at", "order"], kind="stable").reset_index(drop=True)
-    # Joined before re-runs are dropped: one case measured by two suites of a run (say
-    # default-gpu and float64-gpu) has two device_time rows, the later one perhaps without
-    # the earlier one's measures (transfers, grad_input), and dropping the earlier row
-    # first would leave those wall rows without device time.
+    # Joined before reruns are dropped: each wall row takes the device time of its own
+    # suite's job, measured beside it.
     frame = join_device_times(frame)
     dup = frame.duplicated(list(IDENTITY), keep="last")
     superseded = tuple(frame.loc[dup, "case_id"])
-    kept = frame.loc[~dup].sort_values("order", kind="stable").reset_index(drop=True)
-    return Tidy(kept, len(superseded), superseded)
+    measurements = frame.loc[~dup]
+    shown = measurements.loc[~measurements.duplicated(list(CELL), keep="last")]
+    return Tidy(_in_read_order(shown), len(superseded), superseded,
+                _in_read_order(measurements))
+
+
+def _in_read_order(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values("order", kind="stable").reset_index(drop=True)
 
 
 def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
@@ -236,11 +270,12 @@ def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
     with host overhead and the launch-bound mark recomputed; the consumed rows leave the
     frame (a failed one stays: failures are data). Where a wall row carries a device time
     of its own (PyTorch's CUDA events) the device phase's replaces it, so that every
-    framework's device time is one clock's, measured alike. Rows come in time order, so
-    where two device_time rows (of two suites) time one measure, the later one's stands."""
+    framework's device time is one clock's, measured alike. A wall row takes the device
+    time of its own suite's job (``measured_in``); rows come in time order, so where two
+    device_time rows (a rerun) time one measure, the later one's stands."""
     if "device_times" not in frame or not (frame["measure"] == "device_time").any():
         return frame
-    case = ["model", "batch", *SETTING_KEY, "practice"]
+    case = ["measured_in", "model", "batch", *SETTING_KEY]
     index: dict[tuple, list[int]] = {}
     for i, row in frame.iterrows():
         if row["measure"] != "device_time":

@@ -88,6 +88,9 @@ class Report:
     superseded: int = 0
     ratios: tuple[ratios.Ratio, ...] = ()
     equivalence: equivalence.Equivalence | None = None
+    # Every measurement (tidy.IDENTITY), for the CSV: ``frame`` (what the tables show) and
+    # the earlier measurements of its cells by other suites. None: ``frame`` is all.
+    measurements: pd.DataFrame | None = field(default=None, repr=False)
 
 
 def environment_table(frame: pd.DataFrame) -> Table:
@@ -127,6 +130,7 @@ class Judged:
     equiv: equivalence.Equivalence
     superseded: int                 # older rows replaced by reruns of identical settings
     practice_equiv: equivalence.Equivalence    # the practice suites' rows among themselves
+    measurements: pd.DataFrame      # every measurement: ``frame`` and what tables leave out
 
     @property
     def core(self) -> pd.DataFrame:
@@ -157,18 +161,27 @@ def _equivalence(frame: pd.DataFrame) -> equivalence.Equivalence:
 
 def judge(loaded: Loaded) -> Judged:
     merged = tidy.tidy(loaded)
-    frame = peaks.add_throughput(merged.frame, peaks.load_peaks())
+    device_peaks = peaks.load_peaks()
+    frame = peaks.add_throughput(merged.frame, device_peaks)
     frame = frame.assign(practice=frame["practice"].astype(bool))
     # Strict-fp32 suites and practice suites are judged apart: a practice fingerprint never
     # decides a strict table's verdict, nor the other way round.
     equiv = _equivalence(frame[~frame["practice"]])
     practice_equiv = _equivalence(frame[frame["practice"]])
     rows = {**equiv.rows, **practice_equiv.rows}
-    frame = frame.assign(
-        equiv=[rows[s].text() if s in rows else "—" for s in frame["source"]],
-        equiv_worst_rel=[rows[s].worst if s in rows else float("nan")
-                         for s in frame["source"]])
-    return Judged(frame, equiv, merged.superseded, practice_equiv)
+
+    def with_verdicts(part: pd.DataFrame) -> pd.DataFrame:
+        return part.assign(
+            equiv=[rows[s].text() if s in rows else "—" for s in part["source"]],
+            equiv_worst_rel=[rows[s].worst if s in rows else float("nan")
+                             for s in part["source"]])
+
+    # The measurements a table leaves out are judged with the rows it shows: a verdict is
+    # the shown row's (the same source), "—" for the others.
+    measurements = peaks.add_throughput(merged.measurements, device_peaks)
+    measurements = measurements.assign(practice=measurements["practice"].astype(bool))
+    return Judged(with_verdicts(frame), equiv, merged.superseded, practice_equiv,
+                  with_verdicts(measurements))
 
 
 def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
@@ -188,6 +201,11 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
     if judged.superseded:
         overview.append(f"{judged.superseded} older row(s) superseded by reruns of identical "
                         "settings (the latest row is kept).")
+    not_shown = len(judged.measurements) - len(frame)
+    if not_shown:
+        overview.append(f"{not_shown} row(s) measured the same setting as a later row of "
+                        "another suite: the tables show the later one; both are in "
+                        "results_tidy.csv.")
     overview += list(loaded.warnings)
     sections = [Section("overview", "Overview", tuple(overview) + CONVENTIONS,
                         tables=(environment_table(frame),))]
@@ -281,7 +299,7 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
                                         for t in s.tables))
                 for s in sections]
     return Report("dlbench report", tuple(sections), frame, loaded.warnings,
-                  judged.superseded, tuple(found), equiv)
+                  judged.superseded, tuple(found), equiv, judged.measurements)
 
 
 # The seeds' formats a visitor looks for first (README "Published results"): cnn-benchmarks'
@@ -346,7 +364,8 @@ def build(paths: list[Path], out: Path, reference: tuple[Path, ...] = (),
                           ("summary.txt", text_out.render(report))):
         (out / name).write_text(content, encoding="utf-8")
         written.append(out / name)
-    written += write_tidy(report.frame, out)
+    written += write_tidy(report.frame if report.measurements is None
+                          else report.measurements, out)
     (out / "ratios.json").write_text(json.dumps([asdict(r) for r in report.ratios],
                                                 indent=1, default=list), encoding="utf-8")
     return report, written

@@ -5,7 +5,7 @@ of the same computation, with both steps and both efficiencies.
 A scaling row's ``batch`` is the global batch and its variant names N, so the row-by-row
 comparison (reports/compare.py), which pairs the nearest settings, would set a two-GPU
 step beside a one-GPU one. Here a pair is the same framework, device kind, model, mode,
-per-device and global batch, N and precision (``parallel.plan.row_key``, the key the
+per-device and global batch, N and precision (``suites.rows.scaling.row_key``, the key the
 scaling plan estimates by), from any scaling suite: ``scaling`` and ``scaling-short``
 run the same computation with a few more or fewer timed steps. What may still differ (the
 GPU model, the framework's version, the interconnect, the ranks' thread pools) is listed
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parallel.plan import Key, row_key
 from reports.pipeline.load import Loaded, under_roots
 from reports.render.table import Cell, Table
 from reports.sections.scaling import MEASURE, batch_label, latest_rows, percent
+from suites.rows.scaling import Key, row_key
 
 # Efficiencies closer than this are called the same: between two runs of one case on two
 # hosts of one kind, 23 of 30 PyTorch, JAX and ONNX Runtime efficiencies agreed within

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from parallel.communication import implausible
+from suites.rows.scaling import implausible
 
 # Efficiency below which a case's lost time is explained (the and Horovod's 90%).
 EXPLAIN_BELOW = 0.90

@@ -53,6 +53,7 @@ from suites.stats.between_runs import NO_EARLIER_RUNS, EarlierRuns, between_runs
 from suites.stats.launch_bound import overhead_fields
 from suites.stats.spread import NO_PRIOR, Prior, fit_prior, moderated, t_975
 from suites.stats.timer import TimerSettings
+from suites.truth.check import finished_case_ids
 
 
 def round_timer(timer: TimerSettings, rounds: int) -> TimerSettings:
@@ -210,7 +211,7 @@ class RoundsRunner:
     def round_runner(self, index: int) -> Runner:
         runner = Runner(replace(self.request, resume=True), self.budget, self.paths[index - 1],
                         self.pool, pool_round=index)
-        done = runner.results.finished_case_ids()
+        done = finished_case_ids(runner.results.path)
         pending = []
         for job, names in self.final.pending:
             chosen = [n for n in names if (index == 1 or is_timed(n))
@@ -246,7 +247,7 @@ class RoundsRunner:
         results = ResultsFile(self.final.path)
         # Without --resume the rows already in the results file are an earlier run's: this
         # run's merged rows are appended after them, as a plain run appends its own.
-        done = results.finished_case_ids() if self.request.resume else set()
+        done = finished_case_ids(results.path) if self.request.resume else set()
         rows_out = []
         for job, names in self.final.pending:
             for name in names:

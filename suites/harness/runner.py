@@ -72,7 +72,7 @@ from suites.rows.results import (
     Settings,
     read_rows,
 )
-from suites.truth.check import fill_cache
+from suites.truth.check import fill_cache, finished_case_ids
 
 console = Console(stderr=True)
 # The exit code of a run that a Budget stopped (EX_TEMPFAIL: run it again to go on).
@@ -292,7 +292,7 @@ class Runner:
         self.results = ResultsFile(self.path)
         self.results.check_writable()   # an unusable --out fails here, before anything runs
         self.fatal: str | None = None
-        done = self.results.finished_case_ids() if request.resume else set()
+        done = finished_case_ids(self.results.path) if request.resume else set()
         left = pending_measures(jobs, self.key, done)
         self.pending = in_phases(left, request.device, request.phases)
         self.device_measures = device_measures(jobs)

@@ -38,39 +38,16 @@ float64 truth come from the matrix's cost log (``suites/matrix/log.py``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from suites.rows.keys import Machine, case_key
 from suites.rows.results import json_lines, results_files, stamped_at
 
 # A gap between two rows' stamps longer than this is a pause between runs, not a cost.
 MAX_GAP_S = 900.0
-_THREADS = re.compile(r"/t\d+(?=/|$)")
-
-
-@dataclass(frozen=True)
-class Machine:
-    """Which rows describe this machine: a GPU by its model name; a CPU by its model and
-    logical core count."""
-
-    device: str
-    name: str
-    logical_cores: int
-
-    def matches(self, env: dict[str, Any], device: str) -> bool:
-        if device != self.device:
-            return False
-        if device == "gpu":
-            return env.get("gpu_model") == self.name
-        return env.get("cpu_model") == self.name and env.get("logical_cores") == self.logical_cores
-
-
-def case_key(case_id: str, device: str) -> str:
-    """A case id without its thread count on a GPU (``t16`` is the host's cores there)."""
-    return _THREADS.sub("", case_id) if device == "gpu" else case_id
 
 
 def computation_key(row: dict[str, Any]) -> tuple:

@@ -50,7 +50,8 @@ from suites.matrix.estimate import (
     estimate_cases,
     minutes,
 )
-from suites.rows.results import FINGERPRINT, finished_case_ids
+from suites.rows.results import FINGERPRINT
+from suites.truth.check import finished_case_ids
 
 # The default work of each device, in priority order: the default suite, then the seeds'
 # suites, then the suites that reuse most of the others' cases (kernels-gpu is li2016's and

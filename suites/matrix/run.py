@@ -124,7 +124,7 @@ from suites.matrix.plan import (
 )
 from suites.rows.results import OutputError, ResultsFile, read_rows
 from suites.stats.between_runs import NO_EARLIER_RUNS, EarlierRuns, load_earlier
-from suites.truth.check import fill_cache
+from suites.truth.check import fill_cache, finished_case_ids
 
 console = Console(stderr=True)
 
@@ -442,7 +442,7 @@ class Matrix:
         if not item.reusable:
             return 0
         results = ResultsFile(item.results)
-        done = results.finished_case_ids()
+        done = finished_case_ids(results.path)
         sources: dict[Path, dict] = {}
         copied = 0
         for case, candidates in item.reusable:

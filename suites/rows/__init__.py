@@ -1,2 +1,2 @@
-"""Result rows: the JSON Lines files that runs write (plain or gzip) and the one reader that
-every consumer (report, publish, compare, estimates, resume) goes through."""
+"""Result rows: the JSON Lines files that runs write, the one reader every consumer goes through,
+and the keys that say which rows are one case on one machine, or one scaling computation."""

@@ -269,10 +269,6 @@ class ResultsFile:
         finally:
             os.close(fd)
 
-    def finished_case_ids(self) -> set[str]:
-        """Case ids already recorded, for ``--resume``; a torn last line is ignored."""
-        return finished_case_ids(self.path)
-
 
 def results_files(folders: Iterable[Path]) -> list[Path]:
     """The results files under ``folders`` (each a folder searched for ``*.jsonl``, or one
@@ -308,15 +304,6 @@ def json_lines(path: Path) -> list[Any]:
         except json.JSONDecodeError:
             continue
     return values
-
-
-def finished_case_ids(path: Path) -> set[str]:
-    """The case ids of a results file that a resumed run skips: every recorded case but a
-    fingerprint whose float64 check was skipped for its cost and that the truth now
-    judges (``suites.truth.check.judgeable_now``), which a resumed run takes again."""
-    from suites.truth.check import judgeable_now
-
-    return {case_id for case_id, row in read_rows(path).items() if not judgeable_now(row)}
 
 
 def read_rows(path: Path) -> dict[str, dict[str, Any]]:

@@ -21,8 +21,8 @@ two runs and the first as its history) it covered 97.3% of 264 pairs, at ±35% i
 case against ±32% before; on the H200 folders (one history run from another host,
 transfers apart) 94.7% of 7,206, at ±8.6% against ±2.9%.
 
-Which rows count: the same case (``estimate.case_key``: on a GPU without the host's thread
-count), timed and ``ok``, of the same machine model (``estimate.Machine``: the GPU's model;
+Which rows count: the same case (``suites.rows.keys.case_key``: on a GPU without the host's thread
+count), timed and ``ok``, of the same machine model (``keys.Machine``: the GPU's model;
 the CPU's model and core count), each row once (a row copied into ``published/`` is the same
 row). The folders are the user's choice, and so is what they hold: earlier commits whose
 code changed a case's speed widen its interval; leave them out where that is not wanted.
@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from suites.matrix.estimate import Machine, case_key
+from suites.rows.keys import Machine, case_key
 from suites.rows.results import is_timed, json_lines, results_files
 from suites.stats.compare import band
 from suites.stats.spread import NO_PRIOR, Prior, fit_prior, moderated, t_975

@@ -32,13 +32,14 @@ import os
 import sys
 import time
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from adapters.summary import HEAD_EXAMPLES, OutputSummary
 from models import truth as truth_module
-from suites.rows.results import FINGERPRINT
+from suites.rows.results import FINGERPRINT, read_rows
 from suites.truth import pool as truth_pool
 
 
@@ -125,6 +126,14 @@ def _truth_of(model, batch: int, seed: int) -> tuple[truth_module.Truth | None, 
         truth = replace(truth, grads={n: truth.grads[n]
                                       for n in _model_order(model, truth.grads)})
     return truth, ""
+
+
+def finished_case_ids(path: Path) -> set[str]:
+    """The case ids of a results file that a resumed run skips: every recorded case but a
+    fingerprint whose float64 check was skipped for its cost and that the truth now
+    judges (``judgeable_now``), which a resumed run takes again; a torn last line is
+    ignored."""
+    return {case_id for case_id, row in read_rows(path).items() if not judgeable_now(row)}
 
 
 def judgeable_now(row: dict[str, Any]) -> bool:

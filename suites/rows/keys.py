@@ -1,0 +1,34 @@
+"""Which rows describe one case on one machine, whatever run or suite wrote them: the
+matrix's estimates and the between-run comparison (``suites/stats/between_runs.py``) read
+earlier rows through these keys."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# A case id's thread count (suites/rows/results.py CaseKey.id: ".../t16/...").
+_THREADS = re.compile(r"/t\d+(?=/|$)")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Which rows describe this machine: a GPU by its model name; a CPU by its model and
+    logical core count."""
+
+    device: str
+    name: str
+    logical_cores: int
+
+    def matches(self, env: dict[str, Any], device: str) -> bool:
+        if device != self.device:
+            return False
+        if device == "gpu":
+            return env.get("gpu_model") == self.name
+        return env.get("cpu_model") == self.name and env.get("logical_cores") == self.logical_cores
+
+
+def case_key(case_id: str, device: str) -> str:
+    """A case id without its thread count on a GPU (``t16`` is the host's cores there)."""
+    return _THREADS.sub("", case_id) if device == "gpu" else case_id
