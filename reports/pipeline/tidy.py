@@ -181,6 +181,10 @@ def flatten(raw) -> dict:
         **{k: _number(timing.get(k)) for k in ENERGY_FIELDS},
         **{k: _text(timing.get(k)) for k in ENERGY_TEXT},
         **host_columns(timing),
+        # Earlier runs of the machine model whose spread the interval covers (--earlier,
+        # suites/stats/between_runs.py widen): where a GPU's wall time may rank
+        # (reports/pipeline/ranking.py). NaN where none did.
+        "earlier_runs": _number((timing.get("between_runs") or {}).get("earlier_runs")),
         **compile_event_columns(timing.get("compile_events")),
         "unstable": bool(timing.get("unstable", False)),
         "unstable_reason": _text(timing.get("unstable_reason")),
