@@ -118,7 +118,7 @@ def rule(what: str) -> str:
             f"{DEVICE_REPRODUCES:.0%}: what device medians reproduce within across hosts), "
             f"by {WALL} only where earlier runs widened the intervals (--earlier) and the "
             "fastest's lies wholly below the runner-up's, otherwise not ranked; on a CPU by "
-            f"{WALL}, where the 95% intervals do not overlap (docs/methodology.md#intervals)")
+            f"{WALL}, where the nominal 95% intervals do not overlap (docs/methodology.md#intervals)")
 
 
 def fastest(rows) -> dict | None:

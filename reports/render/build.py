@@ -29,8 +29,10 @@ from reports.sections import timeline as ttl
 
 CONVENTIONS = (
     "Times are medians in milliseconds over independent repetitions of each case, with "
-    "the 95% interval a re-run's median is expected in (parentheses); ⚠ marks rows whose "
-    "re-run interval is wider than ±10% (a row of one repetition: its bootstrap CI and "
+    "a nominal 95% prediction interval of the median (parentheses; it assumes the "
+    "repetitions exchangeable, which GPU wall time across processes and hosts is not: "
+    "docs/methodology.md#intervals gives the coverage measured); ⚠ marks rows whose "
+    "interval is wider than ±10% (a row of one repetition: its bootstrap interval and "
     "IQR). 'Measurement conditions' gives each row's repetitions, device time and GPU "
     "clocks.",
     "Row order and ratios read wall-time medians, the figure every framework has. Bold "
