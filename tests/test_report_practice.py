@@ -241,12 +241,14 @@ def test_readme_table_from_a_published_folder(tmp_path):
     rows = {row[1].text: [c.text for c in row] for row in table.rows}
     # torch's fastest variant by training step (compile: 2560 img/s); compile has no forward
     # row here, so the fastest forward of another variant stands beside it, named
-    assert rows["torch"][2:] == ["compile", "2,560", "6,400 (eager)", "6.3%", "0.781"]
-    assert rows["jax"][2:5] == ["jit", "1,707", "—"]
+    assert rows["torch"][2:] == ["compile (compiled)", "2,560", "6,400 (eager)", "6.3%", "0.781"]
+    assert rows["jax"][2:5] == ["jit (compiled)", "1,707", "—"]
+    assert rows["ort"][2] == "ort_all"          # a session: not compiled (reports/pipeline/modes.py)
+    assert practice.COMPILED_NOTE in table.notes
     assert rows["ort"][3].startswith("unsupported") and rows["ort"][4] == "7,314"
     assert GPU in rows["torch"][0] and "published/h100-2027-01" in rows["torch"][0]
     text = "\n".join(practice.readme_part(lines))
-    assert "938 img/s" in text and "2470 img/s" in text and "| torch | compile |" in text
+    assert "938 img/s" in text and "2470 img/s" in text and "| torch | compile (compiled) |" in text
 
 
 def test_readme_without_practice_rows_says_so_in_one_line():

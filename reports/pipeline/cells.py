@@ -82,7 +82,7 @@ def failure_cell(row) -> Cell:
 
 
 def time_cell(row, ci: bool = True, device: bool = False) -> Cell:
-    """Median with its 95% CI; ⚠ marks a row the timer flagged unstable, † a launch-bound
+    """Median with its nominal 95% interval; ⚠ marks a row the timer flagged unstable, † a launch-bound
     one. ``device``: the GPU's own time after it, "1.67 (dev 0.27)", where the row has it
     (for tables without the interval, whose cells stay short)."""
     if row is None:
@@ -94,11 +94,17 @@ def time_cell(row, ci: bool = True, device: bool = False) -> Cell:
         text += f" ({fmt_ms(row['ci_low_ms'])}–{fmt_ms(row['ci_high_ms'])})"
     if device and is_num(device_ms(row)):
         text += f" (dev {fmt_ms(device_ms(row))})"
-    title = (f"median {fmt_ms(row['median_ms'])} ms, 95% CI {fmt_ms(row['ci_low_ms'])}–"
-             f"{fmt_ms(row['ci_high_ms'])}, IQR {fmt_ms(row['iqr_ms'])}, "
+    title = (f"median {fmt_ms(row['median_ms'])} ms, {interval_name(row)} "
+             f"{fmt_ms(row['ci_low_ms'])}–{fmt_ms(row['ci_high_ms'])}, IQR {fmt_ms(row['iqr_ms'])}, "
              f"{int(row['samples']) if is_num(row['samples']) else 0} samples"
              f"{repetitions_text(row)}")
     return _flag_unstable(row, text, title)
+
+
+def interval_name(row) -> str:
+    """What the row's interval is (its ``interval`` label, suites/stats/intervals.py; older
+    rows' relabelled on reading), or "nominal 95% interval" where it has none."""
+    return str(row.get("interval") or "") or "nominal 95% interval"
 
 
 def device_ms(row) -> float:
@@ -219,7 +225,8 @@ def per_batch_cell(row) -> Cell:
     if row["status"] != "ok":
         return failure_cell(row)
     text = fmt_ms(row["per_batch_median_ms"])
-    title = (f"epoch median {fmt_ms(row['median_ms'])} ms (95% CI {fmt_ms(row['ci_low_ms'])}–"
+    title = (f"epoch median {fmt_ms(row['median_ms'])} ms ({interval_name(row)} "
+             f"{fmt_ms(row['ci_low_ms'])}–"
              f"{fmt_ms(row['ci_high_ms'])}) over {fmt_count(row['epoch_batches'])} batches")
     return _flag_unstable(row, text, title)
 

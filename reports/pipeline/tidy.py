@@ -17,6 +17,7 @@ import pandas as pd
 from adapters.measures import NO_DEVICE_WORK, device_above_wall_reason, device_exceeds_wall
 from reports.pipeline.load import Loaded
 from suites.instruments.kernel_trace import dominant_family  # plain data: no framework, no cupti
+from suites.stats.intervals import relabel, relabel_unstable
 
 # compile_cache ("", "cold", "warm"; Bahrampour Table 8) is part of the identity: a cold and a
 # warm run of one case are two measurements, never one.
@@ -203,6 +204,10 @@ def flatten(raw) -> dict:
         **{k: _number(timing.get(k)) for k in ENERGY_FIELDS},
         **{k: _text(timing.get(k)) for k in ENERGY_TEXT},
         **host_columns(timing),
+        # Earlier runs of the machine model whose spread the interval covers (--earlier,
+        # suites/stats/between_runs.py widen): where a GPU's wall time may rank
+        # (reports/pipeline/ranking.py). NaN where none did.
+        "earlier_runs": _number((timing.get("between_runs") or {}).get("earlier_runs")),
         **compile_event_columns(timing.get("compile_events")),
         "unstable": bool(timing.get("unstable", False)),
         "unstable_reason": _text(timing.get("unstable_reason")),
@@ -225,6 +230,10 @@ def flatten(raw) -> dict:
         "wall_s": float(data.get("wall_s") or 0.0),
         "source": f"{raw.path}:{raw.line}", "order": raw.order,
     }
+    # Labels in today's words (suites/stats/intervals.py): rows written before them called
+    # the interval a re-run's, which GPU wall time did not bear out.
+    row["interval"] = relabel(row["interval"])
+    row["unstable_reason"] = relabel_unstable(row["unstable_reason"])
     row["hardware"] = hardware(row)
     return row
 

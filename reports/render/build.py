@@ -29,12 +29,17 @@ from reports.sections import timeline as ttl
 
 CONVENTIONS = (
     "Times are medians in milliseconds over independent repetitions of each case, with "
-    "the 95% interval a re-run's median is expected in (parentheses); ⚠ marks rows whose "
-    "re-run interval is wider than ±10% (a row of one repetition: its bootstrap CI and "
+    "a nominal 95% prediction interval of the median (parentheses; it assumes the "
+    "repetitions exchangeable, which GPU wall time across processes and hosts is not: "
+    "docs/methodology.md#intervals gives the coverage measured); ⚠ marks rows whose "
+    "interval is wider than ±10% (a row of one repetition: its bootstrap interval and "
     "IQR). 'Measurement conditions' gives each row's repetitions, device time and GPU "
     "clocks.",
-    "Rankings (bold, row order, ratios) read wall-time medians, the figure every framework "
-    "has; bold only where the fastest's interval lies wholly below the runner-up's. On a "
+    "Row order and ratios read wall-time medians, the figure every framework has. Bold "
+    "marks follow one ranking rule (reports/pipeline/ranking.py, docs/methodology.md"
+    "#intervals): on a GPU the device-time median where the case is not launch-bound, told "
+    "apart only by more than 3%; wall time only where earlier runs widened the intervals; "
+    "otherwise not ranked; on a CPU wall time, where the 95% intervals do not overlap. On a "
     "GPU the device's own time (its kernels' busy time per iteration) stands beside the wall "
     "time where the row has it ('dev'); † marks launch-bound rows, whose device time is "
     "under half the wall time: their wall figure depends on the host CPU.",
@@ -62,7 +67,8 @@ CONVENTIONS = (
 )
 
 
-# Every ratio, like every ranking, compares wall-time medians (reports/pipeline/ranking.py says why).
+# Every ratio compares wall-time medians: the figure every framework has, on every device
+# (the bold marks' rule: reports/pipeline/ranking.py).
 RATIO_FIGURE = "Ratios of wall-time medians (the figure every framework has, on every device)."
 RATIO_LAUNCH_BOUND = (" Where a GPU's wall time is mostly the host's (launch-bound rows, "
                       f"{cells.LAUNCH_BOUND} in the tables), a ratio compares the hosts' CPUs "

@@ -85,7 +85,9 @@ def conditions_table(frame: pd.DataFrame) -> Table | None:
                   "Max temp (°C)") if gpu else ()))
     notes = ["Repetitions = independent timing runs of the case (each with its own warm-up "
              "and inner-loop count, interleaved with the job's other measures); the median "
-             "is theirs and the interval is where a re-run's median is expected (95%)."]
+             "is theirs; the interval is a nominal 95% prediction interval of that median, which "
+             "assumes the repetitions exchangeable (hover: each row's own label; its measured "
+             "coverage: docs/methodology.md#intervals)."]
     if gpu:
         notes.append("Device time = the kernels' own (busy) time per iteration (how it "
                      "was taken: hover)"

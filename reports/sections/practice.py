@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from adapters.measures import TRAIN_STEP
-from reports.pipeline import cells
+from reports.pipeline import cells, modes
 from reports.pipeline.equivalence import FINGERPRINT, Equivalence, mark
 from reports.pipeline.grouping import records, setting_of
 from reports.pipeline.naming import sort_key
@@ -60,6 +60,12 @@ PARAGRAPHS = (
     "says why): agreement with the other frameworks' fingerprints instead. A batch that did "
     "not run (OOM) or a measure a framework lacks (unsupported, and why) is a row too.",
 )
+
+
+COMPILED_NOTE = ("(compiled): a compiled mode (JAX jit, torch.compile, TensorFlow XLA), set "
+                 "here beside uncompiled ones (eager, TensorFlow graph, ONNX Runtime session): "
+                 "compiled vs uncompiled, a comparison of execution modes as much as of "
+                 "frameworks (reports/pipeline/modes.py; docs/methodology.md#fairness).")
 
 
 def _precision_rank(precision: str) -> int:
@@ -229,7 +235,8 @@ def practice_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[Table]:
         mine.sort(key=lambda rf: row_order(rf[0]))
         what = unit(mine[0][0])
         body = tuple((Cell(str(r["batch"])), Cell(r["precision"]), Cell(r["framework"]),
-                      Cell(r["variant"]), Cell(MEASURE_NAMES.get(r["measure"], r["measure"])),
+                      Cell(modes.marked(r["framework"], r["variant"])),
+                      Cell(MEASURE_NAMES.get(r["measure"], r["measure"])),
                       time_cell(r), rate_cell(r), utilisation_cell(r), memory_cell(r),
                       energy_cell(r), truth_cell(printed, truths, equiv))
                      for r, printed in mine)
@@ -260,6 +267,8 @@ def _caption(row: dict) -> str:
 
 def _notes(rows: list[dict], printed: list[dict | None]) -> tuple[str, ...]:
     notes = []
+    if modes.mixes_compiled((r["framework"], r["variant"]) for r in rows):
+        notes.append(COMPILED_NOTE)
     if any(cells.is_num(cells.device_ms(r)) for r in rows):
         notes.append(cells.DEVICE_NOTE)
     sources = sorted({str(r.get("energy_source")) for r in rows
@@ -338,7 +347,7 @@ def _readme_rate(row: dict | None, variant: str) -> Cell:
 
 def readme_table(lines: list[ReadmeLine]) -> Table:
     body = tuple((Cell(f"{line.hardware} ([{line.folder}]({line.folder}/report/report.md))"),
-                  Cell(line.framework), Cell(line.variant),
+                  Cell(line.framework), Cell(modes.marked(line.framework, line.variant)),
                   _readme_rate(line.train, line.variant), _readme_rate(line.forward, line.variant),
                   utilisation_cell(line.train) if line.train else _muted(),
                   energy_cell(line.train) if line.train else _muted())
@@ -348,6 +357,8 @@ def readme_table(lines: list[ReadmeLine]) -> Table:
              "wall median; utilisation = model FLOPs ÷ time ÷ the GPU's bf16 datasheet peak "
              "(a training step counts 3 × forward); J/image: the GPU's energy of one step ÷ "
              "batch. The folder's report.md has every row (section 'Today's practice')."]
+    if modes.mixes_compiled((line.framework, line.variant) for line in lines):
+        notes.append(COMPILED_NOTE)
     if any(c.text.endswith(NOT_COUNTER) for row in body for c in row):
         notes.append(f"{NOT_COUNTER}: energy from the power readings, the GPU having no energy "
                      "counter.")

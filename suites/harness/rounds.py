@@ -49,6 +49,7 @@ from suites.harness.reuse import timer_of
 from suites.harness.runner import Budget, Runner, RunRequest, console
 from suites.instruments.host_state import merge_host_fields
 from suites.rows.results import ResultsFile, is_timed, read_rows
+from suites.stats import intervals
 from suites.stats.between_runs import NO_EARLIER_RUNS, EarlierRuns, between_runs_priors, widen
 from suites.stats.launch_bound import overhead_fields
 from suites.stats.spread import NO_PRIOR, Prior, fit_prior, moderated, t_975
@@ -140,14 +141,13 @@ def merge_rows(rows: list[dict[str, Any]], unstable_share: float,
         "between_process": {"sd_log": math.sqrt(own), "moderated_sd_log": math.sqrt(variance),
                             "df": _finite(df), "prior_sd_log": math.sqrt(prior.variance),
                             "prior_df": _finite(prior.df), "prior_cases": prior.cases},
-        "interval": (f"95% prediction interval of a re-run's centre (median of {count} "
-                     f"process medians, {len(medians)} repetitions){borrowed}"),
+        "interval": intervals.processes(count, len(medians), borrowed),
         "repetition_medians_ms": medians,
         "repetition_inner_loops": [n for t in timings for n in t["repetition_inner_loops"]],
         "within_run_ci_ms": [ci for t in timings for ci in t["within_run_ci_ms"]],
         "unstable": spread > unstable_share,
-        "unstable_reason": (f"a re-run's median may differ by ±{spread:.1%} ({count} "
-                            f"processes)" if spread > unstable_share else ""),
+        "unstable_reason": (intervals.spread(spread, f"{count} processes")
+                            if spread > unstable_share else ""),
         "device_median_ms": _median([t.get("device_median_ms") for t in timings]),
         "device_span_median_ms": _median([t.get("device_span_median_ms") for t in timings]),
     }

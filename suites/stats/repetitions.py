@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from suites.stats import intervals
 from suites.stats.launch_bound import overhead_fields
 from suites.stats.timer import TimerSettings, Timing
 
@@ -141,13 +142,12 @@ def combined_fields(repetitions: list[Timing], settings: TimerSettings) -> dict[
         # No between-run spread: the within-run interval and flag, as one run measures them.
         low, high = first.ci_low_s, first.ci_high_s
         reasons = [first.unstable_reason] if first.unstable else []
-        interval = "bootstrap 95% CI of one run's median (one repetition)"
+        interval = intervals.one_repetition()
     else:
-        interval = f"95% prediction interval of a re-run's median over {count} repetitions"
+        interval = intervals.repetitions(count)
         spread = (high - low) / 2 / centre if centre > 0 else math.inf
         if spread > settings.unstable_iqr:
-            reasons.append(f"a re-run's median may differ by ±{spread:.1%} "
-                           f"({count} repetitions)")
+            reasons.append(intervals.spread(spread, f"{count} repetitions"))
     q1, q3 = np.percentile(samples, [25, 75])
     device = [np.median(t.device_samples_s) for t in repetitions if t.device_samples_s]
     spans = [np.median(t.device_span_samples_s) for t in repetitions if t.device_span_samples_s]
