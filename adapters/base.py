@@ -18,6 +18,7 @@ import numpy as np
 from adapters.summary import HEAD_EXAMPLES, GradientSummary, OutputSummary
 from models.inputs import Batch
 from models.ir import Model
+from models.measures import BY_NAME
 from models.weights import Weights
 
 
@@ -28,6 +29,16 @@ class Unsupported(Exception):
 
 class DeviceUnavailable(Exception):
     """The requested device does not exist here (no GPU visible to the framework)."""
+
+
+# A transfer measure's reason on the CPU, the same in every adapter.
+HOST_IS_DEVICE = "host and device are the same on cpu"
+
+
+def require_device_memory(on_gpu: bool) -> None:
+    """A host-to-device transfer needs a device with memory of its own."""
+    if not on_gpu:
+        raise Unsupported(HOST_IS_DEVICE)
 
 
 @dataclass(frozen=True)
@@ -120,15 +131,89 @@ class Memory:
     kind: str               # "allocator" (device allocator's peak) or "rss" (host)
 
 
+class DeviceClock:
+    """The device's own time for a block of iterations, without the host's launch gaps.
+    Event clocks (PyTorch's CUDA events) need ``hold``: it queues a kernel that keeps the
+    device busy for about the given seconds, so that every launch of the block is queued
+    before the device reaches them (nvbench's blocking kernel); a tracing clock
+    (``suites/instruments/cupti_clock.py``) times each kernel itself and holds nothing. ``start`` and
+    ``end`` bracket the block's launches; ``elapsed`` (after the sync) returns the device
+    seconds, or None; ``span``, where the clock knows it, the seconds from the block's
+    first kernel start to its last kernel end. A host wall time well above the device
+    time is launch and host overhead."""
+
+    kind: str = ""          # what the device time is, in words, for the row
+    reason: str = ""        # why the last block gave no time, where the clock can say
+    # The last block received no device record at all (a tracing clock only): the step did
+    # nothing on the device, or the tracer saw nothing of this process
+    # (suites/harness/device_pass.py tells the two apart).
+    recorded_nothing: bool = False
+
+    def hold(self, seconds: float) -> None: ...
+
+    def start(self) -> None: ...
+
+    def end(self) -> None: ...
+
+    def elapsed(self) -> float | None: ...
+
+    def span(self) -> float | None:
+        """None: this clock does not know the span (CUDA events)."""
+        return None
+
+    def abort(self) -> None:
+        """The block raised: stop whatever ``start`` began (a trace), without a time."""
+
+
+
 @dataclass
 class Prepared(abc.ABC):
     """A network built, loaded and placed on its device, ready to be timed."""
 
     extra: dict[str, Any] = field(default_factory=dict)   # recorded in the row's timing
 
-    @abc.abstractmethod
     def step(self, measure: str) -> Callable[[], Any]:
-        """One iteration of ``measure``; raises ``Unsupported`` with a reason."""
+        """One iteration of ``measure``, built by the hook its declaration names
+        (models/measures.py); raises ``Unsupported`` with a reason."""
+        declared = BY_NAME.get(measure)
+        if declared is None or declared.driver != "step":
+            raise Unsupported(f"unknown measure '{measure}'")
+        return getattr(self, declared.hook)()
+
+    # The step hooks, one per step measure (models/measures.py names them). Each returns
+    # one iteration's callable, whose handle ``sync`` waits on; building it (placing data,
+    # tracing, compiling ahead) is untimed. An adapter overrides those it supports; the
+    # defaults refuse with a reason, which becomes an ``unsupported`` row.
+
+    @abc.abstractmethod
+    def step_forward(self) -> Callable[[], Any]:
+        """Inference on the seeded batch (the network in evaluation mode)."""
+
+    def step_gradient(self) -> Callable[[], Any]:
+        """Forward in training mode, the loss and every trainable parameter's gradient."""
+        raise Unsupported("no gradient step in this framework")
+
+    def step_train(self) -> Callable[[], Any]:
+        """``gradient`` plus the SGD-with-momentum update (models/measures.py), on a copy
+        of the network whose weights ``trained_weights`` returns."""
+        raise Unsupported("no train_step in this framework")
+
+    def step_grad_input(self) -> Callable[[], Any]:
+        """A single-layer case's backward product w.r.t. its input alone."""
+        raise Unsupported("no grad_input step in this framework")
+
+    def step_grad_weight(self) -> Callable[[], Any]:
+        """A single-layer case's backward product w.r.t. its weights alone."""
+        raise Unsupported("no grad_weight step in this framework")
+
+    def step_transfer(self) -> Callable[[], Any]:
+        """The batch from a pageable host buffer onto the device; sets
+        ``extra["host_buffer"]`` where it says more than the default."""
+        raise Unsupported("no transfer step in this framework")
+
+    def step_transfer_pinned(self) -> Callable[[], Any]:
+        """The batch from page-locked host memory onto the device."""
+        raise Unsupported("no transfer_pinned step in this framework")
 
     @abc.abstractmethod
     def sync(self, handle: Any) -> None:
@@ -149,6 +234,13 @@ class Prepared(abc.ABC):
         """One gradient pass: the loss and each trainable parameter's gradient, keyed by
         canonical name (any layout: only norms are compared). Raises ``Unsupported``
         where the framework has no gradients."""
+
+    def canonical_gradient(self, name: str, grad: np.ndarray) -> np.ndarray:
+        """A gradient of ``loss_and_gradients`` (parameter ``name``) in the IR's layout, for
+        the element-wise comparison with the float64 truth (suites/truth/check.py). This
+        default is for an adapter that keeps the IR's layouts; one that transposes or
+        reorders a parameter undoes it here."""
+        return grad
 
     def output_summary(self, examples: int) -> OutputSummary:
         """The inference output's shape, first ``examples`` examples, mean and standard
@@ -194,8 +286,8 @@ class Prepared(abc.ABC):
         framework's own profiler; see ``Profile``."""
         raise Unsupported("no profiler support")
 
-    def device_clock(self) -> Any:
-        """A ``suites.stats.timer.DeviceClock`` that times kernels on this case's device, or None
+    def device_clock(self) -> DeviceClock | None:
+        """A ``DeviceClock`` that times kernels on this case's device, or None
         where the framework offers none. The harness prefers CUPTI's clock, the same for
         every framework, where cupti-python imports; this one is the fallback
         (suites/instruments/device_time.py)."""
@@ -258,3 +350,78 @@ class Adapter(abc.ABC):
     def describe(self, case: CaseConfig) -> str:
         """The execution mode in words, recorded in every row."""
         return self.variants[self.resolve_variant(case.variant)]
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """How a framework's data-parallel engine is started (parallel/engines.py reads it,
+    without importing the framework: each adapter's ``launch.py`` holds its record).
+
+    ``process_per_device``: one process per device on a host, else one process driving
+    every local device (and one per host across hosts). ``torchrun``: the processes are
+    started by ``torch.distributed.run`` (a c10d rendezvous across hosts) rather than
+    directly. ``env_defaults`` / ``env``: per device ("cpu", "gpu", or "*" for both),
+    variables set unless the caller's environment has them / set whatever it has.
+    ``xla_flag_defaults``: per device, XLA flags appended unless the caller's XLA_FLAGS
+    names them; ``xla_flags``: appended always (XLA reads the last of repeated flags); a
+    value "{devices}" is the devices one process drives. ``gpu_per_process``: process i
+    sees only GPU i (CUDA_VISIBLE_DEVICES). ``tf_config``: each process gets a TF_CONFIG
+    cluster spec when several processes meet. ``compile_cache``: the engine's step is a
+    program a persistent compilation cache keeps between processes."""
+
+    process_per_device: bool
+    torchrun: bool = False
+    env_defaults: dict[str, dict[str, str]] = field(default_factory=dict)
+    env: dict[str, dict[str, str]] = field(default_factory=dict)
+    xla_flag_defaults: dict[str, dict[str, str]] = field(default_factory=dict)
+    xla_flags: dict[str, dict[str, str]] = field(default_factory=dict)
+    gpu_per_process: bool = False
+    tf_config: bool = False
+    compile_cache: bool = False
+
+
+class DataParallelEngine(abc.ABC):
+    """One rank's data-parallel engine for one scaling case (``adapters/<fw>/parallel.py``
+    ``DataParallel``), built by parallel/rank.py from the case's ``RankSpec`` and the
+    rank's place (``RankInfo``). It times ``step`` (the gradient step with its
+    collective, or the step ``step_kind`` names) and ``local_step`` (the same without
+    communication); rank 0 writes the result."""
+
+    engine: str = ""                # the engine, in words, for the row
+    backend: str = ""               # the collective backend, in words
+    communication_method: str = ""  # how the communication share is measured
+    step_kind: str = "gradient"     # "forward" where the processes exchange nothing
+    adapter: Adapter
+
+    @abc.abstractmethod
+    def __init__(self, spec: Any, info: Any, threads: int): ...
+
+    @abc.abstractmethod
+    def step(self) -> Callable[[], Any]:
+        """One data-parallel step, collectives included."""
+
+    @abc.abstractmethod
+    def local_step(self) -> Callable[[], Any]:
+        """The same step on this rank's shard without communication."""
+
+    @abc.abstractmethod
+    def sync(self, handle: Any) -> None: ...
+
+    @abc.abstractmethod
+    def gradients(self) -> tuple[float, dict[str, np.ndarray]]:
+        """The loss and the all-reduced gradients by canonical name (the correctness
+        check); raises ``Unsupported`` where the engine computes none."""
+
+    @abc.abstractmethod
+    def peak_memory(self) -> dict[str, Any] | None: ...
+
+    @abc.abstractmethod
+    def environment(self) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @classmethod
+    def finish(cls) -> None:
+        """After the launch's last case, in this process: end whatever every case shared
+        (a process group). Nothing by default."""

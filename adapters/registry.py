@@ -9,10 +9,16 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from models.measures import MEASURES, unknown_measures
+
 REGISTRY_FILE = Path(__file__).with_name("registry.toml")
 # A registry file read in place of REGISTRY_FILE, by the runner and its workers alike (the
 # tests run the harness on a stand-in framework: tests/data/fake_registry.toml).
 REGISTRY_ENV = "DLBENCH_REGISTRY"
+
+
+class RegistryError(ValueError):
+    """The registry file names something that does not exist (a one-line message)."""
 
 
 @dataclass(frozen=True)
@@ -22,7 +28,7 @@ class FrameworkEntry:
     class_name: str
     devices: tuple[str, ...]
     variants: tuple[str, ...]       # the first is the default
-    measures: tuple[str, ...]       # measures it can time; others become unsupported rows
+    measures: tuple[str, ...]       # declared measures (models/measures.py) it supports
     requirements: dict[str, tuple[str, ...]]   # device -> pinned pip requirements
     description: str
     package: str = ""               # the framework's top-level module ("torch", "jax", ...)
@@ -47,6 +53,11 @@ class FrameworkEntry:
 def load_registry(path: Path | None = None) -> dict[str, FrameworkEntry]:
     path = path or Path(os.environ.get(REGISTRY_ENV) or REGISTRY_FILE)
     data = tomllib.loads(path.read_text())
+    for name, entry in data.items():
+        if unknown := unknown_measures(entry["measures"]):
+            raise RegistryError(f"{path}: [{name}] measures: unknown measure "
+                                f"{', '.join(map(repr, unknown))} (declared in models/measures.py: "
+                                f"{', '.join(MEASURES)})")
     return {
         name: FrameworkEntry(
             name=name, module=entry["module"], class_name=entry["class"],

@@ -23,7 +23,7 @@ of use, as the adapter's bf16 does; batch-norm statistics stay float32 in both.
 Flax's gradient is its idiomatic training form: ``mutable=["batch_stats"]`` with the new
 statistics as aux. Its train_step is the Flax examples' training loop: a ``TrainState``
 with ``batch_stats`` whose ``apply_gradients`` runs ``optax.sgd`` at dlbench's rate and
-momentum (adapters/measures.py), in one ``jax.jit`` that donates the state; dlbench's is
+momentum (models/measures.py), in one ``jax.jit`` that donates the state; dlbench's is
 the adapter's (the same optax SGD, parameters and momentum donated). Each trains its own
 copy of the weights, so forward and gradient keep reading the canonical ones.
 Each pair is timed in A-B-B-A order, ``--rounds`` times, so drift favours neither, and
@@ -166,7 +166,7 @@ class FlaxSteps:
         import optax
         from flax.training import train_state
 
-        from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
+        from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
 
         def forward(variables, x):
             return model.apply(variables, x, train=False)
@@ -250,9 +250,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from adapters.base import CaseConfig, DeviceUnavailable, RunConfig
     from adapters.jax.adapter import PRECISIONS
-    from adapters.measures import TRAIN_STEP
     from adapters.registry import load_registry
     from models.inputs import make_batch
+    from models.measures import TRAIN_STEP
     from models.weights import canonical_weights
     from models.zoo import get_model
     from suites.harness.spec import load_suite, resolve_suite_path

@@ -43,7 +43,7 @@ forward and around a GradientTape step (Keras loss on float32 logits, ``training
 for gradient, NHWC (Keras's default channels_last). ``--measures`` (default
 forward,gradient) may add ``train_step``: the gradient step plus the Keras optimizer
 dlbench uses, ``SGD(learning_rate=SGD_LEARNING_RATE, momentum=SGD_MOMENTUM)``
-(adapters/measures.py), applying the gradients to the model's trainable variables in the
+(models/measures.py), applying the gradients to the model's trainable variables in the
 same ``tf.function``, as a custom Keras training loop writes it; dlbench's adapter does
 the same on a copy of its network. Training changes the Keras model's weights, so
 train_step is timed last for each reference, after the identity check and the other
@@ -116,9 +116,9 @@ from pathlib import Path
 import numpy as np
 
 from adapters.base import CaseConfig, RunConfig
-from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from models.googlenet import INCEPTION
 from models.inputs import make_batch
+from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from models.weights import canonical_weights
 from models.zoo import get_model
 from suites.instruments.environment import limit_cpus

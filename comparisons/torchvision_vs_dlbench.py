@@ -11,7 +11,7 @@ the torchvision model of the same architecture (shapes checked parameter by para
 check both give the same output, then time forward, gradient and train_step for both with
 the same timer, settings and input: cuDNN autotune, inference mode for forward, training
 mode with cross-entropy and a backward pass for gradient, and for train_step the same
-plus ``torch.optim.SGD`` with dlbench's rate and momentum (adapters/measures.py) in the
+plus ``torch.optim.SGD`` with dlbench's rate and momentum (models/measures.py) in the
 idiomatic loop (zero_grad(set_to_none=True), forward and loss, backward, step): dlbench
 trains a copy of its network, torchvision's model trains itself (train_step is timed
 last). ``--precision`` fp32 is strict (TF32 off); bf16 runs forward and loss under
@@ -43,9 +43,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from adapters.base import CaseConfig, RunConfig
-from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.torch import TorchAdapter
 from models.inputs import make_batch
+from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from models.weights import canonical_weights
 from models.zoo import get_model
 from suites.stats.timer import TimerSettings, measure

@@ -38,8 +38,15 @@ from pathlib import Path
 
 import numpy as np
 
-from adapters.base import Adapter, DeviceUnavailable, Memory, Prepared, RunConfig, Unsupported
-from suites.stats.timer import DeviceClock
+from adapters.base import (
+    Adapter,
+    DeviceClock,
+    DeviceUnavailable,
+    Memory,
+    Prepared,
+    RunConfig,
+    Unsupported,
+)
 
 REGISTRY = Path(__file__).with_name("data") / "fake_registry.toml"
 CRASH = "FAKE_CRASH"
@@ -77,7 +84,10 @@ class FakePrepared(Prepared):
         self.device = device
         self.a = np.ones((8, 8), dtype=np.float32)
 
-    def step(self, measure: str):
+    def step_forward(self):
+        return lambda: self.a @ self.a
+
+    def step_gradient(self):
         return lambda: self.a @ self.a
 
     def sync(self, handle) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from adapters.base import DeviceClock
 from suites.instruments import clock_check
 from suites.instruments.cupti_clock import CuptiClock
 from suites.instruments.kernel_trace import unavailable_reason
-from suites.stats.timer import DeviceClock
 from tests.fake_cupti import FakeCupti, install
 from tests.fake_worker import SimulatedPrepared
 

@@ -243,7 +243,7 @@ def _device_row(measures: dict) -> dict:
 
 @pytest.mark.parametrize("recorded", ["marked by the device phase", "an older row's reason"])
 def test_the_report_makes_a_wall_row_that_timed_no_device_work_an_error(recorded):
-    from adapters.measures import NO_DEVICE_WORK
+    from models.measures import NO_DEVICE_WORK
     from reports.pipeline.load import Loaded, RawRow
     from reports.pipeline.tidy import tidy
     from tests import report_fixtures as fx

@@ -8,11 +8,12 @@ import math
 
 import pytest
 
+from adapters.base import DeviceClock
 from suites.instruments.cupti_clock import CuptiClock
 from suites.instruments.cupti_window import ActivityRecord, busy_and_span_ns
 from suites.instruments.device_time import CLOCK_ENV, FirstWorkingClock, device_clock_for
 from suites.stats.launch_bound import overhead_fields
-from suites.stats.timer import DeviceClock, TimerSettings, measure
+from suites.stats.timer import TimerSettings, measure
 from tests.fake_cupti import FakeCupti, install
 from tests.fake_worker import SimulatedPrepared, run_job
 

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from adapters.base import DeviceClock
 from suites.instruments.device_state import GpuMonitor, Reading, clocks_settled, empty_state, open_monitor
 from suites.instruments.host_state import HostMonitor, HostReading
 from suites.stats import compare
@@ -20,7 +21,7 @@ from suites.stats.repetitions import (
     repetition_settings,
     rerun_interval,
 )
-from suites.stats.timer import DeviceClock, TimerSettings, Timing, measure, summarise
+from suites.stats.timer import TimerSettings, Timing, measure, summarise
 
 
 def timing(median: float, samples: int = 5, inner: int = 1) -> Timing:

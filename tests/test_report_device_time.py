@@ -210,7 +210,7 @@ def test_device_time_above_the_wall_time_is_marked_and_gives_no_host_overhead(tm
     """Two processes that ran different work (TensorFlow's autotuning chose a 2x slower
     convolution in its device process on an H200: 4.84 ms wall, 9.61 ms device): the cell
     says so (≠) and explains it, and no host overhead is made up; a device time a little
-    above the wall median (two phases' blocks, under adapters/measures.py's 5%) stays
+    above the wall median (two phases' blocks, under models/measures.py's 5%) stays
     unmarked."""
     extra = {"repetitions": 5}
     rows = [fx.make_row("alexnet", 64, "forward", "tf", "gpu", 4.84, threads=4,

@@ -37,15 +37,16 @@ from adapters.base import (
     Profile,
     RunConfig,
     Unsupported,
+    require_device_memory,
 )
 from adapters.jax.network import Context, Lengths, Numerics, build, loss_value
 from adapters.jax.profile import profile_steps
-from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
 from models.analysis import analyse
 from models.inputs import Batch
 from models.ir import Model
+from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
 from models.weights import Weights
 from suites.instruments.profiling import WARMUP_RUNS
 
@@ -203,7 +204,7 @@ def _summary_parts(out: jax.Array, examples: int) -> tuple[jax.Array, ...]:
     return out[:examples], sums, centres, jnp.sum(deviation * deviation, axis=1)
 
 
-# The optimizer of train_step (adapters/measures.py): optax's SGD is heavy-ball momentum
+# The optimizer of train_step (models/measures.py): optax's SGD is heavy-ball momentum
 # b <- m*b + g, w <- w - lr*b (optax.trace, no Nesterov), its momentum buffer in the
 # parameters' dtype (float32, also under bf16 compute).
 OPTIMIZER = None if optax is None else optax.sgd(SGD_LEARNING_RATE, momentum=SGD_MOMENTUM,
@@ -297,56 +298,26 @@ class JaxPrepared(Prepared):
         updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    def _single_layer_backward(self, measure: str) -> Callable[[], Any]:
-        """Forward once here, untimed, keeping JAX's residuals; the step then runs only
-        the backward kernel for the input or for the weights (+ bias), given an all-ones
-        output gradient (convnet-benchmarks' updateGradInput / accGradParameters)."""
-        if len(self.model.body) != 1 or self.model.frozen:
-            raise Unsupported("grad_input and grad_weight are single-layer measures")
-        ctx = Context(True, self.lengths)
-        x = self._features(self.fixed, self.x, ctx)
-        if measure == "grad_input":
-            out, backward = jax.vjp(
-                lambda x: self.net.body({**self.fixed, **self.trainable}, x, ctx), x)
-        else:
-            out, backward = jax.vjp(
-                lambda trainable: self.net.body({**self.fixed, **trainable}, x, ctx),
-                self.trainable)
-        grad_out = jnp.ones_like(out)  # the gradient of the "sum" loss
-        jax.block_until_ready((backward, grad_out))
-        self.measured = (self.backward_fn, (backward, grad_out))
-        return lambda: self.backward_fn(backward, grad_out)
-
     def step(self, measure: str) -> Callable[[], Any]:
-        run = self._step(measure)
+        self.measured = None
+        run = super().step(measure)
         # From here on every compilation belongs to the timed calls (the first one).
         COMPILE_LOG.start()
         return run
 
-    def _step(self, measure: str) -> Callable[[], Any]:
-        self.measured = None
-        if measure in ("forward", "gradient"):
-            fn = self._step_fn(measure)
-            args = self._arguments(measure, Inputs(self.x, self.labels, self.lengths))
-            self.measured = (fn, args)
-            return lambda: fn(*args)
-        if measure == TRAIN_STEP:
-            return self._train_step()
-        if measure in ("grad_input", "grad_weight"):
-            return self._single_layer_backward(measure)
-        if measure == "transfer":
-            if not self.on_gpu:
-                raise Unsupported("host and device are the same on cpu")
-            # A pageable numpy buffer, as a framework's plain feed uses (Li et al. 2016, Fig. 7).
-            self.extra["host_buffer"] = "pageable (numpy array in ordinary host memory)"
-            return lambda: jax.device_put(self.host_x, self.device)
-        if measure == "transfer_pinned":
-            if not self.on_gpu:
-                raise Unsupported("host and device are the same on cpu")
-            return self._pinned_transfer()
-        raise Unsupported(f"unknown measure '{measure}'")
+    def step_forward(self) -> Callable[[], Any]:
+        return self._measured_step("forward")
 
-    def _train_step(self) -> Callable[[], Any]:
+    def step_gradient(self) -> Callable[[], Any]:
+        return self._measured_step("gradient")
+
+    def _measured_step(self, measure: str) -> Callable[[], Any]:
+        fn = self._step_fn(measure)
+        args = self._arguments(measure, Inputs(self.x, self.labels, self.lengths))
+        self.measured = (fn, args)
+        return lambda: fn(*args)
+
+    def step_train(self) -> Callable[[], Any]:
         """The training copy (made at the first call, then trained on by every later
         ``step``) and a step that replaces it with what ``train_fn`` returns. With jit the
         handle is the loss: all outputs of one executable become ready together, and the
@@ -376,15 +347,42 @@ class JaxPrepared(Prepared):
             return loss if jit else (params, opt_state, loss)
         return run
 
-    def trained_weights(self) -> dict[str, np.ndarray]:
-        params = self.trainable if self.train_state is None else self.train_state[0]
-        # np.array copies: the next step donates (and so deletes) these buffers.
-        return {name: self.net.canonical(name, np.array(a, dtype=np.float32))
-                for name, a in params.items()}
+    def step_grad_input(self) -> Callable[[], Any]:
+        return self._single_layer_backward("grad_input")
 
-    def _pinned_transfer(self) -> Callable[[], Any]:
+    def step_grad_weight(self) -> Callable[[], Any]:
+        return self._single_layer_backward("grad_weight")
+
+    def _single_layer_backward(self, measure: str) -> Callable[[], Any]:
+        """Forward once here, untimed, keeping JAX's residuals; the step then runs only
+        the backward kernel for the input or for the weights (+ bias), given an all-ones
+        output gradient (convnet-benchmarks' updateGradInput / accGradParameters)."""
+        if len(self.model.body) != 1 or self.model.frozen:
+            raise Unsupported("grad_input and grad_weight are single-layer measures")
+        ctx = Context(True, self.lengths)
+        x = self._features(self.fixed, self.x, ctx)
+        if measure == "grad_input":
+            out, backward = jax.vjp(
+                lambda x: self.net.body({**self.fixed, **self.trainable}, x, ctx), x)
+        else:
+            out, backward = jax.vjp(
+                lambda trainable: self.net.body({**self.fixed, **trainable}, x, ctx),
+                self.trainable)
+        grad_out = jnp.ones_like(out)  # the gradient of the "sum" loss
+        jax.block_until_ready((backward, grad_out))
+        self.measured = (self.backward_fn, (backward, grad_out))
+        return lambda: self.backward_fn(backward, grad_out)
+
+    def step_transfer(self) -> Callable[[], Any]:
+        require_device_memory(self.on_gpu)
+        # A pageable numpy buffer, as a framework's plain feed uses (Li et al. 2016, Fig. 7).
+        self.extra["host_buffer"] = "pageable (numpy array in ordinary host memory)"
+        return lambda: jax.device_put(self.host_x, self.device)
+
+    def step_transfer_pinned(self) -> Callable[[], Any]:
         """The batch placed once (untimed) in page-locked host memory, JAX's "pinned_host"
         memory kind, then timed onto the device (Li et al. 2016, Fig. 7's discussion)."""
+        require_device_memory(self.on_gpu)
         single = jax.sharding.SingleDeviceSharding
         try:
             pinned = jax.device_put(self.host_x, single(self.device, memory_kind="pinned_host"))
@@ -396,6 +394,12 @@ class JaxPrepared(Prepared):
             raise Unsupported(f"no pinned host memory kind on this backend: {error}") from None
         self.extra["host_buffer"] = "pinned (page-locked, jax memory_kind='pinned_host')"
         return lambda: jax.device_put(pinned, target)
+
+    def trained_weights(self) -> dict[str, np.ndarray]:
+        params = self.trainable if self.train_state is None else self.train_state[0]
+        # np.array copies: the next step donates (and so deletes) these buffers.
+        return {name: self.net.canonical(name, np.array(a, dtype=np.float32))
+                for name, a in params.items()}
 
     def _step_fn(self, measure: str) -> Callable:
         return self.forward_fn if measure == "forward" else self.gradient_fn

@@ -28,6 +28,7 @@ from adapters.base import (
     Profile,
     RunConfig,
     Unsupported,
+    require_device_memory,
 )
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.ort.network import INPUT, LENGTHS, OUTPUT, build
@@ -239,24 +240,34 @@ class OrtPrepared(Prepared):
     def _forward(self) -> ort.IOBinding:
         return self.bound.run(self.run_options)
 
+    # --- the step hooks (models/measures.py) ----------------------------------------
+    def step_forward(self) -> Callable[[], Any]:
+        return self._forward
+
+    def step_gradient(self) -> Callable[[], Any]:
+        raise Unsupported(NO_GRADIENTS)
+
+    def step_train(self) -> Callable[[], Any]:
+        raise Unsupported(NO_GRADIENTS)
+
+    def step_grad_input(self) -> Callable[[], Any]:
+        raise Unsupported(NO_GRADIENTS)
+
+    def step_grad_weight(self) -> Callable[[], Any]:
+        raise Unsupported(NO_GRADIENTS)
+
+    def step_transfer(self) -> Callable[[], Any]:
+        require_device_memory(self.on_gpu)
+        return self._transfer
+
     def _transfer(self) -> None:
         # A copy into the already allocated device input: the copy, not an allocation.
         self.device_inputs[INPUT].update_inplace(self.host_x)
 
-    def step(self, measure: str) -> Callable[[], Any]:
-        if measure == "forward":
-            return self._forward
-        if measure in ("gradient", "train_step", "grad_input", "grad_weight"):
-            raise Unsupported(NO_GRADIENTS)
-        if measure == "transfer":
-            if not self.on_gpu:
-                raise Unsupported("host and device are the same on cpu")
-            return self._transfer
-        if measure == "transfer_pinned":
-            raise Unsupported("not measured for ONNX Runtime: the adapter binds its inputs "
-                              "from numpy arrays (pageable host memory); 'transfer' times "
-                              "that copy")
-        raise Unsupported(f"unknown measure '{measure}'")
+    def step_transfer_pinned(self) -> Callable[[], Any]:
+        raise Unsupported("not measured for ONNX Runtime: the adapter binds its inputs "
+                          "from numpy arrays (pageable host memory); 'transfer' times "
+                          "that copy")
 
     def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
         """Forward over every batch in order, each resident on the device and bound to a

@@ -26,8 +26,8 @@ from adapters.base import (
     Profile,
     RunConfig,
     Unsupported,
+    require_device_memory,
 )
-from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
 from adapters.tf.network import (
@@ -48,6 +48,7 @@ from models.inputs import Batch
 from models.ir import LSTM as IRLSTM
 from models.ir import Conv2d as IRConv2d
 from models.ir import Model, all_nodes
+from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
 from models.weights import Weights
 from suites.instruments.profiling import WARMUP_RUNS
 
@@ -265,7 +266,7 @@ class Training:
 
 def sgd_momentum() -> keras.optimizers.Optimizer:
     """Keras's SGD keeps v <- m*v - lr*g, w <- w + v: heavy-ball momentum with the buffer
-    scaled by -lr, the same update for a constant rate (adapters/measures.py). No
+    scaled by -lr, the same update for a constant rate (models/measures.py). No
     LossScaleOptimizer under bf16: Keras wraps the optimizer in one only for the
     "mixed_float16" policy (keras/src/trainers/trainer.py, Trainer.compile); bfloat16
     has float32's exponent range, and the variables and gradients here are float32."""
@@ -396,7 +397,13 @@ class TFPrepared(Prepared):
             training.optimizer.apply_gradients(zip(grads, training.variables, strict=True))
         return loss
 
-    def _train_step(self) -> Callable[[], Any]:
+    def step_forward(self) -> Callable[[], Any]:
+        return self.run_forward
+
+    def step_gradient(self) -> Callable[[], Any]:
+        return self.run_gradient
+
+    def step_train(self) -> Callable[[], Any]:
         self._training()
         if self.run_train is None:
             # One function for the case, traced (and XLA-compiled) on its first call
@@ -414,7 +421,13 @@ class TFPrepared(Prepared):
         layout its variable was loaded in (network.ParamLayout)."""
         return self.network.canonical(name, grad)
 
-    def _single_layer_step(self, measure: str) -> Callable[[], Any]:
+    def step_grad_input(self) -> Callable[[], Any]:
+        return self._single_layer_backward("grad_input")
+
+    def step_grad_weight(self) -> Callable[[], Any]:
+        return self._single_layer_backward("grad_weight")
+
+    def _single_layer_backward(self, measure: str) -> Callable[[], Any]:
         if len(self.model.body) != 1 or self.model.frozen:
             raise Unsupported("grad_input and grad_weight are single-layer measures")
         layer = self.body.layers[0]
@@ -423,44 +436,35 @@ class TFPrepared(Prepared):
             raise Unsupported(f"no single-layer backward kernels for "
                               f"{type(self.model.body[0]).__name__}")
         kernels = kinds[type(layer)](layer, self.x, self.dtype, self.device)
-        return COMPILE[self.variant](getattr(kernels, measure))
+        return COMPILE[self.variant](kernels.grad_input if measure == "grad_input"
+                                     else kernels.grad_weight)
 
-    def step(self, measure: str) -> Callable[[], Any]:
-        if measure == "forward":
-            return self.run_forward
-        if measure == "gradient":
-            return self.run_gradient
-        if measure == TRAIN_STEP:
-            return self._train_step()
-        if measure in ("grad_input", "grad_weight"):
-            return self._single_layer_step(measure)
-        if measure == "transfer":
-            if not self.on_gpu:
-                raise Unsupported("host and device are the same on cpu")
-            host_x, device = self.host_x, self.device
-            self.extra["host_buffer"] = ("pageable (a tf.Tensor in ordinary host memory), "
-                                         "copied from a new handle each call: an identity on "
-                                         "the CPU (an op dispatch, no host copy), then the copy")
+    def step_transfer(self) -> Callable[[], Any]:
+        require_device_memory(self.on_gpu)
+        host_x, device = self.host_x, self.device
+        self.extra["host_buffer"] = ("pageable (a tf.Tensor in ordinary host memory), "
+                                     "copied from a new handle each call: an identity on "
+                                     "the CPU (an op dispatch, no host copy), then the copy")
 
-            def transfer():
-                # An op on the GPU whose input lives in host memory: TensorFlow copies
-                # the pageable host buffer in (Li et al. 2016, Fig. 7). An identity of
-                # host_x itself copied nothing after the first call: H100 and H200 rows
-                # timed 0.04-0.07 ms for 9.6-67 MB, and CUPTI saw no copy in those calls
-                # (suites/harness/device_pass.py mark_idle_steps); most likely eager TensorFlow's
-                # mirroring, where a handle keeps its first copy on the GPU for later ops
-                # there. Each call therefore copies from a new handle: an identity on
-                # the CPU, which shares host_x's buffer (no host copy) and has no GPU
-                # copy yet.
-                with tf.device("/CPU:0"):
-                    fresh = tf.identity(host_x)
-                with tf.device(device):
-                    return tf.identity(fresh)
-            return transfer
-        if measure == "transfer_pinned":
-            raise Unsupported("TensorFlow has no public API for page-locked host buffers: "
-                              "'transfer' times its copy from a numpy array (pageable memory)")
-        raise Unsupported(f"unknown measure '{measure}'")
+        def transfer():
+            # An op on the GPU whose input lives in host memory: TensorFlow copies
+            # the pageable host buffer in (Li et al. 2016, Fig. 7). An identity of
+            # host_x itself copied nothing after the first call: H100 and H200 rows
+            # timed 0.04-0.07 ms for 9.6-67 MB, and CUPTI saw no copy in those calls
+            # (suites/harness/device_pass.py mark_idle_steps); most likely eager TensorFlow's
+            # mirroring, where a handle keeps its first copy on the GPU for later ops
+            # there. Each call therefore copies from a new handle: an identity on
+            # the CPU, which shares host_x's buffer (no host copy) and has no GPU
+            # copy yet.
+            with tf.device("/CPU:0"):
+                fresh = tf.identity(host_x)
+            with tf.device(device):
+                return tf.identity(fresh)
+        return transfer
+
+    def step_transfer_pinned(self) -> Callable[[], Any]:
+        raise Unsupported("TensorFlow has no public API for page-locked host buffers: "
+                          "'transfer' times its copy from a numpy array (pageable memory)")
 
     def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
         computations = {"forward": self._forward_on, "gradient": self._gradient_on}

@@ -20,20 +20,22 @@ from torch import nn
 from adapters.base import (
     Adapter,
     CaseConfig,
+    DeviceClock,
     DeviceUnavailable,
     Memory,
     Prepared,
     Profile,
     RunConfig,
     Unsupported,
+    require_device_memory,
 )
-from adapters.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
 from adapters.torch.network import Lengths, build
 from adapters.torch.profile import profile_steps
 from models.inputs import Batch
 from models.ir import Model
+from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
 from models.weights import Weights
 from suites.instruments.profiling import WARMUP_RUNS
 
@@ -52,8 +54,8 @@ def apply_precision(precision: str, on_gpu: bool) -> None:
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
-class CudaEventClock:
-    """suites.stats.timer.DeviceClock with CUDA events on the current stream. ``hold`` queues
+class CudaEventClock(DeviceClock):
+    """A DeviceClock with CUDA events on the current stream. ``hold`` queues
     ``torch.cuda._sleep`` (a kernel that spins for a number of GPU cycles, calibrated
     once against the events) so the block's launches queue up behind it and the events
     time the kernels back to back, without the host's launch gaps (nvbench's blocking
@@ -227,7 +229,15 @@ class TorchPrepared(Prepared):
                                      else body, params, optimizer)
         return self.train_copy
 
-    def _train_step(self) -> Callable[[], torch.Tensor]:
+    def step_forward(self) -> Callable[[], Any]:
+        self.body.eval()
+        return self._forward
+
+    def step_gradient(self) -> Callable[[], Any]:
+        self.body.train()
+        return lambda: self._gradient()[1]
+
+    def step_train(self) -> Callable[[], torch.Tensor]:
         """One training iteration: forward and loss under the case's autocast (bf16 compute
         over fp32 parameters, so the update is fp32), backward outside it as the AMP docs
         advise (bf16 needs no GradScaler: it has fp32's exponent range), then the SGD
@@ -246,37 +256,33 @@ class TorchPrepared(Prepared):
             return loss.detach()
         return train_step
 
-    def step(self, measure: str) -> Callable[[], Any]:
-        if measure == "forward":
-            self.body.eval()
-            return self._forward
-        if measure == "gradient":
-            self.body.train()
-            return lambda: self._gradient()[1]
-        if measure == TRAIN_STEP:
-            return self._train_step()
-        if measure in ("grad_input", "grad_weight"):
-            self.body.train()
-            x, out = self._single_layer_graph()
-            grad_out = torch.ones_like(out)  # the gradient of the "sum" loss
-            targets = [x] if measure == "grad_input" else list(self.params.values())
-            return lambda: torch.autograd.grad(out, targets, grad_out, retain_graph=True)
-        if measure == "transfer":
-            if not self.on_gpu:
-                raise Unsupported("host and device are the same on cpu")
-            # A pageable host buffer, as a framework's plain feed uses (Li et al. 2016, Fig. 7).
-            self.extra["host_buffer"] = "pageable (numpy array in ordinary host memory)"
-            return lambda: self.host_x.to(self.device)
-        if measure == "transfer_pinned":
-            if not self.on_gpu:
-                raise Unsupported("host and device are the same on cpu")
-            # Page-locked host memory, which the GPU's copy engine reads directly (Li et al.
-            # 2016, Fig. 7's discussion: a pageable buffer is staged through a pinned one).
-            if self.pinned_x is None:
-                self.pinned_x = self.host_x.pin_memory()
-            self.extra["host_buffer"] = "pinned (page-locked, torch pin_memory)"
-            return lambda: self.pinned_x.to(self.device, non_blocking=True)
-        raise Unsupported(f"unknown measure '{measure}'")
+    def step_grad_input(self) -> Callable[[], Any]:
+        return self._single_layer_backward("grad_input")
+
+    def step_grad_weight(self) -> Callable[[], Any]:
+        return self._single_layer_backward("grad_weight")
+
+    def _single_layer_backward(self, measure: str) -> Callable[[], Any]:
+        self.body.train()
+        x, out = self._single_layer_graph()
+        grad_out = torch.ones_like(out)  # the gradient of the "sum" loss
+        targets = [x] if measure == "grad_input" else list(self.params.values())
+        return lambda: torch.autograd.grad(out, targets, grad_out, retain_graph=True)
+
+    def step_transfer(self) -> Callable[[], Any]:
+        require_device_memory(self.on_gpu)
+        # A pageable host buffer, as a framework's plain feed uses (Li et al. 2016, Fig. 7).
+        self.extra["host_buffer"] = "pageable (numpy array in ordinary host memory)"
+        return lambda: self.host_x.to(self.device)
+
+    def step_transfer_pinned(self) -> Callable[[], Any]:
+        require_device_memory(self.on_gpu)
+        # Page-locked host memory, which the GPU's copy engine reads directly (Li et al.
+        # 2016, Fig. 7's discussion: a pageable buffer is staged through a pinned one).
+        if self.pinned_x is None:
+            self.pinned_x = self.host_x.pin_memory()
+        self.extra["host_buffer"] = "pinned (page-locked, torch pin_memory)"
+        return lambda: self.pinned_x.to(self.device, non_blocking=True)
 
     def epoch_step(self, measure: str, batches: list[Batch]) -> Callable[[], Any]:
         if measure not in ("forward", "gradient"):

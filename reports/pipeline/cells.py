@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from dataclasses import replace
 
-from adapters.measures import DEVICE_ABOVE_WALL_LIMIT
+from models.measures import DEVICE_ABOVE_WALL_LIMIT
 from reports.render.table import Cell, Table
 
 UNSTABLE = "⚠"
@@ -20,7 +20,7 @@ DEVICE_ABOVE = "≠"
 # Kernel busy time cannot exceed the wall time of the same iterations; the two are taken
 # in separate phases (suites/harness/device_pass.py), whose device medians agree within about
 # 0.5% across runs (README, reproducible GPU numbers). Device time above the wall median
-# by more than adapters/measures.py allows means the phases ran different work. A compute
+# by more than models/measures.py allows means the phases ran different work. A compute
 # measure's such figure never reaches the row (reports/pipeline/tidy.py leaves it out: TensorFlow's
 # autotuning chose a 2x slower convolution in the device phase, published/h200-2026-11,
 # li2016's f=304); what is marked is a transfer whose pageable copy ran at another speed

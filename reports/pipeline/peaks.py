@@ -4,7 +4,7 @@ Convention (stated in the report): FLOPs = forward FLOPs per example (``models.a
 2 × multiply-accumulates) × batch; a gradient step counts 3 × forward (one forward, two
 backward products: w.r.t. inputs and weights — the usual training estimate, as in
 Kaplan et al. 2020's 6N vs 2N). A training step (``train_step``: forward, backward and the
-SGD-with-momentum update, adapters/measures.py) counts 3 × forward as well: the update adds
+SGD-with-momentum update, models/measures.py) counts 3 × forward as well: the update adds
 4 FLOPs per parameter (b ← m·b + g, w ← w − lr·b), about 0.1 GFLOP for ResNet-50's 25.6 M
 parameters against 3 × 8.2 GFLOP per example, under 0.5% at batch 1 and 0.002% at batch
 256, so it is left out as the usual training estimate leaves it out. grad_input and
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from models.measures import FLOP_FACTORS
+
 PEAKS_CSV = Path(__file__).parent / "data" / "device_peaks.csv"
-FLOP_FACTOR = {"forward": 1.0, "gradient": 3.0, "train_step": 3.0, "grad_input": 1.0,
-               "grad_weight": 1.0}
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ def find_peak(gpu_name: str, peaks: tuple[DevicePeak, ...]) -> DevicePeak | None
 def add_throughput(frame: pd.DataFrame, peaks: tuple[DevicePeak, ...]) -> pd.DataFrame:
     achieved, peak_tf, share, device, source = [], [], [], [], []
     for row in frame.itertuples(index=False):
-        factor = FLOP_FACTOR.get(row.measure)
+        # Each measure's factor, and why, is declared with it (models/measures.py).
+        factor = FLOP_FACTORS.get(row.measure)
         ok = (row.status == "ok" and factor is not None and row.median_ms > 0
               and not math.isnan(row.flops_per_example))
         value = (row.flops_per_example * row.batch * factor / (row.median_ms / 1e3) / 1e12

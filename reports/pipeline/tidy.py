@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from adapters.measures import NO_DEVICE_WORK, device_above_wall_reason, device_exceeds_wall
+from models.measures import (
+    MEASURE_TIMING_FIELDS,
+    NO_DEVICE_WORK,
+    device_above_wall_reason,
+    device_exceeds_wall,
+)
 from reports.pipeline.load import Loaded
 from suites.instruments.kernel_trace import dominant_family  # plain data: no framework, no cupti
 from suites.stats.intervals import relabel, relabel_unstable
@@ -27,9 +32,9 @@ ENV_FIELDS = ("host", "os", "python", "cpu_model", "physical_cores", "logical_co
               "gpu_model", "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit")
 TIMING_FIELDS = ("first_call_ms", "median_ms", "iqr_ms", "ci_low_ms", "ci_high_ms", "mean_ms",
                  "min_ms", "samples", "inner_loops")
-# Extra timing fields of the epoch measures (Bahrampour Table 6: one epoch of variable-length
-# batches): median_ms is the whole epoch, these say how it divides into batches.
-EPOCH_FIELDS = ("epoch_batches", "per_batch_median_ms", "mean_padded_length")
+# Beside these, the extra timing fields some measures declare (models/measures.py
+# MEASURE_TIMING_FIELDS): the epoch measures' (Bahrampour Table 6), where median_ms is the
+# whole epoch and they say how it divides into batches.
 # How the timing was taken (suites/stats/repetitions.py, device_state.py, device_time.py): the
 # independent repetitions behind the median and interval, the device's own time (kernel busy
 # time per iteration; the span from the first kernel's start to the last one's end), and the
@@ -199,7 +204,8 @@ def flatten(raw) -> dict:
         "threads": int(settings.get("threads") or 0),
         "interop_threads": int(settings.get("interop_threads") or 0),
         "status": _text(data.get("status")), "reason": _text(data.get("reason")),
-        **{k: _number(timing.get(k)) for k in TIMING_FIELDS + EPOCH_FIELDS + CONDITION_FIELDS},
+        **{k: _number(timing.get(k))
+           for k in TIMING_FIELDS + MEASURE_TIMING_FIELDS + CONDITION_FIELDS},
         **{k: _text(timing.get(k)) for k in CONDITION_TEXT},
         **{k: _number(timing.get(k)) for k in ENERGY_FIELDS},
         **{k: _text(timing.get(k)) for k in ENERGY_TEXT},
@@ -332,7 +338,7 @@ def did_no_device_work(figures: dict, measures: dict) -> bool:
 
 def _withhold_device_figures(frame: pd.DataFrame, target: int, device_ms: float,
                              wall_ms: float) -> None:
-    """A device phase figure above its wall row's median (adapters/measures.py) is not that
+    """A device phase figure above its wall row's median (models/measures.py) is not that
     row's work: the row keeps a device time of its own (PyTorch's CUDA events, from the
     wall samples) where it has one, else says why it has none."""
     if not pd.isna(frame.at[target, "device_median_ms"]):

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from adapters.measures import TRAIN_STEP
+from models.measures import TRAIN_STEP
 from reports.pipeline import cells, ranking
 from reports.pipeline.equivalence import FINGERPRINT, Equivalence
 from reports.pipeline.grouping import (
@@ -36,7 +36,7 @@ NUMERIC = (False,) * 4 + (True,) * 8 + (False,)
 # After "Total (ms)" in tables where some row has a device time (GPU).
 DEVICE_COLUMNS = ("Device fwd / total (ms)",)
 # After "Total (ms)" in tables where some row has a training step (forward, backward and the
-# optimizer's update, adapters/measures.py), before the device column.
+# optimizer's update, models/measures.py), before the device column.
 TRAIN_COLUMNS = ("Train step (ms)",)
 # The summary's matrices, in this order per device, hardware and precision.
 SUMMARY_MEASURES = {"gradient": "Total", TRAIN_STEP: "Train step", "forward": "Forward"}
@@ -155,7 +155,7 @@ def model_table(model: str, batch: int, rows: list[dict], equiv: Equivalence) ->
             + ranking.rule("the fastest of its column") + "."]
     if with_train:
         head.append("Train step = one training iteration: forward, loss, backward and an SGD "
-                    "update with momentum (adapters/measures.py).")
+                    "update with momentum (models/measures.py).")
     if with_device:
         head.append(cells.DEVICE_COLUMNS_NOTE)
     head.extend(cells.mark_notes(c.text for row in body for c in row))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from adapters.measures import TRAIN_STEP
+from models.measures import TRAIN_STEP
 from reports.pipeline import cells, modes
 from reports.pipeline.equivalence import FINGERPRINT, Equivalence, mark
 from reports.pipeline.grouping import records, setting_of

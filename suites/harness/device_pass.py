@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from adapters.measures import NO_DEVICE_WORK
+from models.measures import NO_DEVICE_WORK
 from suites.stats.timer import TimerSettings, time_on_device
 
 MS = 1e3
@@ -48,16 +48,16 @@ def measure_device_time(step: Callable[[], Any], sync: Callable[[Any], None], cl
     blocks = max(1, settings.device_blocks) * max(1, settings.repetitions)
     busy, spans = time_on_device(step, sync, clock, inner, estimate * inner, blocks)
     if not busy:
-        found = {"reason": getattr(clock, "reason", "") or "the device clock gave no time"}
-        if getattr(clock, "recorded_nothing", False):
+        found = {"reason": clock.reason or "the device clock gave no time"}
+        if clock.recorded_nothing:
             found["recorded_nothing"] = True
         return found
     found = {"device_median_ms": statistics.median(busy) * MS,
              "device_samples_ms": [b * MS for b in busy],
              "device_span_median_ms": statistics.median(spans) * MS if spans else None,
              "blocks": len(busy), "inner_loops": inner,
-             "device_time_kind": getattr(clock, "kind", "")}
-    note = getattr(clock, "reason", "")
+             "device_time_kind": clock.kind}
+    note = clock.reason
     if note:        # a clock failed in some block and the next took over
         found["device_time_note"] = note
     return found

@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from adapters.measures import COUNTERS, EPOCH_MEASURES, PROFILE
+from models.measures import COUNTERS, EPOCH_MEASURES, PROFILE
 from suites.harness.spec import Job
 from suites.rows.results import DEVICE_TIME
 from suites.stats.timer import TimerSettings

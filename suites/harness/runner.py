@@ -46,8 +46,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from adapters.measures import COUNTERS
 from adapters.registry import FrameworkEntry, load_registry
+from models.measures import COUNTERS
 from suites.harness.pool import GPU, WorkerKey, WorkerPool
 from suites.harness.process import WorkerProcess
 from suites.harness.spec import (

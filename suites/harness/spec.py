@@ -38,9 +38,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from adapters.measures import MEASURES, PRECISIONS
 from adapters.registry import FrameworkEntry
 from models.analysis import ModelError, analyse
+from models.measures import MEASURES, PRECISIONS
 from models.zoo import UnknownModel, get_model
 from suites.stats.timer import TimerSettings
 

@@ -154,7 +154,8 @@ def run_check(run: Callable[[], Any], sync: Callable[[Any], None], *, blocks: in
                      f"untraced baseline (the tracer's overhead while enabled)")
     return ClockCheck(inner, blocks, before, tuple(after), tuple(traced),
                       tuple(busy), tuple(spans), tuple(events),
-                      getattr(event_clock, "kind", ""), cupti_reason, event_reason, tuple(notes))
+                      event_clock.kind if event_clock is not None else "", cupti_reason,
+                      event_reason, tuple(notes))
 
 
 def render(check: ClockCheck) -> str:

@@ -1,5 +1,5 @@
 """Device time from CUPTI's activity records, for every framework alike: a
-``suites.stats.timer.DeviceClock`` whose block is one ``suites.instruments.cupti_window.CuptiWindow``.
+``adapters.base.DeviceClock`` whose block is one ``suites.instruments.cupti_window.CuptiWindow``.
 
 Per block it gives the device's *busy* time (the union of the block's kernel, memcpy and
 memset intervals: overlapping work on several streams counts once, and the gaps between
@@ -20,8 +20,8 @@ import contextlib
 import os
 from typing import Any
 
+from adapters.base import DeviceClock
 from suites.instruments.cupti_window import CuptiWindow, busy_and_span_ns, detach
-from suites.stats.timer import DeviceClock
 
 DEVICE_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")
 DETACH_ENV = "DLBENCH_CUPTI_DETACH"

@@ -5,7 +5,7 @@ One framework-neutral clock comes first: CUPTI's activity records
 TensorFlow rows get device time as PyTorch's do, measured the same way. Then the adapter's
 own (``Prepared.device_clock()``; PyTorch: CUDA events behind a spin kernel), then any
 factory registered here (``register``: a callable taking the prepared case and returning
-a ``suites.stats.timer.DeviceClock`` or None), and failing all of them the row's
+an ``adapters.base.DeviceClock`` or None), and failing all of them the row's
 ``device_time_reason`` says why. When the CUPTI clock fails in a block (CUPTI refused),
 the next clock takes over for the blocks after it.
 
@@ -19,7 +19,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from suites.stats.timer import DeviceClock, TimerSettings
+from adapters.base import DeviceClock
+from suites.stats.timer import TimerSettings
 
 FACTORIES: list[Callable[[Any], Any]] = []
 CLOCK_ENV = "DLBENCH_DEVICE_CLOCK"
@@ -34,18 +35,18 @@ class FirstWorkingClock(DeviceClock):
     """Delegates to the first clock; a block it cannot time (``elapsed`` None) hands the
     next blocks to the next clock. ``kind`` names the clocks that timed blocks."""
 
-    def __init__(self, clocks: list[Any]):
+    def __init__(self, clocks: list[DeviceClock]):
         self.clocks = clocks
         self.failures: list[str] = []
         self.timed_by: list[str] = []
 
     @property
-    def current(self) -> Any:
+    def current(self) -> DeviceClock:
         return self.clocks[0]
 
     @property
     def kind(self) -> str:  # type: ignore[override]
-        return " then ".join(self.timed_by) or getattr(self.current, "kind", "")
+        return " then ".join(self.timed_by) or self.current.kind
 
     @property
     def reason(self) -> str:  # type: ignore[override]
@@ -62,11 +63,11 @@ class FirstWorkingClock(DeviceClock):
 
     def elapsed(self) -> float | None:
         elapsed = self.current.elapsed()
-        kind = getattr(self.current, "kind", "")
+        kind = self.current.kind
         if elapsed is not None and kind not in self.timed_by:
             self.timed_by.append(kind)
         if elapsed is None:
-            failure = getattr(self.current, "reason", "") or f"{kind}: no time for the block"
+            failure = self.current.reason or f"{kind}: no time for the block"
             if failure not in self.failures:
                 self.failures.append(failure)
             if len(self.clocks) > 1:
@@ -74,11 +75,10 @@ class FirstWorkingClock(DeviceClock):
         return elapsed
 
     def span(self) -> float | None:
-        span = getattr(self.current, "span", None)
-        return span() if span is not None else None
+        return self.current.span()
 
     def abort(self) -> None:
-        getattr(self.current, "abort", lambda: None)()
+        self.current.abort()
 
 
 def clock_choice() -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from adapters.measures import TRANSFERS, device_exceeds_wall
+from models.measures import TRANSFERS, device_exceeds_wall
 from suites.rows.results import DEVICE_TIME, json_lines
 
 BANDS = (("< 1 ms", 0.0, 1.0), ("1-5 ms", 1.0, 5.0), (">= 5 ms", 5.0, math.inf))
@@ -34,7 +34,7 @@ TOLERANCES = (0.03, 0.05, 0.10)
 # The GPU's own time leaves out the host (launch overhead, scheduling, the CPU's clock),
 # so one limit holds back to back and across hosts with the same GPU.
 DEVICE_LIMIT = 0.03
-# Host-to-device copies (adapters.measures.TRANSFERS): their device time is the PCIe
+# Host-to-device copies (models.measures.TRANSFERS): their device time is the PCIe
 # link's, which varies with the host's memory and bus, not the GPU's compute; they are
 # reported apart from the target.
 # A probe's median over a run's cases that moves by more than this between runs marks the
@@ -62,7 +62,7 @@ class Timed:
     # The host probes' medians while this case was sampled (suites/instruments/host_probe.py).
     host_core_probe_ms: float | None = None
     host_wakeup_us: float | None = None
-    # A device phase figure too long to be this case's work (adapters/measures.py:
+    # A device phase figure too long to be this case's work (models/measures.py:
     # device_exceeds_wall), left out of the device comparison as the report leaves it out.
     device_withheld_ms: float | None = None
     # The run's own interval where earlier runs widened the row's (--earlier:

@@ -13,9 +13,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:   # the contract's clock (adapters/base.py), for annotations only
+    from adapters.base import DeviceClock
 
 
 @dataclass(frozen=True)
@@ -63,35 +66,6 @@ class Timing:
     device_samples_s: tuple[float, ...] = ()
     device_span_samples_s: tuple[float, ...] = ()
     steady_s: float = 0.0          # time spent bringing the device to steady clocks
-
-
-class DeviceClock:
-    """The device's own time for a block of iterations, without the host's launch gaps.
-    Event clocks (PyTorch's CUDA events) need ``hold``: it queues a kernel that keeps the
-    device busy for about the given seconds, so that every launch of the block is queued
-    before the device reaches them (nvbench's blocking kernel); a tracing clock
-    (``suites/instruments/cupti_clock.py``) times each kernel itself and holds nothing. ``start`` and
-    ``end`` bracket the block's launches; ``elapsed`` (after the sync) returns the device
-    seconds, or None; ``span``, where the clock knows it, the seconds from the block's
-    first kernel start to its last kernel end. A host wall time well above the device
-    time is launch and host overhead."""
-
-    kind: str = ""          # what the device time is, in words, for the row
-    reason: str = ""        # why the last block gave no time, where the clock can say
-
-    def hold(self, seconds: float) -> None: ...
-
-    def start(self) -> None: ...
-
-    def end(self) -> None: ...
-
-    def elapsed(self) -> float | None: ...
-
-    def span(self) -> float | None:
-        return None
-
-    def abort(self) -> None:
-        """The block raised: stop whatever ``start`` began (a trace), without a time."""
 
 
 # The stopping rule's interval is computed again after every 1/CHECK_GROWTH more samples.
@@ -238,7 +212,6 @@ def time_on_device(run: Callable[[], Any], sync: Callable[[Any], None], device_c
     tracing overhead."""
     result: list[float] = []
     spans: list[float] = []
-    span_of = getattr(device_clock, "span", None)
     for _ in range(blocks):
         sync(None)
         # Long enough for the host to queue the whole block: its wall time plus margin,
@@ -256,13 +229,13 @@ def time_on_device(run: Callable[[], Any], sync: Callable[[Any], None], device_c
             sync(handle)
         except BaseException:
             # A tracing clock must not stay on for whatever runs next.
-            getattr(device_clock, "abort", lambda: None)()
+            device_clock.abort()
             raise
         elapsed = device_clock.elapsed()
         if elapsed is None:
             return [], []
         result.append(elapsed / inner)
-        span = span_of() if span_of is not None else None
+        span = device_clock.span()
         if span is not None:
             spans.append(span / inner)
     return result, spans

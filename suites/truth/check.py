@@ -9,7 +9,8 @@ the errors (``fingerprint["vs_f64"]``), the quantities ``models/error_bounds.py`
   each example's inference output is independent of the others);
 * ``loss``: |L − L64| / |L64| (a "sum" loss: / Σ|y64|, since a signed sum cancels);
 * ``grad``: ‖g − g64‖₂ / ‖g64‖₂ over all trainable parameters together, where the adapter
-  reports gradients in canonical layouts (``Prepared.canonical_gradient``), else None.
+  reports gradients in canonical layouts (``Prepared.canonical_gradient``, part of
+  the contract), else None.
   A 2-norm, not a max: a max-pooling near-tie resolved differently in fp32 moves one
   gradient contribution to a neighbouring input, a sparse difference a max would magnify;
 * ``grad_norms``: sqrt(Σ_p (‖g_p‖ − ‖g64_p‖)²) / ‖g64‖₂, layout-free, so every framework
@@ -171,7 +172,6 @@ def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type
     if truth is None:
         fields["vs_f64"] = {"skipped": skipped}
         return fields
-    convert = getattr(prepared, "canonical_gradient", None)
     if gradients is None:
         loss, grads = None, None
     elif gradients.grads is None:
@@ -179,9 +179,8 @@ def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type
         loss, grads = gradients.loss, {}
     else:
         loss, grads = gradients.loss, gradients.grads
-        if convert is not None:
-            grads = {name: convert(name, g) for name, g in grads.items()}
-    found = errors(output, loss, grads, truth, canonical=convert is not None)
+        grads = {name: prepared.canonical_gradient(name, g) for name, g in grads.items()}
+    found = errors(output, loss, grads, truth, canonical=True)
     found["reference_s"] = round(truth.seconds, 3)
     found["reference_cached"] = truth.cached
     fields["vs_f64"] = found

@@ -249,7 +249,7 @@ def test_train_step_updates_a_copy_in_one_traced_step(adapter, name, variant, pr
     case's precision, float32 master weights and momentum buffers; the optimizer's
     variables exist before the first call, which traces the step once (XLA-compiled under
     the xla variant); the canonical network and the running statistics stay as they were."""
-    from adapters.measures import SGD_LEARNING_RATE, TRAIN_STEP
+    from models.measures import SGD_LEARNING_RATE, TRAIN_STEP
 
     model = get_model(name)
     weights = canonical_weights(model)
@@ -738,7 +738,7 @@ def test_gpu_train_step_runs_the_lstm_as_the_gradient_does(gpu_adapter, precisio
     pass runs it (in bf16 only where the build has the kernel), the copy and its momentum
     buffers on the GPU, and a first step of w - lr*g (cuDNN's weight gradients may sum in
     another order from one call to the next)."""
-    from adapters.measures import SGD_LEARNING_RATE, TRAIN_STEP
+    from models.measures import SGD_LEARNING_RATE, TRAIN_STEP
 
     weights = canonical_weights(get_model("lstm_tiny"))
     prepared = prepare(gpu_adapter, "lstm_tiny", precision=precision)

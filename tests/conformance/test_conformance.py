@@ -293,10 +293,10 @@ def test_train_step_is_two_sgd_momentum_updates(adapter, entry, name):
     w2 = w1 - lr*(m*g0 + g1), with g1 taken at w1 (so a missing or Nesterov momentum, a
     wrong rate, or an update of the canonical network itself all fail), and the canonical
     network the fingerprint reads is left as it was."""
-    from adapters.measures import SGD_LEARNING_RATE as lr
-    from adapters.measures import SGD_MOMENTUM as m
-    from adapters.measures import TRAIN_STEP
     from models import reference_grad
+    from models.measures import SGD_LEARNING_RATE as lr
+    from models.measures import SGD_MOMENTUM as m
+    from models.measures import TRAIN_STEP
 
     if TRAIN_STEP not in entry.measures:
         pytest.skip(f"{entry.name} has no training step")
@@ -336,7 +336,7 @@ def test_train_step_is_two_sgd_momentum_updates(adapter, entry, name):
 
 
 def test_train_step_refused_with_a_reason_where_unlisted(adapter, entry):
-    from adapters.measures import TRAIN_STEP
+    from models.measures import TRAIN_STEP
 
     if TRAIN_STEP in entry.measures:
         pytest.skip(f"{entry.name} lists {TRAIN_STEP}")
