@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from adapters.base import DataParallelEngine
 from parallel import communication
 from parallel.spec import RankSpec
 
@@ -81,8 +82,9 @@ def traced_communication(engine, spec: RankSpec, communicates: bool
     return communication.trace(engine, PROFILED_STEPS)
 
 
-def engine_module(framework: str):
-    return importlib.import_module(f"adapters.{framework}.parallel")
+def engine_class(framework: str) -> type[DataParallelEngine]:
+    """The framework's ``adapters.base.DataParallelEngine`` (its adapter's parallel.py)."""
+    return importlib.import_module(f"adapters.{framework}.parallel").DataParallel
 
 
 def done_marker(result: Path, rank: int) -> Path:
@@ -98,8 +100,8 @@ def write_result(path: Path, data: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> int:
     """Each spec in ``argv`` in turn, in this process (the cases of one launch share its
-    start: the processes, the framework's import, the collective group); the engine
-    module's ``finish`` ends the group after the last."""
+    start: the processes, the framework's import, the collective group); the engine's
+    ``finish`` ends the group after the last."""
     specs = [RankSpec.from_file(Path(path)) for path in argv]
     info = RankInfo.from_environment()
     from suites.instruments.environment import limit_cpus
@@ -114,10 +116,10 @@ def main(argv: list[str]) -> int:
         os.sched_setaffinity(0, affinity)
     elif first.device == "cpu":
         affinity = limit_cpus(threads)
-    module = engine_module(first.framework)
+    engine_type = engine_class(first.framework)
     try:
         for index, spec in enumerate(specs):
-            run_case(module, spec, info, threads, affinity)
+            run_case(engine_type, spec, info, threads, affinity)
             if len(specs) > 1:
                 # This rank is through the case: in a shared launch its result stands only
                 # once every rank is (ONNX Runtime's processes share no collective that
@@ -131,11 +133,12 @@ def main(argv: list[str]) -> int:
                       file=sys.stderr)
                 return DETACHED_EXIT
     finally:
-        getattr(module, "finish", lambda: None)()
+        engine_type.finish()
     return 0
 
 
-def run_case(module, spec: RankSpec, info: RankInfo, threads: int, affinity: list[int]) -> None:
+def run_case(engine_type: type[DataParallelEngine], spec: RankSpec, info: RankInfo, threads: int,
+             affinity: list[int]) -> None:
     """One case on this rank; rank 0 writes its result."""
     from adapters.base import Unsupported
     from suites.instruments.environment import host_environment
@@ -143,7 +146,7 @@ def run_case(module, spec: RankSpec, info: RankInfo, threads: int, affinity: lis
     from suites.stats.timer import TimerSettings, summarise
 
     try:
-        engine = module.DataParallel(spec, info, threads)
+        engine = engine_type(spec, info, threads)
     except Unsupported as refusal:
         if info.rank == 0:
             write_result(Path(spec.result), {"unsupported": str(refusal)})
@@ -158,7 +161,7 @@ def run_case(module, spec: RankSpec, info: RankInfo, threads: int, affinity: lis
         first, full = fixed_count(engine.step(), engine.sync, spec.warmup, spec.samples, fault)
         _, local = fixed_count(engine.local_step(), engine.sync, max(1, spec.warmup // 2),
                                spec.samples)
-        communicates = getattr(engine, "step_kind", "gradient") != "forward"
+        communicates = engine.step_kind != "forward"
         kernels, kernels_reason = traced_communication(engine, spec, communicates)
         if info.rank != 0:
             return
@@ -179,7 +182,7 @@ def run_case(module, spec: RankSpec, info: RankInfo, threads: int, affinity: lis
             # The thread pools this rank's framework ran with (the row's settings).
             "threads": {"intra": engine.adapter.config.threads,
                         "inter": engine.adapter.config.interop_threads},
-            "step": getattr(engine, "step_kind", "gradient"),
+            "step": engine.step_kind,
             "memory": engine.peak_memory(),
             "env": {**host_environment(threads, affinity), **engine.environment()},
         })

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from parallel.engines import CACHED_ENGINES, collective_settings, plan, processes
+from parallel.engines import collective_settings, engine_launch, plan, processes
 from parallel.launch import launch
 from parallel.plan import MEASURE, PUBLISHED, plan_line
 from parallel.rank import done_marker
@@ -184,7 +184,7 @@ class ScalingRunner:
                 specs[-1].to_file(folder / "spec.json")
                 paths.append(str(folder / "spec.json"))
             cache = cache_env(r.framework, r.device, r.compile_cache) \
-                if r.framework in CACHED_ENGINES else {}
+                if engine_launch(r.framework).compile_cache else {}
             # Whether the cache held files as this launch starts: its first calls may then
             # load what an earlier launch compiled (the rows say so).
             self.cache_state = cache_view(cache, host_id(), r.framework)
@@ -282,8 +282,9 @@ class ScalingRunner:
     def scaling_fields(self, case: ScalingCase, data, hosts: int, launch_plan) -> dict[str, Any]:
         fields: dict[str, Any] = {
             **asdict(case), "global_batch": case.global_batch,
-            "processes": len(launch_plan.commands) if self.request.framework not in
-            ("torch",) else case.devices, "hosts": hosts,
+            # torchrun starts a host's processes itself: one command per host.
+            "processes": case.devices if engine_launch(self.request.framework).torchrun
+            else len(launch_plan.commands), "hosts": hosts,
             "engine": (data or {}).get("engine"), "backend": (data or {}).get("backend"),
             "step": (data or {}).get("step"),
         }

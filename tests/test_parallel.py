@@ -155,7 +155,8 @@ def test_every_launch_keeps_nvlink_multicast_off(monkeypatch):
 
 
 def test_jax_gpu_launches_schedule_collectives_beside_compute(monkeypatch):
-    from parallel.engines import LATENCY_HIDING, base_env, collective_settings
+    from adapters.jax.launch import LATENCY_HIDING
+    from parallel.engines import base_env, collective_settings
 
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     env = base_env("gpu", 4, "jax")

@@ -12,6 +12,15 @@ import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from adapters.jax.adapter import JaxAdapter  # noqa: E402  (after the environment)
+
+# The adapter class loads on first use (PEP 562 module __getattr__), so that importing
+# this package's framework-free modules (launch.py, read by parallel/engines.py) imports
+# no framework.
+def __getattr__(name: str):
+    if name == "JaxAdapter":
+        from adapters.jax.adapter import JaxAdapter
+        return JaxAdapter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["JaxAdapter"]

@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from adapters.base import CaseConfig, RunConfig
+from adapters.base import CaseConfig, DataParallelEngine, RunConfig
 from adapters.jax.adapter import JaxAdapter
 from adapters.jax.network import Lengths
 from models.inputs import make_batch
@@ -35,7 +35,7 @@ _CASES = 0
 _DISTRIBUTED = False
 
 
-class DataParallel:
+class DataParallel(DataParallelEngine):
     communication_method = ("exposed all-reduce: median step with lax.pmean of the "
                             "gradients minus median of the same shard_map program without it")
 
@@ -149,8 +149,8 @@ class DataParallel:
         del self.args, self.trainable, self.fixed
         self.prepared.close()
 
-
-def finish() -> None:
-    """After the launch's last case: leave jax.distributed (it serves every case)."""
-    if _DISTRIBUTED:
-        jax.distributed.shutdown()
+    @classmethod
+    def finish(cls) -> None:
+        """After the launch's last case: leave jax.distributed (it serves every case)."""
+        if _DISTRIBUTED:
+            jax.distributed.shutdown()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adapters.base import CaseConfig, RunConfig, Unsupported
+from adapters.base import CaseConfig, DataParallelEngine, RunConfig, Unsupported
 from adapters.ort.adapter import OrtAdapter
 from models.inputs import make_batch
 from models.weights import canonical_weights
@@ -22,7 +22,7 @@ from parallel.shards import shard
 BARRIER_TIMEOUT_S = 300.0
 
 
-class DataParallel:
+class DataParallel(DataParallelEngine):
     engine = "onnxruntime: one InferenceSession per device, one process each"
     backend = "none (independent sessions)"
     communication_method = "none: inference sessions exchange nothing"

@@ -18,7 +18,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from adapters.base import CaseConfig, RunConfig
+from adapters.base import CaseConfig, DataParallelEngine, RunConfig
 from adapters.tf.adapter import TFAdapter, place_batch
 from models.inputs import make_batch
 from models.weights import canonical_weights
@@ -61,7 +61,7 @@ def multi_worker_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-class DataParallel:
+class DataParallel(DataParallelEngine):
     communication_method = ("exposed all-reduce: median step with the replica context's "
                             "all_reduce(MEAN) of the gradients minus median without it")
 

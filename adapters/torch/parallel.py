@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from adapters.base import CaseConfig, RunConfig
+from adapters.base import CaseConfig, DataParallelEngine, RunConfig
 from adapters.torch.adapter import TorchAdapter
 from models.inputs import make_batch
 from models.weights import canonical_weights
@@ -39,7 +39,7 @@ class _BodyOnShard(nn.Module):
         return self.body(features, self.lengths)
 
 
-class DataParallel:
+class DataParallel(DataParallelEngine):
     engine = "torch DistributedDataParallel (torchrun)"
     communication_method = ("exposed all-reduce: median step with DDP's gradient all-reduce "
                             "minus median of the same step under DDP.no_sync()")
@@ -127,10 +127,10 @@ class DataParallel:
         if self.on_gpu:
             torch.cuda.empty_cache()
 
-
-def finish() -> None:
-    """End the launch's process group after its last case, before interpreter
-    finalization, which tearing it down can abort (pytorch/pytorch#179291)."""
-    gc.collect()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    @classmethod
+    def finish(cls) -> None:
+        """End the launch's process group after its last case, before interpreter
+        finalization, which tearing it down can abort (pytorch/pytorch#179291)."""
+        gc.collect()
+        if dist.is_initialized():
+            dist.destroy_process_group()
