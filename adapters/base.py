@@ -206,10 +206,6 @@ class Prepared(abc.ABC):
         """A single-layer case's backward product w.r.t. its weights alone."""
         raise Unsupported("no grad_weight step in this framework")
 
-    def step_stub_forward(self) -> Callable[[], Any]:
-        """A stub: the forward pass again, under its own name."""
-        raise Unsupported("no stub_forward step in this framework")
-
     def step_transfer(self) -> Callable[[], Any]:
         """The batch from a pageable host buffer onto the device; sets
         ``extra["host_buffer"]`` where it says more than the default."""

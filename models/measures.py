@@ -77,10 +77,6 @@ DECLARED: tuple[Measure, ...] = (
             "one backward product, w.r.t. the layer's input", "layers"),
     Measure("grad_weight", "backward", "step", "step_grad_weight", 1.0,
             "one backward product, w.r.t. the layer's weights", "layers"),
-    # A stub measure: the forward pass again, under its own name (counting what a new
-    # measure touches).
-    Measure("stub_forward", "forward", "step", "step_stub_forward", None,
-            "a stub: not rated in TFLOP/s", "models"),
     # "transfer": the batch from a pageable host buffer to the device; "transfer_pinned":
     # the same from page-locked host memory (Li et al. 2016, Fig. 7 and its discussion).
     Measure("transfer", "transfer", "step", "step_transfer", None,

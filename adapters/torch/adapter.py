@@ -269,9 +269,6 @@ class TorchPrepared(Prepared):
         targets = [x] if measure == "grad_input" else list(self.params.values())
         return lambda: torch.autograd.grad(out, targets, grad_out, retain_graph=True)
 
-    def step_stub_forward(self) -> Callable[[], Any]:
-        return self.step_forward()
-
     def step_transfer(self) -> Callable[[], Any]:
         require_device_memory(self.on_gpu)
         # A pageable host buffer, as a framework's plain feed uses (Li et al. 2016, Fig. 7).
