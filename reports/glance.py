@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.measures import TRAIN_STEP
 from adapters.registry import REGISTRY_FILE, load_registry
+from models.measures import TRAIN_STEP
 from reports.pipeline import modes, ranking
 from reports.pipeline.load import InputError
 
