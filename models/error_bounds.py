@@ -59,15 +59,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models import ir
+from models import ir, ops
 from models.analysis import analyse
 
 U_FP32 = 2.0 ** -24
 # Unit roundoff of the values each precision multiplies (and, for bf16, stores).
 OPERAND_U = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "bf16": 2.0 ** -8}
-_PRODUCTS = ("Conv2d", "Dense", "TiedDense", "LSTM")
-
-
 @dataclass(frozen=True)
 class Bounds:
     precision: str
@@ -80,24 +77,11 @@ class Bounds:
     grad_judged: bool = True  # False: ReLU or max pooling in training (module docstring)
 
 
-def _has_kinks(nodes) -> bool:
-    for node in nodes:
-        if isinstance(node, ir.Activation) and node.kind == "relu":
-            return True
-        if isinstance(node, ir.Pool2d) and node.kind == "max":
-            return True
-        if isinstance(node, ir.Residual) and _has_kinks(node.body + node.shortcut):
-            return True
-        if isinstance(node, ir.Concat) and any(_has_kinks(b) for b in node.branches):
-            return True
-    return False
-
-
 def grad_judged(model: ir.Model) -> bool:
     """Whether ``model``'s gradient errors are judged: no ReLU or max pooling in its
     trainable body (module docstring). ``models/truth.py`` computes the float64 gradients
     by default only where this holds."""
-    return not _has_kinks(model.body)
+    return not any(ops.op_for(node).kink(node) for node in ir.walk(model.body))
 
 
 @dataclass(frozen=True)
@@ -109,34 +93,20 @@ class _Reductions:
 
 
 def _reductions(model: ir.Model, batch: int) -> _Reductions:
-    stats = analyse(model)
+    """Σ K over the trainable layers, each layer's terms declared by its op
+    (``models.ops``, ``bound``)."""
     forward = statistics = backward = 0.0
     products = 0
     wgrad = 0.0
-    for layer in stats.layers:
+    for layer in analyse(model).layers:
         if layer.frozen:
             continue
-        out = math.prod(layer.out_shape)
-        if layer.kind in ("Conv2d", "Dense", "TiedDense"):
-            k = layer.flops / 2 / out                     # products per output element
-            forward += k
-            # The data gradient sums over out_channels/g·kh·kw, the forward's K scaled by
-            # the channel ratio: the forward's K is a fair estimate.
-            backward += k
-            spatial = out // layer.out_shape[0] if layer.kind == "Conv2d" else 1
-            wgrad = max(wgrad, batch * spatial)
-            products += 1
-        elif layer.kind == "LSTM":
-            steps, hidden = layer.out_shape
-            k = layer.in_shape[1] + hidden
-            forward += steps * k
-            backward += steps * k
-            wgrad = max(wgrad, batch * steps)
-            products += steps
-        elif layer.kind == "BatchNorm" and len(layer.out_shape) == 3:
-            statistics += 2 * batch * out // layer.out_shape[0]   # mean and variance
-        elif layer.kind in ("GlobalAvgPool", "MeanOverTime", "LRN"):
-            forward += max(math.prod(layer.in_shape) // max(out, 1), 1)
+        terms = ops.BY_KIND[layer.kind].bound(layer, batch)
+        forward += terms.forward
+        statistics += terms.statistics
+        backward += terms.backward
+        wgrad = max(wgrad, terms.wgrad)
+        products += terms.products
     return _Reductions(forward, statistics, backward + wgrad, max(products, 1))
 
 

@@ -20,7 +20,8 @@ import numpy as np
 from jax import lax
 
 from models import ir
-from models.analysis import window_output_size
+from models.ops import builder_table
+from models.ops.base import window_output_size
 from models.weights import Weights
 
 Params = dict[str, jax.Array]
@@ -159,14 +160,14 @@ class Builder:
         return y + bias
 
     def node(self, node: ir.Node) -> Apply:
-        for kind, method in _LEAVES:
-            if isinstance(node, kind):
-                scope = layer_scope(node)
-                return method(self, node) if scope is None else scoped(scope, method(self, node))
-        raise TypeError(f"no JAX realisation for {type(node).__name__}")
+        method = _TABLE.get(type(node))
+        if method is None:
+            raise TypeError(f"no JAX realisation for {type(node).__name__}")
+        scope = layer_scope(node)
+        return method(self, node) if scope is None else scoped(scope, method(self, node))
 
-    # --- leaves -----------------------------------------------------------------------
-    def conv(self, node: ir.Conv2d) -> Apply:
+    # --- one method per op, in the order of models.ops.OPS ----------------------------
+    def conv2d(self, node: ir.Conv2d) -> Apply:
         nhwc = self.num.layout == "NHWC"
         weight = self._param(f"{node.name}.weight", (2, 3, 1, 0) if nhwc else None)
         bias = self._param(f"{node.name}.bias") if node.bias else None
@@ -181,7 +182,7 @@ class Builder:
             return y if bias is None else self._bias(y, self._cast(params, bias))
         return conv
 
-    def pool(self, node: ir.Pool2d) -> Apply:
+    def pool2d(self, node: ir.Pool2d) -> Apply:
         (kh, kw), (sh, sw), (ph, pw) = node.kernel, node.stride, node.padding
         window, strides = self.num.spatial(kh, kw, 1), self.num.spatial(sh, sw, 1)
         h_axis = 1 if self.num.layout == "NHWC" else 2
@@ -288,7 +289,7 @@ class Builder:
             return y if bias is None else y + self._cast(params, bias)
         return tied
 
-    def identity(self, node: ir.Dropout) -> Apply:
+    def dropout(self, node: ir.Dropout) -> Apply:
         return lambda params, x, ctx: x
 
     def flatten(self, node: ir.Flatten) -> Apply:
@@ -363,15 +364,8 @@ class Builder:
         return mean
 
 
-_LEAVES: tuple[tuple[type, Callable[[Builder, Any], Apply]], ...] = (
-    (ir.Conv2d, Builder.conv), (ir.Pool2d, Builder.pool),
-    (ir.GlobalAvgPool, Builder.global_avg_pool), (ir.Activation, Builder.activation),
-    (ir.LRN, Builder.lrn), (ir.BatchNorm, Builder.batch_norm), (ir.Dense, Builder.dense),
-    (ir.TiedDense, Builder.tied_dense), (ir.Dropout, Builder.identity),
-    (ir.Flatten, Builder.flatten), (ir.Residual, Builder.residual),
-    (ir.Concat, Builder.concat), (ir.Embedding, Builder.embedding), (ir.LSTM, Builder.lstm),
-    (ir.MeanOverTime, Builder.mean_over_time),
-)
+# Every op's method, checked when this module is imported (models.ops.builder_table).
+_TABLE = builder_table(Builder)
 
 
 def build(model: ir.Model, weights: Weights, numerics: Numerics,

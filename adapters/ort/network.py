@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from adapters.base import Unsupported
 from models import ir
 from models.analysis import LayerInfo, analyse
+from models.ops import builder_table
 from models.weights import Weights
 
 # Opset 21 with IR version 10 is ONNX 1.16's pairing (onnx docs/Versioning.md); ONNX
@@ -105,64 +106,24 @@ class Builder:
         return x
 
     def node(self, node: ir.Node, x: Value) -> Value:
-        n = node.name
-        if isinstance(node, ir.Conv2d):
-            inputs = [x.name, self.param(f"{n}.weight")]
-            if node.bias:
-                inputs.append(self.param(f"{n}.bias"))
-            (ph, pw) = node.padding
-            return Value(self.op("Conv", inputs, n, kernel_shape=list(node.kernel),
-                                 strides=list(node.stride), pads=[ph, pw, ph, pw],
-                                 group=node.groups), 4)
-        if isinstance(node, ir.Pool2d):
-            return Value(self.pool(node, x), 4)
-        if isinstance(node, ir.GlobalAvgPool):
-            pooled = self.op("GlobalAveragePool", [x.name], f"{n}.pool")
-            return Value(self.op("Flatten", [pooled], n, axis=1), 2)
-        if isinstance(node, ir.Activation):
-            kind = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}[node.kind]
-            return Value(self.op(kind, [x.name], n), x.rank)
-        if isinstance(node, ir.LRN):
-            # ONNX LRN divides alpha by size, as Caffe's (and the IR's) formula does:
-            # y = x / (bias + alpha / size * square_sum) ** beta (onnx Operators.md, LRN).
-            return Value(self.op("LRN", [x.name], n, size=node.size, alpha=node.alpha,
-                                 beta=node.beta, bias=node.k), x.rank)
-        if isinstance(node, ir.BatchNorm):
-            # Inference form: the running statistics (training_mode defaults to 0).
-            inputs = [x.name] + [self.param(f"{n}.{p}") for p in
-                                 ("gamma", "beta", "running_mean", "running_var")]
-            return Value(self.op("BatchNormalization", inputs, n, epsilon=node.eps), x.rank)
-        if isinstance(node, ir.Dense):
-            weight = self.param(f"{n}.weight")   # canonical (in, out): Gemm's B as it is
-            self.dense_weights[n] = weight
-            bias = self.param(f"{n}.bias") if node.bias else None
-            return self.dense(n, x, weight, bias, transpose=False)
-        if isinstance(node, ir.TiedDense):
-            # The decoder reads the encoder's own initializer with transB=1: one tensor in
-            # the graph, so the tie holds by construction (no transposed copy).
-            bias = self.param(f"{n}.bias") if node.bias else None
-            return self.dense(n, x, self.dense_weights[node.tied_to], bias, transpose=True)
-        if isinstance(node, ir.Dropout):
-            return x   # identity when benchmarking (models.ir.Dropout)
-        if isinstance(node, ir.Flatten):
-            return Value(self.op("Flatten", [x.name], n, axis=1), 2)
-        if isinstance(node, ir.Residual):
-            body = self.sequence(node.body, x)
-            shortcut = self.sequence(node.shortcut, x) if node.shortcut else x
-            return Value(self.op("Add", [body.name, shortcut.name], n), body.rank)
-        if isinstance(node, ir.Concat):
-            branches = [self.sequence(branch, x).name for branch in node.branches]
-            return Value(self.op("Concat", branches, n, axis=1), 4)
-        if isinstance(node, ir.Embedding):
-            return Value(self.op("Gather", [self.param(f"{n}.table"), x.name], n, axis=0),
-                         x.rank + 1)
-        if isinstance(node, ir.LSTM):
-            return Value(self.lstm(node, x), 3)
-        if isinstance(node, ir.MeanOverTime):
-            return Value(self.masked_mean(node, x), 2)
-        raise Unsupported(f"ONNX has no mapping for IR node '{n}' ({type(node).__name__})")
+        method = _TABLE.get(type(node))
+        if method is None:
+            raise Unsupported(f"ONNX has no mapping for IR node '{node.name}' "
+                              f"({type(node).__name__})")
+        return method(self, node, x)
 
-    def pool(self, node: ir.Pool2d, x: Value) -> str:
+    # --- one method per op, in the order of models.ops.OPS --------------------------------
+    def conv2d(self, node: ir.Conv2d, x: Value) -> Value:
+        n = node.name
+        inputs = [x.name, self.param(f"{n}.weight")]
+        if node.bias:
+            inputs.append(self.param(f"{n}.bias"))
+        (ph, pw) = node.padding
+        return Value(self.op("Conv", inputs, n, kernel_shape=list(node.kernel),
+                             strides=list(node.stride), pads=[ph, pw, ph, pw],
+                             group=node.groups), 4)
+
+    def pool2d(self, node: ir.Pool2d, x: Value) -> Value:
         if node.kind == "avg" and node.padding != (0, 0):
             raise Unsupported(f"IR node '{node.name}': padded average pooling has no defined "
                               "semantics in the IR")
@@ -170,9 +131,95 @@ class Builder:
         # only, as Caffe and the IR do (it is also ONNX's default).
         extra = {"count_include_pad": 0} if node.kind == "avg" else {}
         op_type = "MaxPool" if node.kind == "max" else "AveragePool"
-        return self.op(op_type, [x.name], node.name, kernel_shape=list(node.kernel),
-                       strides=list(node.stride), **self.pool_padding(node), **extra)
+        return Value(self.op(op_type, [x.name], node.name, kernel_shape=list(node.kernel),
+                             strides=list(node.stride), **self.pool_padding(node), **extra), 4)
 
+    def global_avg_pool(self, node: ir.GlobalAvgPool, x: Value) -> Value:
+        pooled = self.op("GlobalAveragePool", [x.name], f"{node.name}.pool")
+        return Value(self.op("Flatten", [pooled], node.name, axis=1), 2)
+
+    def activation(self, node: ir.Activation, x: Value) -> Value:
+        kind = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}[node.kind]
+        return Value(self.op(kind, [x.name], node.name), x.rank)
+
+    def lrn(self, node: ir.LRN, x: Value) -> Value:
+        # ONNX LRN divides alpha by size, as Caffe's (and the IR's) formula does:
+        # y = x / (bias + alpha / size * square_sum) ** beta (onnx Operators.md, LRN).
+        return Value(self.op("LRN", [x.name], node.name, size=node.size, alpha=node.alpha,
+                             beta=node.beta, bias=node.k), x.rank)
+
+    def batch_norm(self, node: ir.BatchNorm, x: Value) -> Value:
+        # Inference form: the running statistics (training_mode defaults to 0).
+        inputs = [x.name] + [self.param(f"{node.name}.{p}") for p in
+                             ("gamma", "beta", "running_mean", "running_var")]
+        return Value(self.op("BatchNormalization", inputs, node.name, epsilon=node.eps), x.rank)
+
+    def dense(self, node: ir.Dense, x: Value) -> Value:
+        weight = self.param(f"{node.name}.weight")   # canonical (in, out): Gemm's B as it is
+        self.dense_weights[node.name] = weight
+        bias = self.param(f"{node.name}.bias") if node.bias else None
+        return self.affine(node.name, x, weight, bias, transpose=False)
+
+    def tied_dense(self, node: ir.TiedDense, x: Value) -> Value:
+        # The decoder reads the encoder's own initializer with transB=1: one tensor in
+        # the graph, so the tie holds by construction (no transposed copy).
+        bias = self.param(f"{node.name}.bias") if node.bias else None
+        return self.affine(node.name, x, self.dense_weights[node.tied_to], bias, transpose=True)
+
+    def dropout(self, node: ir.Dropout, x: Value) -> Value:
+        return x   # identity when benchmarking (models.ir.Dropout)
+
+    def flatten(self, node: ir.Flatten, x: Value) -> Value:
+        return Value(self.op("Flatten", [x.name], node.name, axis=1), 2)
+
+    def residual(self, node: ir.Residual, x: Value) -> Value:
+        body = self.sequence(node.body, x)
+        shortcut = self.sequence(node.shortcut, x) if node.shortcut else x
+        return Value(self.op("Add", [body.name, shortcut.name], node.name), body.rank)
+
+    def concat(self, node: ir.Concat, x: Value) -> Value:
+        branches = [self.sequence(branch, x).name for branch in node.branches]
+        return Value(self.op("Concat", branches, node.name, axis=1), 4)
+
+    def embedding(self, node: ir.Embedding, x: Value) -> Value:
+        return Value(self.op("Gather", [self.param(f"{node.name}.table"), x.name], node.name,
+                             axis=0), x.rank + 1)
+
+    def lstm(self, node: ir.LSTM, x: Value) -> Value:
+        n = node.name
+        w, r, b = lstm_weights(*(self.weights[f"{n}.{p}"] for p in ("w_ih", "w_hh", "bias")))
+        # ONNX LSTM's default layout is (T, N, F) in and (T, directions, N, H) out.
+        steps_first = self.op("Transpose", [x.name], f"{n}.in", perm=[1, 0, 2])
+        inputs = [steps_first, self.initializer(f"{n}.W", w), self.initializer(f"{n}.R", r),
+                  self.initializer(f"{n}.B", b)]
+        if self.lengths is not None:
+            # sequence_lens: state is held past each length, as the masked IR LSTM says.
+            inputs.append(self.lengths.name)
+        y = self.op("LSTM", inputs, f"{n}.lstm", hidden_size=node.hidden_size)
+        one = self.initializer(f"{n}.direction_axis", np.array([1], np.int64))
+        y = self.op("Squeeze", [y, one], f"{n}.squeeze")
+        return Value(self.op("Transpose", [y], n, perm=[1, 0, 2]), 3)
+
+    def mean_over_time(self, node: ir.MeanOverTime, x: Value) -> Value:
+        n = node.name
+        time_axis = self.initializer(f"{n}.time_axis", np.array([1], np.int64))
+        if self.lengths is None:   # no mask: every step is valid
+            return Value(self.op("ReduceMean", [x.name, time_axis], n, keepdims=0), 2)
+        # mask[b, t] = t < lengths[b], made in the graph from the lengths input; the step
+        # indices are a constant because shapes are static.
+        steps = self.initializer(f"{n}.steps", np.arange(self.steps, dtype=np.int32))
+        lengths = self.op("Unsqueeze", [self.lengths.name, time_axis], f"{n}.lengths")
+        mask = self.op("Cast", [self.op("Less", [steps, lengths], f"{n}.valid")],
+                       f"{n}.mask", to=TensorProto.FLOAT)
+        feature_axis = self.initializer(f"{n}.feature_axis", np.array([2], np.int64))
+        masked = self.op("Mul", [x.name, self.op("Unsqueeze", [mask, feature_axis],
+                                                f"{n}.mask3")], f"{n}.masked")
+        total = self.op("ReduceSum", [masked, time_axis], f"{n}.sum", keepdims=0)
+        count = self.op("Cast", [lengths], f"{n}.count", to=TensorProto.FLOAT)
+        return Value(self.op("Div", [total, count], n), 2)
+
+
+    # --- helpers ---------------------------------------------------------------------
     def pool_padding(self, node: ir.Pool2d) -> dict[str, Any]:
         """ONNX's ceil mode gives ceil((size + 2 pad - kernel) / stride) + 1 outputs, but
         Caffe, PyTorch and the IR drop a last window that would start in the right padding
@@ -193,8 +240,9 @@ class Builder:
                 end[axis] = max(0, (out - 1) * s + k - size - p)
         return {"pads": begin + end, "ceil_mode": int(ceil)}
 
-    def dense(self, name: str, x: Value, weight: str, bias: str | None,
-              transpose: bool) -> Value:
+    def affine(self, name: str, x: Value, weight: str, bias: str | None,
+               transpose: bool) -> Value:
+        """``x @ weight (+ bias)``: Gemm for rank 2, MatMul and Add otherwise."""
         if x.rank == 2:
             inputs = [x.name, weight] + ([bias] if bias else [])
             return Value(self.op("Gemm", inputs, name, transB=int(transpose)), 2)
@@ -203,38 +251,8 @@ class Builder:
         y = self.op("MatMul", [x.name, weight], f"{name}.matmul" if bias else name)
         return Value(self.op("Add", [y, bias], name) if bias else y, x.rank)
 
-    def lstm(self, node: ir.LSTM, x: Value) -> str:
-        n = node.name
-        w, r, b = lstm_weights(*(self.weights[f"{n}.{p}"] for p in ("w_ih", "w_hh", "bias")))
-        # ONNX LSTM's default layout is (T, N, F) in and (T, directions, N, H) out.
-        steps_first = self.op("Transpose", [x.name], f"{n}.in", perm=[1, 0, 2])
-        inputs = [steps_first, self.initializer(f"{n}.W", w), self.initializer(f"{n}.R", r),
-                  self.initializer(f"{n}.B", b)]
-        if self.lengths is not None:
-            # sequence_lens: state is held past each length, as the masked IR LSTM says.
-            inputs.append(self.lengths.name)
-        y = self.op("LSTM", inputs, f"{n}.lstm", hidden_size=node.hidden_size)
-        one = self.initializer(f"{n}.direction_axis", np.array([1], np.int64))
-        y = self.op("Squeeze", [y, one], f"{n}.squeeze")
-        return self.op("Transpose", [y], n, perm=[1, 0, 2])
-
-    def masked_mean(self, node: ir.MeanOverTime, x: Value) -> str:
-        n = node.name
-        time_axis = self.initializer(f"{n}.time_axis", np.array([1], np.int64))
-        if self.lengths is None:   # no mask: every step is valid
-            return self.op("ReduceMean", [x.name, time_axis], n, keepdims=0)
-        # mask[b, t] = t < lengths[b], made in the graph from the lengths input; the step
-        # indices are a constant because shapes are static.
-        steps = self.initializer(f"{n}.steps", np.arange(self.steps, dtype=np.int32))
-        lengths = self.op("Unsqueeze", [self.lengths.name, time_axis], f"{n}.lengths")
-        mask = self.op("Cast", [self.op("Less", [steps, lengths], f"{n}.valid")],
-                       f"{n}.mask", to=TensorProto.FLOAT)
-        feature_axis = self.initializer(f"{n}.feature_axis", np.array([2], np.int64))
-        masked = self.op("Mul", [x.name, self.op("Unsqueeze", [mask, feature_axis],
-                                                f"{n}.mask3")], f"{n}.masked")
-        total = self.op("ReduceSum", [masked, time_axis], f"{n}.sum", keepdims=0)
-        count = self.op("Cast", [lengths], f"{n}.count", to=TensorProto.FLOAT)
-        return self.op("Div", [total, count], n)
+# Every op's method, checked when this module is imported (models.ops.builder_table).
+_TABLE = builder_table(Builder)
 
 
 def build(model: ir.Model, weights: Weights, x_shape: tuple[int, ...],

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from models import ir
 from models.analysis import analyse
+from models.ops import builder_table
 from models.weights import Weights
 
 
@@ -479,6 +480,14 @@ class MaskedMean:
         return tf.reduce_sum(x * _cast(lengths.weight, ctx), axis=1) / _cast(lengths.count, ctx)
 
 
+@dataclass(frozen=True)
+class Near:
+    """The nodes before and after the one being built, within its sequence."""
+
+    previous: ir.Node | None
+    following: ir.Node | None
+
+
 class Builder:
     """Turns IR nodes into layers over tf.Variables and remembers which variable holds
     each canonical parameter (for gradients and fingerprints) and in which layout.
@@ -502,6 +511,7 @@ class Builder:
         self.variables: dict[str, tf.Variable] = {}   # every variable, running statistics too
         self.layouts: dict[str, ParamLayout] = {}
         self.trainable = True
+        self.near = Near(None, None)   # the node being built's neighbours in its sequence
 
     def variable(self, name: str, layout: ParamLayout = AS_IS,
                  trainable: bool = True) -> tf.Variable:
@@ -517,20 +527,53 @@ class Builder:
 
     def sequence(self, nodes: tuple[ir.Node, ...]) -> Sequence:
         layers = []
-        previous: ir.Node | None = None
         for index, node in enumerate(nodes):
-            following = nodes[index + 1] if index + 1 < len(nodes) else None
-            if isinstance(node, ir.Flatten):
-                layers.append(Flatten(nchw=self.layout.channels_last
-                                      and not isinstance(following, ir.Dense)))
-            elif isinstance(node, ir.Dense) and isinstance(previous, ir.Flatten):
-                layers.append(self.dense_layer(node, self.shapes[previous.name][0]))
-            else:
-                layers.append(self.node(node))
-            previous = node
+            # Flatten and Dense read their neighbours (Flatten's docstring).
+            self.near = Near(nodes[index - 1] if index else None,
+                             nodes[index + 1] if index + 1 < len(nodes) else None)
+            layers.append(self.node(node))
         return Sequence(layers)
 
-    def dense_layer(self, node: ir.Dense, flattened: tuple[int, ...] = ()) -> Dense:
+    def node(self, node: ir.Node):
+        method = _TABLE.get(type(node))
+        if method is None:
+            raise TypeError(f"no TensorFlow realisation for {type(node).__name__}")
+        return method(self, node)
+
+    # --- one method per op, in the order of models.ops.OPS --------------------------------
+    def conv2d(self, node: ir.Conv2d) -> Conv2d:
+        (_, *in_hw), (_, *out_hw) = self.shapes[node.name]
+        padding, explicit = window_padding(tuple(in_hw), tuple(out_hw), node.kernel,
+                                           node.stride, node.padding)
+        # OIHW -> HWIO (TensorFlow's filter layout; I is the per-group input depth).
+        return Conv2d(self.variable(f"{node.name}.weight", ParamLayout(conv=True)),
+                      self.variable(f"{node.name}.bias") if node.bias else None,
+                      node.stride, padding, explicit, self.layout, node.groups,
+                      self.split_groups)
+
+    def pool2d(self, node: ir.Pool2d) -> Pool2d:
+        (_, *in_hw), (_, *out_hw) = self.shapes[node.name]
+        return Pool2d(node, tuple(in_hw), tuple(out_hw), self.layout)
+
+    def global_avg_pool(self, node: ir.GlobalAvgPool) -> GlobalAvgPool:
+        return GlobalAvgPool(self.layout)
+
+    def activation(self, node: ir.Activation) -> Activation:
+        return Activation(node.kind)
+
+    def lrn(self, node: ir.LRN) -> LRN:
+        return LRN(node, self.layout)
+
+    def batch_norm(self, node: ir.BatchNorm) -> BatchNorm:
+        p = node.name
+        return BatchNorm(self.variable(f"{p}.gamma"), self.variable(f"{p}.beta"),
+                         self.variable(f"{p}.running_mean", trainable=False),
+                         self.variable(f"{p}.running_var", trainable=False), node.eps,
+                         self.layout)
+
+    def dense(self, node: ir.Dense) -> Dense:
+        previous = self.near.previous
+        flattened = self.shapes[previous.name][0] if isinstance(previous, ir.Flatten) else ()
         # Rows in canonical (C, H, W) order -> the (H, W, C) order of NHWC flattening.
         layout = ParamLayout(flattened=tuple(flattened)) \
             if len(flattened) == 3 and self.layout.channels_last else AS_IS
@@ -539,57 +582,43 @@ class Builder:
         self.dense[node.name] = dense
         return dense
 
-    def node(self, node: ir.Node):
-        if isinstance(node, ir.Conv2d):
-            (_, *in_hw), (_, *out_hw) = self.shapes[node.name]
-            padding, explicit = window_padding(tuple(in_hw), tuple(out_hw), node.kernel,
-                                               node.stride, node.padding)
-            # OIHW -> HWIO (TensorFlow's filter layout; I is the per-group input depth).
-            return Conv2d(self.variable(f"{node.name}.weight", ParamLayout(conv=True)),
-                          self.variable(f"{node.name}.bias") if node.bias else None,
-                          node.stride, padding, explicit, self.layout, node.groups,
-                          self.split_groups)
-        if isinstance(node, ir.Pool2d):
-            (_, *in_hw), (_, *out_hw) = self.shapes[node.name]
-            return Pool2d(node, tuple(in_hw), tuple(out_hw), self.layout)
-        if isinstance(node, ir.GlobalAvgPool):
-            return GlobalAvgPool(self.layout)
-        if isinstance(node, ir.Activation):
-            return Activation(node.kind)
-        if isinstance(node, ir.LRN):
-            return LRN(node, self.layout)
-        if isinstance(node, ir.BatchNorm):
-            p = node.name
-            return BatchNorm(self.variable(f"{p}.gamma"), self.variable(f"{p}.beta"),
-                             self.variable(f"{p}.running_mean", trainable=False),
-                             self.variable(f"{p}.running_var", trainable=False), node.eps,
-                             self.layout)
-        if isinstance(node, ir.Dense):
-            return self.dense_layer(node)
-        if isinstance(node, ir.TiedDense):
-            bias = self.variable(f"{node.name}.bias") if node.bias else None
-            return TiedDense(self.dense[node.tied_to], bias)
-        if isinstance(node, ir.Dropout):
-            return Identity()
-        if isinstance(node, ir.Residual):
-            shortcut = self.sequence(node.shortcut) if node.shortcut else None
-            return Residual(self.sequence(node.body), shortcut)
-        if isinstance(node, ir.Concat):
-            return Concat([self.sequence(branch) for branch in node.branches], self.layout)
-        if isinstance(node, ir.Embedding):
-            return Embedding(self.variable(f"{node.name}.table"))
-        if isinstance(node, ir.LSTM):
-            values = self.weights if self.source is None else self.source
-            layer = LSTMLayer(node, values, self.cudnn_lstm, self.policy)
-            if not self.trainable:
-                layer.layer.trainable = False
-            for key, var in layer.variables.items():
-                self.params[f"{node.name}.{key}"] = self.variables[f"{node.name}.{key}"] = var
-                self.layouts[f"{node.name}.{key}"] = AS_IS
-            return layer
-        if isinstance(node, ir.MeanOverTime):
-            return MaskedMean()
-        raise TypeError(f"no TensorFlow realisation for {type(node).__name__}")
+    def tied_dense(self, node: ir.TiedDense) -> TiedDense:
+        bias = self.variable(f"{node.name}.bias") if node.bias else None
+        return TiedDense(self.dense[node.tied_to], bias)
+
+    def dropout(self, node: ir.Dropout) -> Identity:
+        return Identity()
+
+    def flatten(self, node: ir.Flatten) -> Flatten:
+        return Flatten(nchw=self.layout.channels_last
+                       and not isinstance(self.near.following, ir.Dense))
+
+    def residual(self, node: ir.Residual) -> Residual:
+        shortcut = self.sequence(node.shortcut) if node.shortcut else None
+        return Residual(self.sequence(node.body), shortcut)
+
+    def concat(self, node: ir.Concat) -> Concat:
+        return Concat([self.sequence(branch) for branch in node.branches], self.layout)
+
+    def embedding(self, node: ir.Embedding) -> Embedding:
+        return Embedding(self.variable(f"{node.name}.table"))
+
+    def lstm(self, node: ir.LSTM) -> LSTMLayer:
+        values = self.weights if self.source is None else self.source
+        layer = LSTMLayer(node, values, self.cudnn_lstm, self.policy)
+        if not self.trainable:
+            layer.layer.trainable = False
+        for key, var in layer.variables.items():
+            self.params[f"{node.name}.{key}"] = self.variables[f"{node.name}.{key}"] = var
+            self.layouts[f"{node.name}.{key}"] = AS_IS
+        return layer
+
+    def mean_over_time(self, node: ir.MeanOverTime) -> MaskedMean:
+        return MaskedMean()
+
+
+# Every op's method, checked when this module is imported (models.ops.builder_table).
+_TABLE = builder_table(Builder)
 
 
 @dataclass(frozen=True)

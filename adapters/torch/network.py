@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import ir
+from models.ops import builder_table
 from models.weights import Weights
 
 
@@ -159,76 +160,97 @@ class Builder:
         return nn.utils.skip_init(kind, *args, device=self.device, **kwargs)
 
     def node(self, node: ir.Node) -> nn.Module:
+        method = _TABLE.get(type(node))
+        if method is None:
+            raise TypeError(f"no torch realisation for {type(node).__name__}")
+        return method(self, node)
+
+    # --- one method per op, in the order of models.ops.OPS --------------------------------
+    def conv2d(self, node: ir.Conv2d) -> nn.Module:
         w = self.weights
-        if isinstance(node, ir.Conv2d):
-            conv = self._module(nn.Conv2d, node.in_channels, node.out_channels, node.kernel,
-                                node.stride, node.padding, groups=node.groups,
-                                bias=node.bias)
-            self._load(conv.weight, f"{node.name}.weight", w[f"{node.name}.weight"])
-            if node.bias:
-                self._load(conv.bias, f"{node.name}.bias", w[f"{node.name}.bias"])
-            return conv
-        if isinstance(node, ir.Pool2d):
-            if node.kind == "max":
-                return nn.MaxPool2d(node.kernel, node.stride, node.padding,
-                                    ceil_mode=node.ceil_mode)
-            return nn.AvgPool2d(node.kernel, node.stride, 0, ceil_mode=node.ceil_mode)
-        if isinstance(node, ir.GlobalAvgPool):
-            return GlobalAvgPool()
-        if isinstance(node, ir.Activation):
-            # In-place ReLU, as torchvision's models use it.
-            return {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh,
-                    "sigmoid": nn.Sigmoid}[node.kind]()
-        if isinstance(node, ir.LRN):
-            return nn.LocalResponseNorm(node.size, node.alpha, node.beta, node.k)
-        if isinstance(node, ir.BatchNorm):
-            # momentum 0 keeps the running statistics canonical while gradient passes
-            # run in training mode; the update kernel still runs, as in training.
-            bn = nn.BatchNorm2d(node.num_features, eps=node.eps, momentum=0.0,
-                                device=self.device)
-            self._load(bn.weight, f"{node.name}.gamma", w[f"{node.name}.gamma"])
-            self._load(bn.bias, f"{node.name}.beta", w[f"{node.name}.beta"])
-            with torch.no_grad():
-                bn.running_mean.copy_(_tensor(w[f"{node.name}.running_mean"]).to(self.device))
-                bn.running_var.copy_(_tensor(w[f"{node.name}.running_var"]).to(self.device))
-            return bn
-        if isinstance(node, ir.Dense):
-            linear = self._module(nn.Linear, node.in_features, node.out_features,
-                                  bias=node.bias)
-            self._load(linear.weight, f"{node.name}.weight", w[f"{node.name}.weight"],
-                       transposed=True)
-            if node.bias:
-                self._load(linear.bias, f"{node.name}.bias", w[f"{node.name}.bias"])
-            self.linears[node.name] = linear
-            return linear
-        if isinstance(node, ir.TiedDense):
-            bias = _tensor(w[f"{node.name}.bias"]).clone() if node.bias else None
-            tied = TiedLinear(self.linears[node.tied_to], bias)
-            if node.bias:
-                self.params[f"{node.name}.bias"] = tied.bias
-            return tied
-        if isinstance(node, ir.Dropout):
-            return nn.Identity()
-        if isinstance(node, ir.Flatten):
-            return Flatten()
-        if isinstance(node, ir.Residual):
-            shortcut = self.sequence(node.shortcut) if node.shortcut else None
-            return Residual(self.sequence(node.body), shortcut)
-        if isinstance(node, ir.Concat):
-            return Concat([self.sequence(branch) for branch in node.branches])
-        if isinstance(node, ir.Embedding):
-            embedding = self._module(nn.Embedding, node.vocab, node.dim)
-            self._load(embedding.weight, f"{node.name}.table", w[f"{node.name}.table"])
-            return embedding
-        if isinstance(node, ir.LSTM):
-            layer = LSTMLayer(node, w)
-            self.params[f"{node.name}.w_ih"] = layer.lstm.weight_ih_l0
-            self.params[f"{node.name}.w_hh"] = layer.lstm.weight_hh_l0
-            self.params[f"{node.name}.bias"] = layer.lstm.bias_ih_l0
-            return layer
-        if isinstance(node, ir.MeanOverTime):
-            return MaskedMean()
-        raise TypeError(f"no torch realisation for {type(node).__name__}")
+        conv = self._module(nn.Conv2d, node.in_channels, node.out_channels, node.kernel,
+                            node.stride, node.padding, groups=node.groups, bias=node.bias)
+        self._load(conv.weight, f"{node.name}.weight", w[f"{node.name}.weight"])
+        if node.bias:
+            self._load(conv.bias, f"{node.name}.bias", w[f"{node.name}.bias"])
+        return conv
+
+    def pool2d(self, node: ir.Pool2d) -> nn.Module:
+        if node.kind == "max":
+            return nn.MaxPool2d(node.kernel, node.stride, node.padding, ceil_mode=node.ceil_mode)
+        return nn.AvgPool2d(node.kernel, node.stride, 0, ceil_mode=node.ceil_mode)
+
+    def global_avg_pool(self, node: ir.GlobalAvgPool) -> nn.Module:
+        return GlobalAvgPool()
+
+    def activation(self, node: ir.Activation) -> nn.Module:
+        # In-place ReLU, as torchvision's models use it.
+        return {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh,
+                "sigmoid": nn.Sigmoid}[node.kind]()
+
+    def lrn(self, node: ir.LRN) -> nn.Module:
+        return nn.LocalResponseNorm(node.size, node.alpha, node.beta, node.k)
+
+    def batch_norm(self, node: ir.BatchNorm) -> nn.Module:
+        w = self.weights
+        # momentum 0 keeps the running statistics canonical while gradient passes
+        # run in training mode; the update kernel still runs, as in training.
+        bn = nn.BatchNorm2d(node.num_features, eps=node.eps, momentum=0.0, device=self.device)
+        self._load(bn.weight, f"{node.name}.gamma", w[f"{node.name}.gamma"])
+        self._load(bn.bias, f"{node.name}.beta", w[f"{node.name}.beta"])
+        with torch.no_grad():
+            bn.running_mean.copy_(_tensor(w[f"{node.name}.running_mean"]).to(self.device))
+            bn.running_var.copy_(_tensor(w[f"{node.name}.running_var"]).to(self.device))
+        return bn
+
+    def dense(self, node: ir.Dense) -> nn.Module:
+        w = self.weights
+        linear = self._module(nn.Linear, node.in_features, node.out_features, bias=node.bias)
+        self._load(linear.weight, f"{node.name}.weight", w[f"{node.name}.weight"],
+                   transposed=True)
+        if node.bias:
+            self._load(linear.bias, f"{node.name}.bias", w[f"{node.name}.bias"])
+        self.linears[node.name] = linear
+        return linear
+
+    def tied_dense(self, node: ir.TiedDense) -> nn.Module:
+        bias = _tensor(self.weights[f"{node.name}.bias"]).clone() if node.bias else None
+        tied = TiedLinear(self.linears[node.tied_to], bias)
+        if node.bias:
+            self.params[f"{node.name}.bias"] = tied.bias
+        return tied
+
+    def dropout(self, node: ir.Dropout) -> nn.Module:
+        return nn.Identity()
+
+    def flatten(self, node: ir.Flatten) -> nn.Module:
+        return Flatten()
+
+    def residual(self, node: ir.Residual) -> nn.Module:
+        shortcut = self.sequence(node.shortcut) if node.shortcut else None
+        return Residual(self.sequence(node.body), shortcut)
+
+    def concat(self, node: ir.Concat) -> nn.Module:
+        return Concat([self.sequence(branch) for branch in node.branches])
+
+    def embedding(self, node: ir.Embedding) -> nn.Module:
+        embedding = self._module(nn.Embedding, node.vocab, node.dim)
+        self._load(embedding.weight, f"{node.name}.table", self.weights[f"{node.name}.table"])
+        return embedding
+
+    def lstm(self, node: ir.LSTM) -> nn.Module:
+        layer = LSTMLayer(node, self.weights)
+        self.params[f"{node.name}.w_ih"] = layer.lstm.weight_ih_l0
+        self.params[f"{node.name}.w_hh"] = layer.lstm.weight_hh_l0
+        self.params[f"{node.name}.bias"] = layer.lstm.bias_ih_l0
+        return layer
+
+    def mean_over_time(self, node: ir.MeanOverTime) -> nn.Module:
+        return MaskedMean()
+
+
+# Every op's method, checked when this module is imported (models.ops.builder_table).
+_TABLE = builder_table(Builder)
 
 
 def build(model: ir.Model, weights: Weights, device: torch.device | str = "cpu",

@@ -1,0 +1,69 @@
+"""Dense: ``x @ weight + bias`` with an (in, out) weight."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models import ir
+from models.ops.base import (
+    ForwardContext,
+    Op,
+    Shape,
+    ShapeContext,
+    TapeContext,
+    matmul,
+    product_terms,
+)
+from models.params import ParamSpec
+
+
+def shape(node: ir.Dense, shape: Shape, ctx: ShapeContext) -> Shape:
+    if shape != (node.in_features,):
+        ctx.fail(node, f"expects ({node.in_features},) input, got {shape}")
+    return (node.out_features,)
+
+
+def params(node: ir.Dense, ctx: ShapeContext) -> list[ParamSpec]:
+    specs = [ParamSpec(f"{node.name}.weight", (node.in_features, node.out_features),
+                       "he", node.in_features)]
+    if node.bias:
+        specs.append(ParamSpec(f"{node.name}.bias", (node.out_features,), "bias",
+                               node.in_features))
+    return specs
+
+
+def flops(node: ir.Dense, in_shape: Shape, out_shape: Shape, ctx: ShapeContext) -> int:
+    return 2 * node.in_features * node.out_features
+
+
+def forward(node: ir.Dense, x: np.ndarray, ctx: ForwardContext, macs: list[int]) -> np.ndarray:
+    y = matmul(x, ctx.param(f"{node.name}.weight"), macs)
+    return y + ctx.param(f"{node.name}.bias") if node.bias else y
+
+
+def affine_backward(node: ir.Dense | ir.TiedDense, x: np.ndarray, tape: TapeContext):
+    """``x @ w + b`` and its backward, for Dense and for a tied decoder, whose weight is
+    its encoder's transposed and whose weight gradient goes to the encoder."""
+    p, add = node.name, tape.adder(node.name)
+    tied = isinstance(node, ir.TiedDense)
+    w = tape.param(f"{node.tied_to}.weight").T if tied else tape.param(f"{p}.weight")
+    y = x @ w + (tape.param(f"{p}.bias") if node.bias else 0.0)
+
+    def back(dy):
+        flat_x, flat_dy = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
+        dw = flat_x.T @ flat_dy
+        if tied:
+            tape.adder(node.tied_to)("weight", dw.T)
+        else:
+            add("weight", dw)
+        if node.bias:
+            add("bias", flat_dy.sum(axis=0))
+        return dy @ w.T
+    return y, back
+
+
+def backward(node: ir.Dense, x: np.ndarray, need_dx: bool, tape: TapeContext):
+    return affine_backward(node, x, tape)
+
+
+OP = Op(ir.Dense, "dense", shape, forward, backward, params, flops, product_terms)
