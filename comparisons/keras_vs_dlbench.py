@@ -116,7 +116,7 @@ from pathlib import Path
 import numpy as np
 
 from adapters.base import CaseConfig, RunConfig
-from models.googlenet import INCEPTION
+from models.families.googlenet import INCEPTION
 from models.inputs import make_batch
 from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
 from models.weights import canonical_weights

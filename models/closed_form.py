@@ -1,6 +1,6 @@
 """Loss and gradients of a single convolution layer under the "sum" loss, in closed form.
 
-The single-layer benchmarks (``models/conv_layers.py``; convnet-benchmarks' L1–L5 and
+The single-layer benchmarks (``models/families/conv_layers.py``; convnet-benchmarks' L1–L5 and
 Li et al. 2016's sweeps) train one ``Conv2d`` under L = Σ y, so dL/dy = 1 everywhere and
 every quantity the float64 truth needs is linear in box sums of the input. With x_pad the
 zero-padded input, stride s, output size H_out × W_out and

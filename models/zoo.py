@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 
-from models import alexnet, autoencoder, conv_layers, googlenet, lenet, lstm, overfeat, resnet, vgg
+from models.families import alexnet, autoencoder, conv_layers, googlenet, lenet, lstm, overfeat, resnet, vgg
 from models.ir import Model
 
 Factory = Callable[[], Model]
