@@ -39,6 +39,43 @@ class Batch:
         return int(self.x.shape[0])
 
 
+@dataclass(frozen=True)
+class StepMask:
+    """The valid steps of a padded token batch, in every form the adapters' LSTMs and
+    masked means need, computed once here in numpy: each adapter only converts these
+    arrays to its own tensors (models/ops/lstm.py and mean_over_time.py define the
+    semantics: past its length a sequence holds its state and its steps do not count)."""
+
+    lengths: np.ndarray   # int64 (N,): valid steps per sequence
+    valid: np.ndarray     # bool (N, T): step t of sequence n is valid
+    order: np.ndarray     # int64 (N,): the rows, longest first (stable), for packing
+    restore: np.ndarray   # int64 (N,): the inverse permutation of ``order``
+
+    @staticmethod
+    def of(lengths: np.ndarray, steps: int) -> StepMask:
+        lengths = np.asarray(lengths).astype(np.int64)
+        # A stable sort of the negated lengths: longest first, ties in batch order, as
+        # torch.sort(descending=True, stable=True) orders them.
+        order = np.argsort(-lengths, kind="stable")
+        return StepMask(lengths, np.arange(steps)[None, :] < lengths[:, None], order,
+                        np.argsort(order))
+
+    @property
+    def sorted_lengths(self) -> np.ndarray:
+        """int64 (N,): the lengths in ``order``."""
+        return self.lengths[self.order]
+
+    @property
+    def weight(self) -> np.ndarray:
+        """float32 (N, T): ``valid`` as numbers, for a masked sum."""
+        return self.valid.astype(np.float32)
+
+    @property
+    def count(self) -> np.ndarray:
+        """float32 (N,): the divisor of the masked mean."""
+        return self.lengths.astype(np.float32)
+
+
 def head(batch: Batch, count: int) -> Batch:
     """The first ``count`` examples of ``batch``. A token batch keeps its padded length
     (the longest review of the whole batch): padded steps are masked, so each example's

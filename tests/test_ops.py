@@ -7,6 +7,7 @@ import ast
 import typing
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from models import ir, ops
@@ -54,3 +55,15 @@ def test_adapters_define_the_op_methods_in_registry_order(framework):
     names = [op.builder for op in ops.OPS]
     methods = [name for name in _builder_methods(framework) if name in names]
     assert methods == names
+
+
+def test_step_mask_orders_longest_first_and_restores():
+    from models.inputs import StepMask
+
+    mask = StepMask.of(np.array([2, 5, 3, 5, 1], np.int32), 6)
+    assert mask.order.tolist() == [1, 3, 2, 0, 4]      # ties keep batch order
+    assert mask.sorted_lengths.tolist() == [5, 5, 3, 2, 1]
+    assert (mask.order[mask.restore] == np.arange(5)).all()
+    assert mask.valid.shape == (5, 6) and mask.valid.sum(axis=1).tolist() == [2, 5, 3, 5, 1]
+    assert not mask.valid[0, 2] and mask.valid[0, 1]
+    assert mask.weight.dtype == np.float32 and mask.count.tolist() == [2, 5, 3, 5, 1]

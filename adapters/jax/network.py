@@ -20,6 +20,7 @@ import numpy as np
 from jax import lax
 
 from models import ir
+from models.inputs import StepMask
 from models.ops import builder_table
 from models.ops.base import window_output_size
 from models.weights import Weights
@@ -37,9 +38,8 @@ class Lengths(NamedTuple):
 
     @staticmethod
     def of(lengths: np.ndarray, steps: int) -> Lengths:
-        mask = np.arange(steps)[None, :] < lengths[:, None]
-        return Lengths(np.ascontiguousarray(mask.T), mask.astype(np.float32),
-                       lengths.astype(np.float32))
+        mask = StepMask.of(lengths, steps)   # computed once in numpy (models.inputs)
+        return Lengths(np.ascontiguousarray(mask.valid.T), mask.weight, mask.count)
 
 
 @dataclass(frozen=True)

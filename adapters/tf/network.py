@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from models import ir
 from models.analysis import analyse
+from models.inputs import StepMask
 from models.ops import builder_table
 from models.weights import Weights
 
@@ -37,9 +38,9 @@ class Lengths(NamedTuple):
 
     @staticmethod
     def of(lengths: np.ndarray, steps: int) -> Lengths:
-        mask = np.arange(steps)[None, :] < lengths[:, None]
-        return Lengths(tf.constant(mask), tf.constant(mask[:, :, None], tf.float32),
-                       tf.constant(lengths[:, None], tf.float32))
+        mask = StepMask.of(lengths, steps)   # computed once in numpy (models.inputs)
+        return Lengths(tf.constant(mask.valid), tf.constant(mask.weight[:, :, None]),
+                       tf.constant(mask.count[:, None]))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import ir
+from models.inputs import StepMask
 from models.ops import builder_table
 from models.weights import Weights
 
@@ -36,11 +37,12 @@ class Lengths:
 
     @staticmethod
     def of(lengths: np.ndarray, steps: int, device: torch.device) -> Lengths:
-        host = torch.from_numpy(lengths.astype(np.int64))
-        sorted_host, order = torch.sort(host, descending=True, stable=True)
-        mask = (torch.arange(steps)[None, :] < host[:, None]).float()
-        return Lengths(sorted_host, order.to(device), torch.argsort(order).to(device),
-                       mask.to(device), host.float().to(device))
+        mask = StepMask.of(lengths, steps)   # computed once in numpy (models.inputs)
+        return Lengths(torch.from_numpy(mask.sorted_lengths),
+                       torch.from_numpy(mask.order).to(device),
+                       torch.from_numpy(mask.restore).to(device),
+                       torch.from_numpy(mask.weight).to(device),
+                       torch.from_numpy(mask.count).to(device))
 
 
 class Sequence(nn.Module):
