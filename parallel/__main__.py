@@ -18,6 +18,7 @@ from pathlib import Path
 
 from parallel.runner import ScalingRequest, ScalingRunner
 from parallel.spec import PRECISIONS, SUITES_DIR, RankSpec, ScalingSuiteError, load
+from suites.rows.results import RowsFileError
 
 FRAMEWORKS = ("torch", "jax", "tf", "ort")
 
@@ -99,13 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     except ScalingSuiteError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    return ScalingRunner(ScalingRequest(suite, args.framework, args.device, args.out,
-                                        args.resume, args.seed, max_devices=args.max_devices,
-                                        hosts=args.hosts, models=args.models,
-                                        precisions=args.precisions,
-                                        device_counts=args.devices,
-                                        plan_only=args.plan,
-                                        compile_cache=args.compile_cache)).run()
+    try:
+        return ScalingRunner(ScalingRequest(suite, args.framework, args.device, args.out,
+                                            args.resume, args.seed, max_devices=args.max_devices,
+                                            hosts=args.hosts, models=args.models,
+                                            precisions=args.precisions,
+                                            device_counts=args.devices,
+                                            plan_only=args.plan,
+                                            compile_cache=args.compile_cache)).run()
+    except RowsFileError as error:   # a torn or corrupt published file, read for the plan
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from parallel.spec import SUITES_DIR, ScalingCase
 from suites.matrix.estimate import Estimate
-from suites.rows.results import json_lines
+from suites.rows.results import json_lines, rows_files
 from suites.rows.scaling import Key, row_key
 
 MEASURE = "data_parallel"
@@ -45,9 +45,9 @@ def history(folders: Iterable[Path], device_name: str | None
     for folder in folders:
         if not folder.exists():
             continue
-        # Results files sit at <suite>/<host>/<framework>_<device>.jsonl: only scaling
-        # suites' folders are read (a matrix folder holds hundreds of other rows).
-        for path in sorted(p for p in folder.rglob("*.jsonl") if scaling_folder(p)):
+        # Results files sit at <suite>/<host>/<framework>_<device>.jsonl (.gz in published/):
+        # only scaling suites' folders are read (a matrix folder holds hundreds of other rows).
+        for path in (p for p in rows_files(folder) if scaling_folder(p)):
             for row in json_lines(path):
                 key = row_key(row) if row.get("measure") == MEASURE else None
                 if key is None or not row.get("wall_s"):

@@ -1,5 +1,5 @@
-"""``python -m reports [DIR ...] [--out DIR]``: read every ``*.jsonl`` under the given
-directories (default ``results/``) and write the report to ``--out`` (default ``report/``):
+"""``python -m reports [DIR ...] [--out DIR]``: read every ``*.jsonl`` and ``*.jsonl.gz``
+under the given directories (default ``results/``) and write the report to ``--out`` (default ``report/``):
 report.md, report.html, summary.txt, results_tidy.csv, ratios.json, plots/.
 Prints the plain-text summary on stdout. Bad input: one line on stderr, exit code 2.
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports.pipeline.cells import DEVICE_NOTE, MARK_NOTES, MISSING, mark_notes
+from reports.pipeline.load import InputError
 from reports.pipeline.naming import parse_conv
 from reports.render.table import Table, to_markdown
 
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         changed = rewrite(args.readme, folders)
-    except (ReadmeError, OSError) as error:
+    except (ReadmeError, InputError, OSError) as error:   # InputError: a row file unreadable
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"{args.readme}: headline tables {'rewritten' if changed else 'unchanged'}")

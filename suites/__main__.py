@@ -17,10 +17,10 @@ from pathlib import Path
 from adapters.registry import load_registry
 from suites.harness.runner import Runner, RunRequest
 from suites.harness.spec import SUITES_DIR, SuiteError, check_case_timeout, load_suite, resolve_suite_path
-from suites.rows.results import OutputError
+from suites.rows.results import OutputError, RowsFileError
 from suites.stats.between_runs import load_earlier
 
-EARLIER_HELP = ("earlier results of this machine model (folders or .jsonl files): each "
+EARLIER_HELP = ("earlier results of this machine model (folders, .jsonl or .jsonl.gz files): each "
                 "case's spread over them and this run widens its interval to cover a re-run "
                 "(suites/stats/between_runs.py)")
 
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             suite = load_suite(path, load_registry())
             print(f"{suite.name:<24} {suite.description}")
         return 0
-    except (SuiteError, OutputError) as error:
+    except (SuiteError, OutputError, RowsFileError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

@@ -248,10 +248,12 @@ def test_a_published_scaling_folder_says_which_gpu_counts_were_not_run(tmp_path)
     (folder / "jax_gpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[2:]))
     text = inventory(tmp_path)
     lines = text.splitlines()
-    assert "| torch | fp32 | resnet50 | weak | 64/GPU | 95.2% (75% ovl.) | not run | not run |" \
-        in lines
-    assert "| jax | fp32 | resnet50 | weak | 64/GPU | failed | not run | not run |" in lines
+    # One line per case, one column per framework (jax, torch), a cell per GPU count run.
+    assert "| resnet50 | weak | 64/GPU | fp32 | failed | 95.2% |" in lines
+    assert "Each cell: N = 2. Not run: N = 4, 8 (no row of this folder has it)." in lines
     assert "report/plots/scaling-efficiency.png" in text
+    # A scaling suite runs through python -m parallel, not a framework's nox session.
+    assert "    python -m parallel run scaling --framework torch --device gpu" in lines
     # The runs a scaling folder lacks are its own suite's, not the default suites'.
     missing = next(line for line in lines if line.startswith("Not in this folder"))
     assert "scaling ort gpu" in missing and "default-gpu" not in missing

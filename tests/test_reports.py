@@ -884,34 +884,43 @@ def test_a_matrix_folder_lacks_the_default_and_seed_suites_it_does_not_hold():
     assert all(device == "gpu" for _, _, device in missing)
 
 
-def test_publish_copies_rows_byte_for_byte_and_counts_them(tmp_path):
+def test_publish_stores_rows_byte_for_byte_gzipped_and_counts_them(tmp_path):
+    import gzip
     target = published_reference(tmp_path)
-    copied = target / "default-gpu" / "gpubox" / "torch_gpu.jsonl"
-    assert copied.read_bytes() == (tmp_path / "gpu-results" / "default-gpu" / "gpubox"
-                                   / "torch_gpu.jsonl").read_bytes()
+    stored = target / "default-gpu" / "gpubox" / "torch_gpu.jsonl.gz"
+    assert not stored.with_suffix("").exists()
+    assert gzip.decompress(stored.read_bytes()) == (
+        tmp_path / "gpu-results" / "default-gpu" / "gpubox" / "torch_gpu.jsonl").read_bytes()
     readme = (target / "README.md").read_text()
     total = len(fx.gpu_rows())
     assert f"{total} rows in 1 files" in readme
     assert "NVIDIA H100 80GB HBM3" in readme
     assert "    nox -s torch_gpu -- test\n" in readme and "    nox -s jax_gpu -- test\n" in readme
+    assert f"    python -m reports results {target.as_posix()} --out report\n" in readme
     # A folder of other suites than the matrix's: the runs it lacks are its own suite's.
     missing = readme.split("Not in this folder", 1)[1].split(".\n", 1)[0]
     assert "this folder's suites" in missing and "test ort gpu" in missing
     assert "default-gpu" not in missing and "torch" not in missing and "jax" not in missing
     assert "cpu" not in missing.replace("gpu", "")   # only devices present
     # text outside the generated block survives a second run; the block is rewritten
-    (target / "README.md").write_text(readme.replace("TODO: anything else", "Set up by hand"))
+    (target / "README.md").write_text(readme.replace("TODO: the machine", "Set up by hand"))
     from reports import publish
     assert publish.main([str(tmp_path / "gpu-results"), "--to", str(target)]) == 0
     again = (target / "README.md").read_text()
     assert "Set up by hand" in again and again.count(publish.BEGIN) == 1
     assert publish.main(["--to", str(target)]) == 0      # refresh only: nothing copied
     assert (target / "README.md").read_text() == again
+    # Publishing the same rows again gives the same bytes (no time stamp, no file name).
+    before = stored.read_bytes()
+    assert publish.main([str(tmp_path / "gpu-results"), "--to", str(target)]) == 0
+    assert stored.read_bytes() == before
+    assert before[3] == 0 and before[4:8] == bytes(4)   # FLG: no FNAME; MTIME 0 (RFC 1952)
 
 
 def test_publish_names_one_commit_once_and_no_unknown_beside_a_known_version(tmp_path):
-    """Rows name a commit at 7 or 12 digits, and an unsupported case refused before the
-    framework loaded knows no version: the README lists one commit and one version."""
+    """Rows written before the runner wrote the full hash name a commit at 7 or 12 digits,
+    and an unsupported case refused before the framework loaded knows no version: the
+    README lists one commit, by its longest name, and one version."""
     from reports.publish import inventory
 
     rows = [dict(r) for r in fx.gpu_rows() if r["settings"]["framework"] == "torch"][:3]
@@ -923,7 +932,7 @@ def test_publish_names_one_commit_once_and_no_unknown_beside_a_known_version(tmp
     folder.mkdir(parents=True)
     fx._write(folder / "torch_gpu.jsonl", rows)
     block = inventory(tmp_path / "pub")
-    assert "- dlbench commits: 4eed417-dirty, e8a67b2\n" in block
+    assert "- dlbench commits: 4eed41701e72-dirty, e8a67b2c5094\n" in block
     version = rows[0]["env"]["framework_version"]
     assert f"- Frameworks: torch {version}\n" in block and "?" not in block.split(
         "- Frameworks:")[1].split("\n")[0]

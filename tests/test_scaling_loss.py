@@ -95,7 +95,7 @@ def test_only_cases_below_ninety_percent_are_explained():
     assert [row for row, _ in explained] == [TWO]
 
 
-def test_a_published_folder_lists_the_split(tmp_path):
+def test_a_published_folder_counts_the_cases_below_target(tmp_path):
     from reports.publish import inventory
 
     folder = tmp_path / "scaling" / "h"
@@ -103,13 +103,11 @@ def test_a_published_folder_lists_the_split(tmp_path):
     (folder / "torch_gpu.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in (BASELINE, TWO)))
     lines = inventory(tmp_path).splitlines()
-    efficiency, split = [line for line in lines
-                         if line.startswith("| torch | bf16 | resnet50 | strong")]
-    assert efficiency.split(" | ")[5] == "61.0% (50% ovl.)"
-    row = split
-    assert row.split(" | ")[4:12] == ["64 in all", "2", "61.0%", "24.60", "15.00", "+9.60",
-                                      "+4.70", "+4.90"]
-    assert row.endswith("GPU idle (launch gaps, host work) |")
+    efficiency = next(line for line in lines if line.startswith("| resnet50 | strong"))
+    assert efficiency.split(" | ")[4:] == ["61.0% |"]
+    # The README counts them; their split is the report's table.
+    assert "1 case below 90%: where their step time goes is the report's 'Below 90%' " \
+        "table." in lines
 
 
 def test_a_trace_with_the_nccl_total_only_keeps_the_timed_split():

@@ -1,10 +1,12 @@
-"""Reading result files: every ``*.jsonl`` under the given paths, one JSON object a line.
+"""Reading result files: every ``*.jsonl`` and ``*.jsonl.gz`` under the given paths, one
+JSON object a line, through ``suites.rows.results`` (the one reader of rows).
 
 Rows are written by ``suites/rows/results.py`` (append + fsync per row), so the one expected
 damage is a torn last line after a crash; it is skipped with a warning. A crash followed by
 ``--resume`` can glue the next row onto the torn one (the writer appends after the partial
 line), so an invalid line that contains a later ``{"schema"`` start is recovered from there.
-A row of an unknown schema version is refused: its fields may mean something else.
+A row of an unknown schema version is refused: its fields may mean something else, and so
+is a torn or corrupt gzip file (published/ stores rows gzipped): none of its rows is sure.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reports import SUPPORTED_SCHEMA
+from suites.rows.results import RowsFileError, read_text, rows_files
 
 REQUIRED = ("model", "batch", "measure", "settings", "status")
 SETTINGS_REQUIRED = ("framework", "device", "precision", "variant", "threads")
@@ -54,7 +57,7 @@ def find_files(paths: Sequence[Path]) -> tuple[Path, ...]:
         if path.is_file():
             files.append(path)
         else:
-            files.extend(sorted(p for p in path.rglob("*.jsonl") if p.is_file()))
+            files.extend(rows_files(path))
     return tuple(dict.fromkeys(files))
 
 
@@ -96,7 +99,9 @@ def read_file(path: Path, first_order: int) -> tuple[list[RawRow], list[str]]:
     rows: list[RawRow] = []
     warnings: list[str] = []
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_text(path)
+    except RowsFileError as exc:
+        raise InputError(str(exc)) from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     lines = text.splitlines()
@@ -122,7 +127,7 @@ def load(paths: Sequence[Path]) -> Loaded:
     files = find_files(paths)
     shown = ", ".join(str(p) for p in paths)
     if not files:
-        raise InputError(f"no *.jsonl result files under {shown}")
+        raise InputError(f"no *.jsonl result files under {shown} (plain or .gz)")
     rows: list[RawRow] = []
     warnings: list[str] = []
     for path in files:

@@ -159,27 +159,10 @@ def loss_table(rows: list[dict[str, Any]]) -> Table | None:
                  LOSS_HEADERS, body, (False,) * 7 + (True,) * 9 + (False,), notes=LOSS_NOTES)
 
 
-def loss_summary(rows: list[dict[str, Any]]) -> list[str]:
-    """The same split as a Markdown table for a published folder's README."""
-    explained = below_target([r for r in latest_rows(rows) if r["settings"]["device"] == "gpu"])
-    if not explained:
-        return []
-    headers = [h for h in LOSS_HEADERS if h != "Hardware"]
-    lines = ["| " + " | ".join(headers) + " |",
-             "|:---|:---|:---|:---|---:|---:|" + "---:|" * 9 + ":---|"]
-    for row, loss in sorted(explained, key=lambda pair: _order(pair[0])):
-        cells = list(_loss_cells(row, loss))
-        del cells[LOSS_HEADERS.index("Hardware")]
-        if loss.trace_note and loss.idle_ms is None:
-            cells[-1] += f" ({loss.trace_note})"
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def _order(row: dict[str, Any]) -> tuple:
-    s = row["scaling"]
-    return (row["settings"]["framework"], row["settings"]["precision"], row["model"],
-            s["mode"], s["base_batch"], s["devices"])
+def below_count(rows: list[dict[str, Any]]) -> int:
+    """How many GPU cases fall below the target, for a published folder's README (their
+    split is the report's 'Below 90%' table)."""
+    return len(below_target([r for r in latest_rows(rows) if r["settings"]["device"] == "gpu"]))
 
 
 def interconnect_lines(rows: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -282,35 +265,38 @@ def _summary_cell(row: dict[str, Any] | None) -> str:
         return "not run"
     if row["status"] != "ok":
         return row["status"]
-    s = row["scaling"]
-    text = percent(s.get("efficiency"))
-    kernels = s.get("communication_kernels") or {}
-    if kernels.get("overlap_share") is not None and not trace_problem(row):
-        text += f" ({kernels['overlap_share']:.0%} ovl.)"
-    return text
+    return percent(row["scaling"].get("efficiency"))
 
 
 def efficiency_summary(rows: list[dict[str, Any]]) -> list[str]:
-    """A Markdown table for a published folder's README: efficiency at each GPU count per
-    framework, precision, model, mode and batch; 'not run' where no row has that count."""
+    """A compact Markdown table for a published folder's README: one line per model, mode,
+    batch and precision, one column per framework, each cell the efficiency at every GPU
+    count some row of the folder has ('not run' where this case lacks it), then one line
+    naming the published counts (``PUBLISHED_COUNTS``) no row has. The report's
+    'Data-parallel scaling' section has the full table, with the NCCL overlap."""
     gpu = [r for r in latest_rows(rows) if r["settings"]["device"] == "gpu"]
     if not gpu:
         return []
-    counts = sorted(set(PUBLISHED_COUNTS) | {r["scaling"]["devices"] for r in gpu} - {1})
-    groups: dict[tuple, dict[int, dict[str, Any]]] = defaultdict(dict)
+    counts = sorted({r["scaling"]["devices"] for r in gpu} - {1})
+    frameworks = sorted({r["settings"]["framework"] for r in gpu})
+    groups: dict[tuple, dict[tuple[str, int], dict[str, Any]]] = defaultdict(dict)
     for row in gpu:
         s = row["scaling"]
-        key = (row["settings"]["framework"], row["settings"]["precision"], row["model"],
-               s["mode"], s["base_batch"])
         if s["devices"] == 1:
             continue
-        groups[key][s["devices"]] = row
-    lines = ["| Framework | Precision | Model | Mode | Batch | "
-             + " | ".join(f"N = {n}" for n in counts) + " |",
-             "|:---|:---|:---|:---|---:|" + "---:|" * len(counts)]
+        key = (row["model"], s["mode"], s["base_batch"], row["settings"]["precision"])
+        groups[key][(row["settings"]["framework"], s["devices"])] = row
+    shown = " / ".join(f"N = {n}" for n in counts)
+    lines = ["| Model | Mode | Batch | Precision | " + " | ".join(frameworks) + " |",
+             "|:---|:---|---:|:---|" + "---:|" * len(frameworks)]
     for key in sorted(groups):
-        framework, precision, model, mode, batch = key
+        model, mode, batch, precision = key
         label = batch_label({"base_batch": batch, "mode": mode})
-        lines.append(f"| {framework} | {precision} | {model} | {mode} | {label} | "
-                     + " | ".join(_summary_cell(groups[key].get(n)) for n in counts) + " |")
+        cells = (" / ".join(_summary_cell(groups[key].get((fw, n))) for n in counts)
+                 for fw in frameworks)
+        lines.append(f"| {model} | {mode} | {label} | {precision} | " + " | ".join(cells) + " |")
+    absent = [n for n in PUBLISHED_COUNTS if n not in counts]
+    lines += ["", f"Each cell: {shown}." + (
+        f" Not run: N = {', '.join(map(str, absent))} (no row of this folder has it)."
+        if absent else "")]
     return lines

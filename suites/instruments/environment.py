@@ -66,12 +66,13 @@ def gpu_driver() -> str | None:
 
 @cache
 def dlbench_commit() -> str:
-    """The checkout's commit, with '-dirty' for local changes; DLBENCH_COMMIT overrides
-    it where the tree travels without its .git (a copied working tree)."""
+    """The checkout's commit by its full hash (40 hex digits: a short one may name two
+    commits as the history grows), with '-dirty' for local changes; DLBENCH_COMMIT
+    overrides it where the tree travels without its .git (a copied working tree)."""
     if os.environ.get("DLBENCH_COMMIT"):
         return os.environ["DLBENCH_COMMIT"]
     try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO,
+        head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=REPO,
                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                capture_output=True, text=True, timeout=10).stdout.strip()

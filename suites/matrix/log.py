@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from suites.rows.results import json_lines, stamped_at
+from suites.rows.results import files_under, json_lines, stamped_at
 
 
 def log_path(out: Path, host: str, device: str) -> Path:
@@ -50,10 +50,11 @@ def append(path: Path, record: dict[str, Any]) -> None:
 
 
 def load(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Every record of the given logs (or of the logs under the given folders)."""
+    """Every record of the given logs (or of the logs under the given folders, plain or
+    gzipped as published/ stores them)."""
     records = []
     for path in paths:
-        files = [path] if path.is_file() else sorted(path.rglob("costs-*.ndjson")) \
+        files = [path] if path.is_file() else files_under(path, "costs-*.ndjson") \
             if path.exists() else []
         for file in files:
             records.extend(json_lines(file))

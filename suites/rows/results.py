@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import json
 import math
 import os
+import zlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -270,15 +272,40 @@ class ResultsFile:
             os.close(fd)
 
 
+# Result rows are JSON Lines: ``*.jsonl`` as the runner appends them, ``*.jsonl.gz`` as
+# published/ stores them (compressed, deterministic: ``gz_bytes``). Every reader of rows
+# finds them with ``rows_files`` and reads them with ``json_lines``/``read_text``, so both
+# forms read alike; the matrix's cost logs (``costs-*.ndjson``) likewise.
+ROWS = "*.jsonl"
+GZ = ".gz"
+
+
+class RowsFileError(ValueError):
+    """A results file (or cost log) that cannot be read whole: a torn or corrupt gzip file.
+    The message is one line that names the file; the CLIs print it and exit with 2."""
+
+
+def files_under(folder: Path, pattern: str) -> list[Path]:
+    """The files under ``folder`` whose names match ``pattern`` (``*.jsonl``), plain or
+    gzipped (``pattern`` + ``.gz``), sorted by path."""
+    return sorted({p for glob in (pattern, pattern + GZ) for p in folder.rglob(glob)
+                   if p.is_file()})
+
+
+def rows_files(folder: Path) -> list[Path]:
+    """The results files under ``folder``: ``*.jsonl`` and ``*.jsonl.gz``."""
+    return files_under(folder, ROWS)
+
+
 def results_files(folders: Iterable[Path]) -> list[Path]:
-    """The results files under ``folders`` (each a folder searched for ``*.jsonl``, or one
-    file), those missing left out; a ``--rounds`` run's round files are its parts, not runs
-    of their own (suites/harness/rounds.py), and are left out too."""
+    """The results files under ``folders`` (each a folder searched for ``*.jsonl`` and
+    ``*.jsonl.gz``, or one file), those missing left out; a ``--rounds`` run's round files
+    are its parts, not runs of their own (suites/harness/rounds.py), and are left out too."""
     found = []
     for folder in folders:
         if not folder.exists():
             continue
-        files = [folder] if folder.is_file() else sorted(folder.rglob("*.jsonl"))
+        files = [folder] if folder.is_file() else rows_files(folder)
         found += [path for path in files if ".round" not in path.name]
     return found
 
@@ -292,13 +319,48 @@ def stamped_at(record: dict[str, Any]) -> float | None:
         return None
 
 
+def read_bytes(path: Path) -> bytes:
+    """A JSON Lines file's bytes, decompressed where its name ends in ``.gz``. A gzip file
+    that is torn (cut short) or corrupt raises ``RowsFileError``: unlike a plain file's torn
+    last line, no row of it can be trusted to be whole."""
+    data = path.read_bytes()
+    if not path.name.endswith(".gz"):
+        return data
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise RowsFileError(f"{path}: torn gzip file (it ends before its end marker); "
+                            "restore it from git or from the run's results") from None
+    except (OSError, zlib.error) as error:
+        raise RowsFileError(f"{path}: corrupt gzip file ({error}); restore it from git or "
+                            "from the run's results") from None
+
+
+def read_text(path: Path) -> str:
+    """A JSON Lines file's text (``read_bytes``), undecodable bytes replaced."""
+    return read_bytes(path).decode("utf-8", errors="replace")
+
+
+def gz_bytes(data: bytes) -> bytes:
+    """``data`` gzip-compressed so that the same data give the same bytes: no file name and
+    a zero time stamp in the header (RFC 1952 2.3.1), the best compression."""
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def write_gz(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as ``gz_bytes`` (a published ``*.jsonl.gz``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gz_bytes(data))
+
+
 def json_lines(path: Path) -> list[Any]:
-    """Every readable JSON value of a JSON Lines file (results, the matrix's cost log), in
-    order; a torn or unreadable line is skipped, a missing file has none."""
+    """Every readable JSON value of a JSON Lines file, plain or gzipped (results, the
+    matrix's cost log), in order; a torn or unreadable line is skipped, a missing file has
+    none, a torn or corrupt gzip file raises ``RowsFileError``."""
     if not path.exists():
         return []
     values = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in read_text(path).splitlines():
         try:
             values.append(json.loads(line))
         except json.JSONDecodeError:

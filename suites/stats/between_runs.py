@@ -84,7 +84,8 @@ def _centre(row: dict[str, Any]) -> float | None:
 
 def load_earlier(folders: Iterable[Path], machine: Machine) -> EarlierRuns:
     """The centres of every timed ``ok`` row of ``machine``'s model under ``folders``
-    (``*.jsonl``; round files are a run's parts, not runs), each row once, oldest first."""
+    (``*.jsonl``, ``*.jsonl.gz``; round files are a run's parts, not runs), each row once,
+    oldest first."""
     found: dict[tuple[str, str, str], float] = {}   # (case id, host, start) → centre
     for path in results_files(folders):
         for row in json_lines(path):

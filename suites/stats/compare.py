@@ -1,6 +1,6 @@
 """Do two or three runs of the same suite agree? ``python -m suites compare RUN1 RUN2 [RUN3]``
 
-Each RUN is a results folder (every ``*.jsonl`` under it) or one results file. Cases are
+Each RUN is a results folder (every ``*.jsonl`` or ``*.jsonl.gz`` under it) or one results file. Cases are
 matched by case id (suite, framework, device, model, batch, measure, precision, variant,
 threads: no host name, so runs from two hosts match). For run 1 against each later run it
 prints, by the first run's median (< 1 ms, 1-5 ms, >= 5 ms), the share of cases whose
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from models.measures import TRANSFERS, device_exceeds_wall
-from suites.rows.results import DEVICE_TIME, json_lines
+from suites.rows.results import DEVICE_TIME, RowsFileError, json_lines, rows_files
 
 BANDS = (("< 1 ms", 0.0, 1.0), ("1-5 ms", 1.0, 5.0), (">= 5 ms", 5.0, math.inf))
 TOLERANCES = (0.03, 0.05, 0.10)
@@ -113,7 +113,7 @@ def load_run(path: Path) -> dict[str, Timed]:
     its device median where the run has one."""
     if not path.exists():
         raise CompareError(f"no results at {path}")
-    files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+    files = rows_files(path) if path.is_dir() else [path]
     rows: dict[str, Timed] = {}
     device: dict[str, float] = {}
     for file in files:
@@ -473,7 +473,7 @@ def main(paths: list[Path]) -> int:
         return 2
     try:
         loaded = [load_run(path) for path in paths]
-    except CompareError as error:
+    except (CompareError, RowsFileError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(render(paths, loaded))
