@@ -148,16 +148,23 @@ def shown_path(folder: Path) -> str:
 
 def rerun_lines(keys: list[tuple[str, str, str]]) -> list[str]:
     """The commands that run a folder's suites again: the data-parallel suites through
-    ``python -m parallel``, the others through each framework's nox session."""
+    ``python -m parallel``, one framework after another; the others through the matrix, one
+    line per device (``nox -s matrix`` installs each framework's virtualenv)."""
     from parallel.spec import SUITES_DIR as SCALING_DIR
 
     lines = []
-    for suite in sorted({k[0] for k in keys}):
-        runs = sorted({(framework, device) for s, framework, device in keys if s == suite})
-        for framework, device in runs:
-            lines.append(f"    python -m parallel run {suite} --framework {framework} --device "
-                         f"{device}" if (SCALING_DIR / f"{suite}.toml").exists()
-                         else f"    nox -s {framework}_{device} -- {suite}")
+    for device in sorted({k[2] for k in keys}):
+        mine = [k for k in keys if k[2] == device]
+        scaling = sorted({(s, fw) for s, fw, _ in mine if (SCALING_DIR / f"{s}.toml").exists()})
+        for suite in sorted({suite for suite, _ in scaling}):
+            names = " ".join(fw for s, fw in scaling if s == suite)
+            lines.append(f"    for fw in {names}; do python -m parallel run {suite} "
+                         f"--framework $fw --device {device}; done")
+        rest = [k for k in mine if k[:2] not in scaling]
+        if rest:
+            lines.append(f"    nox -s matrix -- --device {device} --frameworks "
+                         + " ".join(sorted({fw for _, fw, _ in rest})) + " --suites "
+                         + " ".join(sorted({s for s, _, _ in rest})))
     return lines
 
 
@@ -220,13 +227,13 @@ def inventory(target: Path) -> str:
         below = below_count(rows)
         lines += ["", "Scaling efficiency (weak: t₁/t_N at a fixed batch per GPU; strong: "
                   "t₁/(N·t_N) at a fixed global batch; the NCCL overlap and the full table "
-                  "in the report's 'Data-parallel scaling' section):", "", *scaling, "",
+                  "in the report's 'Data-parallel scaling' section):", "", *scaling,
                   f"{below} case{'s' if below != 1 else ''} below {EXPLAIN_BELOW:.0%}: where "
                   "their step time goes is the report's 'Below 90%' table.", "",
                   "![Scaling efficiency against the number of GPUs]"
                   "(report/plots/scaling-efficiency.png)"]
     folder = shown_path(target)
-    lines += ["", "Run the same suites (`--no-venv` where the frameworks are installed):", "",
+    lines += ["", "Run the same suites:", "",
               *rerun_lines(keys), "",
               "Compare your results folder with this one (section 'Compared with the "
               "reference' of report/report.md):", "",

@@ -253,7 +253,8 @@ def test_a_published_scaling_folder_says_which_gpu_counts_were_not_run(tmp_path)
     assert "Each cell: N = 2. Not run: N = 4, 8 (no row of this folder has it)." in lines
     assert "report/plots/scaling-efficiency.png" in text
     # A scaling suite runs through python -m parallel, not a framework's nox session.
-    assert "    python -m parallel run scaling --framework torch --device gpu" in lines
+    assert "    for fw in jax torch; do python -m parallel run scaling --framework $fw " \
+        "--device gpu; done" in lines
     # The runs a scaling folder lacks are its own suite's, not the default suites'.
     missing = next(line for line in lines if line.startswith("Not in this folder"))
     assert "scaling ort gpu" in missing and "default-gpu" not in missing

@@ -895,7 +895,7 @@ def test_publish_stores_rows_byte_for_byte_gzipped_and_counts_them(tmp_path):
     total = len(fx.gpu_rows())
     assert f"{total} rows in 1 files" in readme
     assert "NVIDIA H100 80GB HBM3" in readme
-    assert "    nox -s torch_gpu -- test\n" in readme and "    nox -s jax_gpu -- test\n" in readme
+    assert "    nox -s matrix -- --device gpu --frameworks jax torch --suites test\n" in readme
     assert f"    python -m reports results {target.as_posix()} --out report\n" in readme
     # A folder of other suites than the matrix's: the runs it lacks are its own suite's.
     missing = readme.split("Not in this folder", 1)[1].split(".\n", 1)[0]

@@ -292,11 +292,14 @@ def efficiency_summary(rows: list[dict[str, Any]]) -> list[str]:
     for key in sorted(groups):
         model, mode, batch, precision = key
         label = batch_label({"base_batch": batch, "mode": mode})
-        cells = (" / ".join(_summary_cell(groups[key].get((fw, n))) for n in counts)
-                 for fw in frameworks)
+        cells = []
+        for fw in frameworks:
+            texts = [_summary_cell(groups[key].get((fw, n))) for n in counts]
+            same = len(set(texts)) == 1 and not texts[0].endswith("%")   # "unsupported"
+            cells.append(texts[0] if same else " / ".join(texts))
         lines.append(f"| {model} | {mode} | {label} | {precision} | " + " | ".join(cells) + " |")
     absent = [n for n in PUBLISHED_COUNTS if n not in counts]
     lines += ["", f"Each cell: {shown}." + (
         f" Not run: N = {', '.join(map(str, absent))} (no row of this folder has it)."
-        if absent else "")]
+        if absent else "")]   # the caller's next line continues this paragraph
     return lines
