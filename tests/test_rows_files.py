@@ -14,6 +14,7 @@ import pytest
 from suites.instruments import environment
 from suites.rows.results import (
     RowsFileError,
+    files_under,
     gz_bytes,
     json_lines,
     read_text,
@@ -143,3 +144,21 @@ def test_the_runner_names_its_commit_by_the_full_hash(monkeypatch):
     if commit == "unknown":
         pytest.skip("no git checkout here")
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit), commit
+
+
+def test_every_published_row_names_its_commit_by_the_full_hash():
+    published = Path(__file__).resolve().parent.parent / "published"
+    files = rows_files(published)
+    assert files and all(p.name.endswith(".jsonl.gz") for p in files)
+    full = re.compile(r"[0-9a-f]{40}")
+    rows = 0
+    for path in files:
+        for row in json_lines(path):
+            rows += 1
+            commit = (row.get("env") or {}).get("dlbench_commit")
+            assert commit and full.fullmatch(commit), (path, commit)
+    assert rows > 7000
+    # The matrix's cost logs name the same commits.
+    for path in files_under(published, "costs-*.ndjson"):
+        for record in json_lines(path):
+            assert full.fullmatch(record.get("commit") or ""), (path, record.get("commit"))
