@@ -142,16 +142,16 @@ NO_DEVICE_WORK = ("the step did no work on the GPU: CUPTI recorded no kernel, co
 # there can choose other kernels. Seen: TensorFlow's conv_l1 forward at batch 128 on an H200,
 # 7.79 ms of busy time in the device phase against a wall median of 3.12 ms (commit
 # f6c69c1), and li2016's 11x11 convolution with 304 filters, 9.61 against 4.84 ms
-# (published/h200-2026-11); JAX's LSTM epoch gradient 1.09-1.10 times its wall median on
-# H200s, with the device phase in the wall phase's worker (published/h200-2026-11) and in a
-# worker of its own (published/h200x4-2026-11-all) alike. Its traced epochs spanned 1.6-2.4 s
+# (published/h200); JAX's LSTM epoch gradient 1.09-1.10 times its wall median on
+# H200s, with the device phase in the wall phase's worker (published/h200) and in a
+# worker of its own (h200x4-2026-11-all (at 2efa0ce)) alike. Its traced epochs spanned 1.6-2.4 s
 # against 374-376 ms of wall median in all three H200 folders: under CUPTI the epoch's many
 # small launches run 4-6 times slower, and the busy time it records (kernels and copies)
 # grows past the untraced wall time: not the timed samples' work. Over the published
 # GPU folders' other 4,289 compute rows with a device figure the ratio stayed at or below
 # 1.007, so 5% leaves room for the GPU's clock moving between the two phases.
 # Transfers are apart: their two phases' copies can run at different speeds (ONNX Runtime's
-# pageable copies in published/h100-2026-11c: device figures up to 2.0 times the wall
+# pageable copies in published/h100: device figures up to 2.0 times the wall
 # median), which the report marks instead (reports/pipeline/cells.py).
 DEVICE_ABOVE_WALL_LIMIT = 1.05
 

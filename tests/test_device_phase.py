@@ -157,7 +157,7 @@ def test_a_case_two_suites_timed_keeps_each_measures_device_time():
     # default-gpu times AlexNet's forward and transfer; float64-gpu, later in the same run,
     # times its forward again and takes device time for that measure only. Each suite's
     # forward keeps its own suite's device time, the tables show the later forward, and
-    # the transfer keeps default-gpu's device time (published/h100-2026-11c: JAX's and
+    # the transfer keeps default-gpu's device time (published/h100: JAX's and
     # TensorFlow's transfers had lost theirs).
     from reports.pipeline.load import Loaded, RawRow
     from reports.pipeline.tidy import tidy

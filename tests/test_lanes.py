@@ -70,7 +70,7 @@ def test_the_gpus_cpu_affinity_comes_from_the_topology_matrix_past_the_nic_colum
         "0": parse_cpu_list("0-15,32-47"), "1": parse_cpu_list("0-15,32-47"),
         "2": parse_cpu_list("16-31,48-63"), "3": parse_cpu_list("16-31,48-63")}
     assert gpu_cpu_affinity("no GPUs here") == {}
-    # As a 4-GPU host printed it (published/h200x4-2026-11c), header underlined.
+    # As a 4-GPU host printed it (h200x4-2026-11c (at 2efa0ce)), header underlined.
     underlined = ("\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
                   "GPU0\t X \tNV18\t0-63\t0\t\tN/A\nGPU1\tNV18\t X \t0-63\t0\t\tN/A\n")
     assert gpu_cpu_affinity(underlined) == {"0": tuple(range(64)), "1": tuple(range(64))}

@@ -11,9 +11,9 @@ from adapters.base import EngineLaunch
 # flag defaults to false (xla/debug_options_flags.cc); JAX's GPU performance guide
 # (docs.jax.dev, "GPU performance tips") and NVIDIA's JAX images turn it on for work over
 # several GPUs. jax 0.11.2 on H200s already overlapped NCCL kernels without the flag, as
-# much as with it (published/h200x4-2026-11d against h200x2-2026-11b), and with it set
+# much as with it (h200x4-2026-11d (at 2efa0ce) against published/h200x2-scaling), and with it set
 # false they overlapped nothing, yet no N = 2 step took over 2.9% longer and most took
-# less (published/h200x2-2026-11c).
+# less (h200x2-2026-11c (at 2efa0ce)).
 # Setting it keeps that schedule whatever a JAX version's default, and the row records it.
 # Every N of a JAX GPU scaling run gets it, N = 1 too; a caller's XLA_FLAGS naming the flag wins.
 LATENCY_HIDING = "--xla_gpu_enable_latency_hiding_scheduler"

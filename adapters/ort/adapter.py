@@ -59,7 +59,7 @@ class VariantSettings:
     HEURISTIC, 3.8e-7 with DEFAULT (98.7 ms instead of 72.1), and under
     ``NVIDIA_TF32_OVERRIDE=0`` EXHAUSTIVE found no engine for one convolution, which points
     to engines that use TF32 for some shapes although ``use_tf32`` is 0 (not confirmed
-    kernel by kernel; published/h100-practice-2026-11/README.md). The float64 check flags
+    kernel by kernel; published/h100-practice/README.md). The float64 check flags
     such a row."""
 
     optimization: ort.GraphOptimizationLevel

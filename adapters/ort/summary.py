@@ -6,7 +6,7 @@ ONNX Runtime has no array API beside its sessions, so the reduction is a session
 inputs have symbolic dimensions, so one session serves every output shape of a process.
 Without it a GPU output was copied whole to the host and reduced there in float64: on an
 H100 the 69 single-layer fingerprints of ``li2016`` took a median 0.73 s each, 60 s in all,
-against PyTorch's 0.13 s reduced on the device (commit e6c73e3, published/h100-2026-11c).
+against PyTorch's 0.13 s reduced on the device (commit e6c73e3, published/h100).
 On an H100 this graph summarised fresh shapes of ``li2016``'s 11×11 convolution at batch
 64 (57–138 M values) in a median 0.035 s, the whole copy in 0.44 s, with the same head and
 the standard deviation the same to 2.5e-9.

@@ -48,7 +48,7 @@ def process_adapter(device: str, threads: int, replicas: int) -> TFAdapter:
     One inter-op thread per local replica. The strategy's step is one multi-device
     function whose per-device parts run on the inter-op pool; with a single thread, as the
     one-device cases use, every replica's kernels are launched from that one thread in
-    turn. Measured so on 4x H200 (published/h200x4-2026-11b, commit 318f549): ResNet-50
+    turn. Measured so on 4x H200 (h200x4-2026-11b (at 2efa0ce), commit 318f549): ResNet-50
     fp32 weak at N = 4 took 128 ms against 73 ms on one GPU, and 45 of the 55 ms lost were
     time in which no kernel ran. PyTorch gives each GPU a process, XLA each device a launch
     thread of its own."""

@@ -22,7 +22,7 @@ DEVICE_ABOVE = "≠"
 # 0.5% across runs (README, reproducible GPU numbers). Device time above the wall median
 # by more than models/measures.py allows means the phases ran different work. A compute
 # measure's such figure never reaches the row (reports/pipeline/tidy.py leaves it out: TensorFlow's
-# autotuning chose a 2x slower convolution in the device phase, published/h200-2026-11,
+# autotuning chose a 2x slower convolution in the device phase, published/h200,
 # li2016's f=304); what is marked is a transfer whose pageable copy ran at another speed
 # in the other phase, or a wall row's own device clock.
 MISSING = "—"

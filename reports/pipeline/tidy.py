@@ -323,7 +323,7 @@ def join_device_times(frame: pd.DataFrame) -> pd.DataFrame:
 
 # Rows recorded before the device phase marked such steps itself (suites/harness/device_pass.py
 # mark_idle_steps) say only what CUPTI received: TensorFlow's pageable transfers in
-# published/h100-2026-11c and published/h200-2026-11.
+# published/h100 and published/h200.
 _RECEIVED_NOTHING = "CUPTI recorded no kernel, copy or set in the device block (0 records received"
 
 

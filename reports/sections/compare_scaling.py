@@ -25,7 +25,7 @@ from suites.rows.scaling import Key, row_key
 
 # Efficiencies closer than this are called the same: between two runs of one case on two
 # hosts of one kind, 23 of 30 PyTorch, JAX and ONNX Runtime efficiencies agreed within
-# 2.5 points (published/h200x4-2026-11b's README, 4x H200).
+# 2.5 points (h200x4-2026-11b (at 2efa0ce)'s README, 4x H200).
 SAME_POINTS = 2.5
 
 

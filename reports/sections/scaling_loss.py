@@ -38,7 +38,7 @@ SPLIT_KEYS = ("all_kernel_ms_per_step", "compute_kernel_ms_per_step",
 # How far the traced loss may stray from the timed loss, as a share of the timed loss.
 # CUPTI's per-kernel records slow a step that launches many small kernels: on 4× H200 the
 # LSTM at 16 per GPU traced 1.4 to 2.2 times its timed step, and its traced losses were up
-# to ten times the timed ones (JAX and TensorFlow, h200x4-2026-11d), while the fp32
+# to ten times the timed ones (JAX and TensorFlow, h200x4-2026-11d (at 2efa0ce)), while the fp32
 # ResNet-50 and VGG-16 steps traced within 4% of their timed steps.
 TRACED_LOSS_TOLERANCE = 0.5
 

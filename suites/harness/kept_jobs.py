@@ -2,7 +2,7 @@
 
 Why: the device phase (suites/harness/device_pass.py) follows a suite's wall samples in the same
 worker, and built every job again. In the whole four-framework matrix
-(``published/h200x4-2026-11-all``) the device_time rows took 574 s (9.6 of its 66.1
+(``h200x4-2026-11-all (at 2efa0ce)``) the device_time rows took 574 s (9.6 of its 66.1
 minutes of GPU work) for about 44 s of device blocks; the rest was building the jobs and
 their first calls made again. TensorFlow tuned each convolution once more (its 138 rows
 took 280 s: for the 11x11 convolution of ``li2016`` with 512 filters at batch 64, 6.3 s

@@ -224,7 +224,7 @@ def tracer_reading(busy_ms: float, traced_wall_ms: float, median_ms: float | Non
     iterations' own wall time tells the same two apart, less surely: a trace that lost
     kernels reads as idle time there.
 
-    Seen on an NVIDIA H200 (published/h200x4-2026-11-all): TensorFlow's li_conv1 gradient
+    Seen on an NVIDIA H200 (h200x4-2026-11-all (at 2efa0ce)): TensorFlow's li_conv1 gradient
     traced in a process of its own, 11.1 ms busy in 13.6 ms of traced wall against a 6.4
     ms median and a 6.0 ms device median, its forward convolution in implicit-GEMM kernels
     (6.85 ms); traced in the process that timed it, 6.1 ms, the forward in FFT kernels

@@ -281,7 +281,7 @@ def stages(frameworks: list[str], suites: list[str]) -> list[list[str]]:
     The first suite is the comparison (the default suite: every framework on the same
     networks), so a run stopped by ``--budget`` or a kill has it for every framework before
     any seed suite; framework by framework over every suite, a GPU's first 20 minutes were
-    one framework's seven suites and no comparison (``published/h100-2026-11-budget``). It
+    one framework's seven suites and no comparison (``h100-2026-11-budget (at 2efa0ce)``). It
     costs each framework one worker start more (its workers are closed between stages, as
     between frameworks). With one framework or one suite, one stage."""
     if len(frameworks) > 1 and len(suites) > 1:

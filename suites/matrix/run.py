@@ -422,7 +422,7 @@ class Matrix:
         """The float64 truth of every suite the plan runs, before any framework: one pool
         for all of them (suites/truth/pool.py), so that no suite's largest job leaves the
         CPUs idle while the next suite waits (a pool per suite took 2.2 of the 18.8
-        minutes of published/h200x4-2026-11-kept on its 64 cores: each suite waited for
+        minutes of h200x4-2026-11-kept (at 2efa0ce) on its 64 cores: each suite waited for
         its largest job, its pool at most 4 processes wide)."""
         pairs = list(plan.truth_pairs)     # every available item's, and not cached yet
         if not pairs:
