@@ -57,8 +57,12 @@ def h100_rows():
 
 def practice_rows():
     return [gpu("resnet50", 256, "train_step", fw, wall, device, precision="bf16",
-                suite="practice-gpu")
-            for fw, wall, device in (("jax", 47.0, 45.0), ("torch", 116.0, 114.0))]
+                suite="practice-gpu", variant=variant)
+            for fw, variant, wall, device in (
+                ("jax", None, 47.0, 45.0), ("torch", None, 116.0, 114.0),
+                # the compiled question takes each framework's fastest compiled variant
+                ("torch", "compile", 50.0, 48.0), ("torch", "compile_channels_last", 47.5, 46.0),
+                ("tf", "graph", 130.0, 128.0), ("tf", "xla", 60.0, 58.0))]
 
 
 def cpu_rows():
@@ -121,9 +125,20 @@ def test_conclusions_come_from_the_rows_and_name_their_evidence(published, tmp_p
                                "(compiled) are not distinguishable by device time; tf graph "
                                "(uncompiled) takes 1.31× the fastest's time.")
     assert "runs fastest in jax jit (compiled)" in lines[1] and "#fairness" in lines[1]
-    assert "1 of the 4 GPU cases above (LSTM) are launch-bound" in block
+    assert "1 of the 5 GPU cases above (LSTM) are launch-bound" in block
     assert "in 0 of 1 cases" in block
     assert all("docs/methodology.md#" in x for x in lines)
+
+
+def test_all_compiled_row_takes_each_frameworks_fastest_compiled_variant(published, tmp_path):
+    block = glance.block(published, tmp_path)
+    _, ratios, verdict = table_row(block, "H100", "ResNet-50 b256 bf16, training step, all compiled")
+    assert ratios == ("**jax jit 1.00** · torch compile_channels_last 1.02 · tf xla 1.29 · "
+                      "ort — (no compiled variant)")
+    assert verdict == ("jax jit and torch compile_channels_last not distinguishable by device "
+                       "time (within 3%)")                  # all compiled: no mode flag
+    _, ratios, _ = table_row(block, "H100", "ResNet-50 b256 bf16, training step")
+    assert ratios.startswith("**jax jit 1.00** · torch eager 2.53 · tf graph 2.84")
 
 
 def test_cli_writes_checks_and_refuses_a_readme_without_markers(published, tmp_path, capsys):
