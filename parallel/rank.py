@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +142,7 @@ def run_case(engine_type: type[DataParallelEngine], spec: RankSpec, info: RankIn
     """One case on this rank; rank 0 writes its result."""
     from adapters.base import Unsupported
     from suites.instruments.environment import host_environment
-    from suites.rows.results import timing_fields
+    from suites.rows.records import Timing
     from suites.stats.timer import TimerSettings, summarise
 
     try:
@@ -166,13 +166,15 @@ def run_case(engine_type: type[DataParallelEngine], spec: RankSpec, info: RankIn
         if info.rank != 0:
             return
         settings = TimerSettings(rel_ci=0.05)
-        timing = timing_fields(summarise(first, full, 1, settings))
         local_timing = summarise(0.0, local, 1, settings)
-        median, local_median = timing["median_ms"], local_timing.median_s * 1e3
+        local_median = local_timing.median_s * 1e3
+        timing = replace(Timing.of_run(summarise(first, full, 1, settings)),
+                         local_median_ms=local_median,
+                         local_ci_low_ms=local_timing.ci_low_s * 1e3,
+                         local_ci_high_ms=local_timing.ci_high_s * 1e3)
+        median = timing.median_ms
         write_result(Path(spec.result), {
-            "timing": {**timing, "local_median_ms": local_median,
-                       "local_ci_low_ms": local_timing.ci_low_s * 1e3,
-                       "local_ci_high_ms": local_timing.ci_high_s * 1e3},
+            "timing": timing.to_dict(),
             "communication_share": max(0.0, 1.0 - local_median / median)
             if median and communicates else None,
             "communication_method": engine.communication_method,

@@ -159,9 +159,10 @@ def test_overhead_fields():
 
 def test_merged_rounds_recompute_overhead_and_keep_spans_and_host_state():
     from suites.harness.rounds import merge_rows
+    from tests.test_rounds import ONE_RUN
 
     def row(medians, device, span, steal):
-        timing = {"median_ms": medians[0], "repetition_medians_ms": medians,
+        timing = {**ONE_RUN, "median_ms": medians[0], "repetition_medians_ms": medians,
                   "samples_ms": medians, "repetition_inner_loops": [1] * len(medians),
                   "within_run_ci_ms": [[m, m] for m in medians], "first_call_ms": 5.0,
                   "device_median_ms": device, "device_span_median_ms": span,

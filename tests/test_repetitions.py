@@ -15,7 +15,7 @@ from suites.instruments.device_state import GpuMonitor, Reading, clocks_settled,
 from suites.instruments.host_state import HostMonitor, HostReading
 from suites.stats import compare
 from suites.stats.repetitions import (
-    combined_fields,
+    combined_timing,
     enough,
     interleave,
     repetition_settings,
@@ -92,17 +92,19 @@ def test_interleave_alternates_measures_and_isolates_a_failure():
     assert failed == {"transfer": "no copy engine"}
 
 
-def test_combined_fields_take_median_interval_and_flag_from_between_run_spread():
+def test_combined_timing_take_median_interval_and_flag_from_between_run_spread():
     settings = TimerSettings(unstable_iqr=0.10)
     # Each repetition is tight inside itself; the repetitions disagree by ±30%.
     reps = [timing(0.010), timing(0.013), timing(0.007)]
-    fields = combined_fields(reps, settings)
-    assert fields["repetitions"] == 3 and fields["median_ms"] == pytest.approx(10.0)
-    assert fields["ci_low_ms"] < 7.0 and fields["ci_high_ms"] > 13.0
-    assert fields["unstable"] and "3 repetitions" in fields["unstable_reason"]
+    fields = combined_timing(reps, settings)
+    assert fields.repetitions == 3 and fields.median_ms == pytest.approx(10.0)
+    assert fields.ci_low_ms < 7.0 and fields.ci_high_ms > 13.0
+    assert fields.unstable and "3 repetitions" in fields.unstable_reason
     assert all(not r.unstable for r in reps)
-    steady = combined_fields([timing(0.010)] * 3, settings)
-    assert not steady["unstable"] and steady["device_median_ms"] is None
+    steady = combined_timing([timing(0.010)] * 3, settings)
+    assert not steady.unstable and steady.device_median_ms is None
+    # Null device time is written (measured, none found), not left out.
+    assert steady.to_dict()["device_median_ms"] is None
 
 
 class FakeDevice:

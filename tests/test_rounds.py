@@ -14,9 +14,14 @@ from suites.harness.rounds import between_prior, merge_rows, round_path, round_t
 from suites.stats.spread import NO_PRIOR, fit_prior, moderated, t_975
 from suites.stats.timer import TimerSettings
 
+# What every timed row's timing has beside the figures a test sets (suites/rows/records.py).
+ONE_RUN = {"first_call_ms": 50.0, "iqr_ms": 0.0, "ci_low_ms": 0.0, "ci_high_ms": 0.0,
+           "mean_ms": 0.0, "min_ms": 0.0, "samples": 0, "samples_ms": [], "inner_loops": 1,
+           "unstable": False, "unstable_reason": ""}
+
 
 def row(medians: list[float], status: str = "ok", sm: int = 1980, case: str = "c") -> dict:
-    timing = {"median_ms": float(np.median(medians)), "repetition_medians_ms": medians,
+    timing = {**ONE_RUN, "median_ms": float(np.median(medians)), "repetition_medians_ms": medians,
               "samples_ms": medians, "repetition_inner_loops": [1] * len(medians),
               "within_run_ci_ms": [[m, m] for m in medians], "first_call_ms": 50.0,
               "device_median_ms": 0.8, "gpu_readings": 3, "gpu_sm_clock_mhz_min": sm,

@@ -48,6 +48,7 @@ from suites.harness.pool import WorkerPool
 from suites.harness.reuse import timer_of
 from suites.harness.runner import Budget, Runner, RunRequest, console
 from suites.instruments.host_state import merge_host_fields
+from suites.rows.records import Timing
 from suites.rows.results import ResultsFile, is_timed, read_rows
 from suites.stats import intervals
 from suites.stats.between_runs import NO_EARLIER_RUNS, EarlierRuns, between_runs_priors, widen
@@ -122,61 +123,64 @@ def merge_rows(rows: list[dict[str, Any]], unstable_share: float,
         if df > 0 else 0.0
     low, high = centre * math.exp(-half), centre * math.exp(half)
     spread = (high - low) / 2 / centre
-    medians = [m for t in timings for m in t["repetition_medians_ms"]]
-    samples = np.asarray([s for t in timings for s in t["samples_ms"]], dtype=np.float64)
+    records = [Timing.from_dict(t) for t in timings]
+    medians = [m for t in records for m in t.repetition_medians_ms]
+    samples = np.asarray([s for t in records for s in t.samples_ms], dtype=np.float64)
     q1, q3 = np.percentile(samples, [25, 75])
-    first = timings[0]
+    first = records[0]
     borrowed = (f"; between-process spread moderated over {prior.cases} cases "
                 f"(prior df {prior.df:.3g})" if prior.cases else "")
-    timing = {
-        **first,
-        "median_ms": centre, "ci_low_ms": low, "ci_high_ms": high,
-        "iqr_ms": float(q3 - q1), "mean_ms": float(samples.mean()),
-        "min_ms": float(samples.min()), "samples": int(samples.size),
-        "samples_ms": samples.tolist(),
-        "repetitions": len(medians), "rounds": count,
-        "round_medians_ms": [t["median_ms"] for t in timings],
+    device_median_ms = _median([t.device_median_ms for t in records])
+    timing = replace(
+        first,
+        median_ms=centre, ci_low_ms=low, ci_high_ms=high,
+        iqr_ms=float(q3 - q1), mean_ms=float(samples.mean()),
+        min_ms=float(samples.min()), samples=int(samples.size),
+        samples_ms=tuple(samples.tolist()),
+        repetitions=len(medians), rounds=count,
+        round_medians_ms=tuple(t.median_ms for t in records),
         # Degrees of freedom are infinite where the cases differ by sampling alone (JSON
         # has no infinity: null).
-        "between_process": {"sd_log": math.sqrt(own), "moderated_sd_log": math.sqrt(variance),
-                            "df": _finite(df), "prior_sd_log": math.sqrt(prior.variance),
-                            "prior_df": _finite(prior.df), "prior_cases": prior.cases},
-        "interval": intervals.processes(count, len(medians), borrowed),
-        "repetition_medians_ms": medians,
-        "repetition_inner_loops": [n for t in timings for n in t["repetition_inner_loops"]],
-        "within_run_ci_ms": [ci for t in timings for ci in t["within_run_ci_ms"]],
-        "unstable": spread > unstable_share,
-        "unstable_reason": (intervals.spread(spread, f"{count} processes")
-                            if spread > unstable_share else ""),
-        "device_median_ms": _median([t.get("device_median_ms") for t in timings]),
-        "device_span_median_ms": _median([t.get("device_span_median_ms") for t in timings]),
-    }
-    # Recomputed from the merged medians, as combined_fields computes them for one round.
-    timing.update(overhead_fields(timing["median_ms"], timing["device_median_ms"]))
-    if first.get("gpu_readings") is not None:
-        def pick(name):
-            return [t[name] for t in timings if t.get(name) is not None]
-        timing.update({
-            "gpu_sm_clock_mhz_min": min(pick("gpu_sm_clock_mhz_min"), default=None),
-            "gpu_sm_clock_mhz_median": _median(pick("gpu_sm_clock_mhz_median")),
-            "gpu_sm_clock_mhz_max": max(pick("gpu_sm_clock_mhz_max"), default=None),
-            "gpu_mem_clock_mhz_median": _median(pick("gpu_mem_clock_mhz_median")),
-            "gpu_power_w_median": _median(pick("gpu_power_w_median")),
-            "gpu_temperature_c_max": max(pick("gpu_temperature_c_max"), default=None),
-            "gpu_readings": sum(pick("gpu_readings")),
-        })
-    powers = [t["gpu_energy_power_w"] for t in timings if t.get("gpu_energy_power_w") is not None]
+        between_process={"sd_log": math.sqrt(own), "moderated_sd_log": math.sqrt(variance),
+                         "df": _finite(df), "prior_sd_log": math.sqrt(prior.variance),
+                         "prior_df": _finite(prior.df), "prior_cases": prior.cases},
+        interval=intervals.processes(count, len(medians), borrowed),
+        repetition_medians_ms=tuple(medians),
+        repetition_inner_loops=tuple(n for t in records for n in t.repetition_inner_loops),
+        within_run_ci_ms=tuple(ci for t in records for ci in t.within_run_ci_ms),
+        unstable=spread > unstable_share,
+        unstable_reason=(intervals.spread(spread, f"{count} processes")
+                         if spread > unstable_share else ""),
+        device_median_ms=device_median_ms,
+        device_span_median_ms=_median([t.device_span_median_ms for t in records]),
+        # Recomputed from the merged medians, as combined_timing computes them for one round.
+        **overhead_fields(centre, device_median_ms))
+
+    def pick(name):
+        return [getattr(t, name) for t in records if getattr(t, name) is not None]
+    if first.gpu_readings is not None:
+        timing = replace(
+            timing,
+            gpu_sm_clock_mhz_min=min(pick("gpu_sm_clock_mhz_min"), default=None),
+            gpu_sm_clock_mhz_median=_median(pick("gpu_sm_clock_mhz_median")),
+            gpu_sm_clock_mhz_max=max(pick("gpu_sm_clock_mhz_max"), default=None),
+            gpu_mem_clock_mhz_median=_median(pick("gpu_mem_clock_mhz_median")),
+            gpu_power_w_median=_median(pick("gpu_power_w_median")),
+            gpu_temperature_c_max=max(pick("gpu_temperature_c_max"), default=None),
+            gpu_readings=sum(pick("gpu_readings")))
+    powers = pick("gpu_energy_power_w")
     if powers:
-        timing["gpu_energy_power_w"] = statistics.median(powers)
-        timing["energy_per_iteration_j"] = timing["gpu_energy_power_w"] * centre / 1e3
-        timing["energy_window_s"] = sum(t.get("energy_window_s") or 0.0 for t in timings) or None
-    if any(t.get("host_readings") is not None for t in timings):
-        timing.update(merge_host_fields(timings))
+        power = statistics.median(powers)
+        timing = replace(timing, gpu_energy_power_w=power,
+                         energy_per_iteration_j=power * centre / 1e3,
+                         energy_window_s=sum(t.energy_window_s or 0.0 for t in records) or None)
+    if any(t.host_readings is not None for t in records):
+        timing = replace(timing, **merge_host_fields(timings))
 
     def total(name: str) -> float | None:
         values = [row.get(name) for row in rows if row.get(name) is not None]
         return round(sum(float(v) for v in values), 3) if values else None
-    return {**rows[0], "timing": timing, "wall_s": total("wall_s") or 0.0,
+    return {**rows[0], "timing": timing.to_dict(), "wall_s": total("wall_s") or 0.0,
             "elapsed_s": total("elapsed_s")}
 
 

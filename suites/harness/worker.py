@@ -40,7 +40,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -230,22 +230,24 @@ class Worker:
 
     def write(self, key: CaseKey, status: str, reason: str = "", started: float = 0.0,
               **fields: Any) -> None:
+        """Append one row; ``timing``, where given, is a suites.rows.records.Timing."""
         now = time.perf_counter()
         fresh_after = self.job.get(FRESH_AFTER)
         if fresh_after and status != "ok":
             reason = f"{reason} (in a fresh process; before that, {fresh_after})"
-        elif fresh_after and fields.get("timing") is not None:
-            fields["timing"] = {**fields["timing"], "fresh_process_after": fresh_after}
+        timing = fields.pop("timing", None)
+        if fresh_after and timing is not None:
+            timing = replace(timing, fresh_process_after=fresh_after)
         row = Row(key=key, status=status, reason=reason, env=self.env,
                   started_at=datetime.now(UTC).isoformat(timespec="seconds"),
                   wall_s=round(now - started, 3) if started else 0.0,
                   elapsed_s=round(now - self.last_row, 3) if self.last_row else None,
-                  **fields)
+                  timing=timing.to_dict() if timing is not None else None, **fields)
         self.last_row = now
         self.results.append(row)
-        timing = fields.get("timing") or {}
         emit({"case_id": key.id(), "status": status, "reason": reason,
-              "median_ms": timing.get("median_ms"), "unstable": timing.get("unstable")})
+              "median_ms": timing.median_ms if timing is not None else None,
+              "unstable": timing.unstable if timing is not None else None})
 
     def run_job(self, job: dict[str, Any]) -> None:
         # Each row's elapsed_s is the worker's time since the previous row: the job's build
@@ -383,7 +385,7 @@ class Worker:
         )
         from suites.instruments.host_state import summarise_host
         from suites.instruments.kernel_check import TimedReference
-        from suites.stats.repetitions import combined_fields, interleave, repetition_settings
+        from suites.stats.repetitions import combined_timing, interleave, repetition_settings
         from suites.stats.timer import TimerSettings, measure
 
         settings = TimerSettings(**job["timer"])
@@ -432,27 +434,25 @@ class Worker:
             return timing
 
         def finish(name: str, repetitions) -> None:
-            fields = combined_fields(repetitions, settings)
-            fields.update(first[name]["extra"])
-            fields.update(steps[name][1](fields["median_ms"] / 1e3))
-            if self.gpu_monitor is not None:
-                fields.update(summarise_readings([r for window in readings[name] for r in window],
-                                                 self.gpu_monitor.sm_max_mhz))
-                fields.update(energy_fields(readings[name], fields["median_ms"] / 1e3))
-            else:
-                fields.update(empty_state(self.gpu_state_reason))
-            fields.update(summarise_host(host_runs[name]))
+            timing = combined_timing(repetitions, settings)
+            median_s = timing.median_ms / 1e3
+            state = (summarise_readings([r for window in readings[name] for r in window],
+                                        self.gpu_monitor.sm_max_mhz)
+                     | energy_fields(readings[name], median_s)
+                     if self.gpu_monitor is not None else empty_state(self.gpu_state_reason))
             clock_reason = device_clock.reason if device_clock is not None else ""
-            if fields.get("device_median_ms") is None:
-                fields["device_time_reason"] = (device_reason or clock_reason
-                                                or "no device time was taken")
+            if timing.device_median_ms is None:
+                clock = {"device_time_reason": (device_reason or clock_reason
+                                                or "no device time was taken")}
             else:
-                fields["device_time_kind"] = device_clock.kind
-                fields["device_time_method"] = device_time_method(settings)
-                if clock_reason:    # a clock failed in some block and the next took over
-                    fields["device_time_note"] = clock_reason
-            self.timed[name] = TimedReference(fields["median_ms"], fields["device_median_ms"])
-            self.write(key(name), "ok", "", started[name], timing=fields,
+                clock = {"device_time_kind": device_clock.kind,
+                         "device_time_method": device_time_method(settings),
+                         # a clock failed in some block and the next took over
+                         "device_time_note": clock_reason or None}
+            timing = replace(timing, adapter=first[name]["extra"], **steps[name][1](median_s),
+                             **state, **summarise_host(host_runs[name]), **clock)
+            self.timed[name] = TimedReference(timing.median_ms, timing.device_median_ms)
+            self.write(key(name), "ok", "", started[name], timing=timing,
                        memory=first[name]["memory"], model_info=info)
 
         def fail(name: str, error: BaseException) -> None:

@@ -80,7 +80,7 @@ class Row:
     key: CaseKey
     status: Status
     reason: str = ""
-    timing: dict[str, Any] | None = None        # milliseconds; see timing_fields()
+    timing: dict[str, Any] | None = None        # suites.rows.records.Timing.to_dict()
     memory: dict[str, Any] | None = None        # {"peak_bytes": int, "kind": "allocator"|"rss"}
     model_info: dict[str, Any] = field(default_factory=dict)  # params, flops, input shape
     fingerprint: dict[str, Any] | None = None
@@ -129,26 +129,6 @@ def finite_only(value: Any, path: str = "") -> tuple[Any, list[str]]:
             found += bad
         return out_list, found
     return value, []
-
-
-def timing_fields(timing) -> dict[str, Any]:
-    """A ``suites.stats.timer.Timing`` as the row's ``timing`` object, in milliseconds."""
-    ms = 1e3
-    return {
-        "first_call_ms": timing.first_call_s * ms,
-        "median_ms": timing.median_s * ms,
-        "iqr_ms": timing.iqr_s * ms,
-        "ci_low_ms": timing.ci_low_s * ms,
-        "ci_high_ms": timing.ci_high_s * ms,
-        "mean_ms": timing.mean_s * ms,
-        "min_ms": timing.min_s * ms,
-        "samples": len(timing.samples_s),
-        "samples_ms": [s * ms for s in timing.samples_s],
-        "inner_loops": timing.inner_loops,
-        "unstable": timing.unstable,
-        "unstable_reason": timing.unstable_reason,
-        **timing.extra,
-    }
 
 
 class OutputError(OSError):

@@ -22,10 +22,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
+from suites.rows.records import Timing as TimingRecord
 from suites.stats import intervals
 from suites.stats.launch_bound import overhead_fields
 from suites.stats.timer import TimerSettings, Timing
@@ -127,10 +127,10 @@ def interleave(names: list[str], settings: Callable[[str], TimerSettings],
                 finish(name, done[name])
 
 
-def combined_fields(repetitions: list[Timing], settings: TimerSettings) -> dict[str, Any]:
-    """The row's ``timing`` fields (milliseconds) over all repetitions: the median and
-    interval from ``rerun_interval``, the unstable flag from the between-run spread, and
-    the within-run figures of each repetition kept beside them."""
+def combined_timing(repetitions: list[Timing], settings: TimerSettings) -> TimingRecord:
+    """The row's ``timing`` (milliseconds) over all repetitions: the median and interval
+    from ``rerun_interval``, the unstable flag from the between-run spread, and the
+    within-run figures of each repetition kept beside them."""
     ms = 1e3
     medians = [t.median_s for t in repetitions]
     samples = np.concatenate([np.asarray(t.samples_s) for t in repetitions])
@@ -152,30 +152,31 @@ def combined_fields(repetitions: list[Timing], settings: TimerSettings) -> dict[
     device = [np.median(t.device_samples_s) for t in repetitions if t.device_samples_s]
     spans = [np.median(t.device_span_samples_s) for t in repetitions if t.device_span_samples_s]
     device_median_ms = float(np.median(device)) * ms if device else None
-    return {
-        "first_call_ms": first.first_call_s * ms,
-        "median_ms": centre * ms,
-        "iqr_ms": float(q3 - q1) * ms,
-        "ci_low_ms": low * ms,
-        "ci_high_ms": high * ms,
-        "mean_ms": float(samples.mean()) * ms,
-        "min_ms": float(samples.min()) * ms,
-        "samples": int(samples.size),
-        "samples_ms": [float(s) * ms for s in samples],
-        "inner_loops": first.inner_loops,
-        "unstable": bool(reasons),
-        "unstable_reason": "; ".join(reasons),
-        "repetitions": count,
-        "interval": interval,
-        "repetition_medians_ms": [m * ms for m in medians],
-        "repetition_inner_loops": [t.inner_loops for t in repetitions],
-        "within_run_ci_ms": [[t.ci_low_s * ms, t.ci_high_s * ms] for t in repetitions],
-        "steady_ms": first.steady_s * ms,
-        # Device time (suites/instruments/device_time.py: CUPTI busy time, or CUDA events behind a
-        # spin kernel), the median over repetitions, and where the clock gives it the span
-        # from the first kernel's start to the last one's end; the share of wall time the
-        # device was not busy is launch and host overhead (suites/stats/launch_bound.py).
-        "device_median_ms": device_median_ms,
-        "device_span_median_ms": float(np.median(spans)) * ms if spans else None,
+    return TimingRecord(
+        first_call_ms=first.first_call_s * ms,
+        median_ms=centre * ms,
+        iqr_ms=float(q3 - q1) * ms,
+        ci_low_ms=low * ms,
+        ci_high_ms=high * ms,
+        mean_ms=float(samples.mean()) * ms,
+        min_ms=float(samples.min()) * ms,
+        samples=int(samples.size),
+        samples_ms=tuple(float(s) * ms for s in samples),
+        inner_loops=first.inner_loops,
+        unstable=bool(reasons),
+        unstable_reason="; ".join(reasons),
+        repetitions=count,
+        interval=interval,
+        repetition_medians_ms=tuple(m * ms for m in medians),
+        repetition_inner_loops=tuple(t.inner_loops for t in repetitions),
+        within_run_ci_ms=tuple((t.ci_low_s * ms, t.ci_high_s * ms) for t in repetitions),
+        steady_ms=first.steady_s * ms,
+        # Device time (suites/instruments/device_time.py: CUPTI busy time, or CUDA events
+        # behind a spin kernel), the median over repetitions, and where the clock gives it
+        # the span from the first kernel's start to the last one's end; the share of wall
+        # time the device was not busy is launch and host overhead
+        # (suites/stats/launch_bound.py).
+        device_median_ms=device_median_ms,
+        device_span_median_ms=float(np.median(spans)) * ms if spans else None,
         **overhead_fields(centre * ms, device_median_ms),
-    }
+    )
