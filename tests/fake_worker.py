@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.base import KernelTime, Memory, Profile
+from suites.harness.job import WorkerJob
 from tests.fake_cupti import FakeCupti
 
 
@@ -106,9 +107,9 @@ def make_worker(path: Path, prepared: SimulatedPrepared, framework: str = "jax",
 
 def job(pending: list[str], device_measures: tuple[str, ...] = (), compile_cache: str = "",
         recorded: dict[str, list[float | None]] | None = None,
-        model: str = "sae_tiny_ae2") -> dict[str, Any]:
+        model: str = "sae_tiny_ae2") -> WorkerJob:
     """One job as the runner sends it."""
-    return {"model": model, "batch": 2, "precision": "fp32", "variant": "default",
+    return WorkerJob.from_dict({"model": model, "batch": 2, "precision": "fp32", "variant": "default",
             "compile_cache": compile_cache, "pending": pending, "timer": TIMER,
             "profile_iterations": 3, "device_measures": list(device_measures),
-            "recorded": recorded or {}}
+            "recorded": recorded or {}})

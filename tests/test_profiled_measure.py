@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from suites.harness.job import WorkerJob
 from suites.harness.worker import Worker
 
 TRAINABLE = SimpleNamespace(entry=SimpleNamespace(measures=["forward", "gradient", "profile"]))
@@ -19,4 +20,5 @@ INFERENCE = SimpleNamespace(entry=SimpleNamespace(measures=["forward", "profile"
     (INFERENCE, ["counters"], "forward"),
 ])
 def test_profile_follows_what_the_job_times(worker, measures, expected):
-    assert Worker.profiled_measure(worker, {"measures": measures}) == expected
+    job = WorkerJob("m", 1, "fp32", "eager", pending=tuple(measures), measures=tuple(measures))
+    assert Worker.profiled_measure(worker, job) == expected

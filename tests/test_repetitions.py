@@ -242,6 +242,7 @@ def test_worker_rows_carry_repetitions_gpu_state_and_device_time(tmp_path):
     repetitions, the clock readings and the device time; a failing measure leaves the
     rotation as an unsupported row while the others finish."""
     from adapters.base import Memory, Unsupported
+    from suites.harness.job import WorkerJob
     from suites.harness.worker import Plan, Worker
     from suites.rows.results import CaseKey, ResultsFile, Settings
 
@@ -291,7 +292,7 @@ def test_worker_rows_carry_repetitions_gpu_state_and_device_time(tmp_path):
     timer = {"warmup": 1, "min_samples": 3, "budget_s": 0.05, "steady_max_s": 0.2,
              "repetitions": 3, "max_repetitions": 4}
     worker.time_measures(Prepared(), ["forward", "transfer_pinned", "gradient"], None,
-                         {"timer": timer}, key, {})
+                         WorkerJob("m", 1, "fp32", "eager", pending=(), timer=timer), key, {})
     rows = {r["measure"]: r for r in map(json.loads, path.read_text().splitlines())}
     assert rows["transfer_pinned"]["status"] == "unsupported"
     for name in ("forward", "gradient"):

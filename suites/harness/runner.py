@@ -48,6 +48,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from adapters.registry import FrameworkEntry, load_registry
 from models.measures import COUNTERS
+from suites.harness.job import WorkerJob
 from suites.harness.pool import GPU, WorkerKey, WorkerPool
 from suites.harness.process import WorkerProcess
 from suites.harness.spec import (
@@ -59,7 +60,7 @@ from suites.harness.spec import (
     resolve_suite_path,
     suggest,
 )
-from suites.harness.worker import EVENT_PREFIX, FRESH_AFTER, FRESH_PROCESS_EXIT, PARENT_PID, Plan
+from suites.harness.worker import EVENT_PREFIX, FRESH_PROCESS_EXIT, PARENT_PID, Plan
 from suites.instruments.environment import host_environment, host_id, nvidia_smi, physical_cores, usable_cpus
 from suites.rows.results import (
     DEVICE_PHASE,
@@ -413,14 +414,14 @@ class Runner:
             recorded = read_rows(self.path) if phase == "device" else {}
             plan = Plan(self.suite, self.request.framework, self.request.device, threads,
                         remaining[0][0].interop_threads, str(self.path), self.request.seed,
-                        [{**asdict(job), "pending": names,
-                          "keep": phase == "wall" and case_of(job) in self.keep_cases,
-                          FRESH_AFTER: self.fresh_after.get((case_of(job), phase), ""),
-                          "device_measures": list(self.device_measures.get(case_of(job), ())),
-                          "recorded": recorded_references(
-                              recorded, self.device_measures.get(case_of(job), ()),
-                              lambda measure, job=job: self.key(job, measure).id())}
-                         for job, names in remaining],
+                        tuple(WorkerJob(**asdict(job), pending=names,
+                                        keep=phase == "wall" and case_of(job) in self.keep_cases,
+                                        fresh_after=self.fresh_after.get((case_of(job), phase), ""),
+                                        device_measures=self.device_measures.get(case_of(job), ()),
+                                        recorded=recorded_references(
+                                            recorded, self.device_measures.get(case_of(job), ()),
+                                            lambda measure, job=job: self.key(job, measure).id()))
+                              for job, names in remaining),
                         cache_dir, phase, str(self.log_path))
             finished, code, fatal = self.run_worker(plan, progress, task)
             if fatal:
@@ -472,10 +473,10 @@ class Runner:
         process of its own (no pool, or a job measuring a first call with a compilation
         cache: nothing compiled earlier in the process may be reused)."""
         if self.pool is None or plan.compile_cache_dir or \
-                any(job.get("compile_cache") for job in plan.jobs):
+                any(job.compile_cache for job in plan.jobs):
             return None
         return self.pool_key(plan.threads, plan.interop_threads, plan.phase,
-                             process_group(self.entry, plan.jobs[0]["precision"]))
+                             process_group(self.entry, plan.jobs[0].precision))
 
     def pool_key(self, threads: int, interop_threads: int, phase: str,
                  group: str = "") -> WorkerKey:

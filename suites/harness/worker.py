@@ -24,7 +24,7 @@ training step at batch 1024 was refused a 38.9 GiB allocation after three other 
 ran alone in a fresh process (42.7 GB at the allocator's peak). The worker announces ``fresh_process``
 and exits with ``FRESH_PROCESS_EXIT``; the runner gives the job's pending measures to a
 fresh worker, where an ``oom`` stands, and its rows say why they were taken there
-(``FRESH_AFTER``).
+(``WorkerJob.fresh_after``).
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from models.measures import BY_NAME as MEASURE_BY_NAME
 from models.measures import COUNTERS, PROFILE
+from suites.harness.job import WorkerJob
 from suites.harness.kept_jobs import KeptJob, KeptJobs, KeptKey
 from suites.instruments.environment import host_environment, limit_cpus
 from suites.rows.results import DEVICE_TIME, FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
@@ -64,9 +64,6 @@ INJECT_HANG = "DLBENCH_INJECT_HANG"
 INTERRUPTED = threading.Event()
 # The exit code of a worker that leaves a job to a fresh process (the module's docstring).
 FRESH_PROCESS_EXIT = 76
-# The job field the runner sets on a job it gives to a fresh process after that: the
-# out-of-memory error of the first attempt, and how many jobs its process had run.
-FRESH_AFTER = "fresh_after"
 
 
 class FreshProcessNeeded(Exception):
@@ -100,7 +97,7 @@ class Plan:
     interop_threads: int
     results: str
     seed: int
-    jobs: list[dict[str, Any]]      # suites.harness.spec.Job fields plus "pending": [measures]
+    jobs: tuple[WorkerJob, ...]     # a mapping is read as WorkerJob.from_dict reads it
     # Where the framework's persistent compilation cache lives for this process (jobs
     # with a compile_cache setting run one to a process); "" leaves the framework's own.
     compile_cache_dir: str = ""
@@ -110,8 +107,13 @@ class Plan:
     # The log this plan's stderr goes to ("": the stderr the process was started with).
     log: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "jobs", tuple(
+            WorkerJob.from_dict(job) if isinstance(job, Mapping) else job for job in self.jobs))
+
     def to_file(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self)))
+        data = {item.name: getattr(self, item.name) for item in fields(self)}
+        path.write_text(json.dumps({**data, "jobs": [job.to_dict() for job in self.jobs]}))
 
     @staticmethod
     def from_file(path: Path) -> Plan:
@@ -178,7 +180,7 @@ class Worker:
     # Jobs this process has started (every plan of a serving process), and the one
     # running: an out-of-memory error after others goes to a fresh process.
     jobs_started = 0
-    job: Mapping[str, Any] = MappingProxyType({})
+    job: WorkerJob | None = None
     # Jobs built for the wall phase and kept for this process's device phase
     # (suites/harness/kept_jobs.py), and what they held on the device when the running job was
     # built (its rows' peak memory leaves that out).
@@ -232,7 +234,7 @@ class Worker:
               **fields: Any) -> None:
         """Append one row; ``timing``, where given, is a suites.rows.records.Timing."""
         now = time.perf_counter()
-        fresh_after = self.job.get(FRESH_AFTER)
+        fresh_after = self.job.fresh_after if self.job else ""
         if fresh_after and status != "ok":
             reason = f"{reason} (in a fresh process; before that, {fresh_after})"
         timing = fields.pop("timing", None)
@@ -249,7 +251,7 @@ class Worker:
               "median_ms": timing.median_ms if timing is not None else None,
               "unstable": timing.unstable if timing is not None else None})
 
-    def run_job(self, job: dict[str, Any]) -> None:
+    def run_job(self, job: WorkerJob) -> None:
         # Each row's elapsed_s is the worker's time since the previous row: the job's build
         # counted into its first, and so is the previous job's release, which no row of its
         # own follows. A worker's rows thus sum to its time between its first job's start
@@ -261,7 +263,7 @@ class Worker:
         finally:
             self.release_s = time.perf_counter() - self.last_row
 
-    def build_and_measure(self, job: dict[str, Any]) -> None:
+    def build_and_measure(self, job: WorkerJob) -> None:
         from adapters.base import CaseConfig, Unsupported
         from models.analysis import analyse
         from models.inputs import make_batch
@@ -271,29 +273,29 @@ class Worker:
 
         self.jobs_started += 1
         self.job = job
-        case = CaseConfig(job["precision"], job["variant"])
-        settings = Settings(self.plan.framework, self.plan.device, job["precision"],
-                            job["variant"], self.plan.threads, self.plan.interop_threads,
-                            compile_cache=job["compile_cache"])
-        model = get_model(job["model"])
+        case = CaseConfig(job.precision, job.variant)
+        settings = Settings(self.plan.framework, self.plan.device, job.precision,
+                            job.variant, self.plan.threads, self.plan.interop_threads,
+                            compile_cache=job.compile_cache)
+        model = get_model(job.model)
         stats = analyse(model)
         info = {"family": model.family, "params": stats.params,
                 "trainable_params": stats.trainable_params,
                 "flops_per_example": stats.flops, "input_shape": list(stats.input_shape)}
 
         def key(measure_name: str) -> CaseKey:
-            return CaseKey(self.plan.suite, job["model"], job["batch"], measure_name, settings)
+            return CaseKey(self.plan.suite, job.model, job.batch, measure_name, settings)
 
-        pending = list(job["pending"])
+        pending = list(job.pending)
         # Figures of this case recorded before this process (suites/harness/runner.py
         # recorded_references); a measure timed here replaces its entry.
         self.timed = {name: TimedReference(*figures)
-                      for name, figures in (job.get("recorded") or {}).items()}
-        emit({"job": f"{job['model']} b{job['batch']} {job['precision']} {job['variant']}"})
+                      for name, figures in job.recorded.items()}
+        emit({"job": f"{job.model} b{job.batch} {job.precision} {job.variant}"})
         # The runner's per-case time limit: the build counts against every pending measure.
         emit({"start": [key(name).id() for name in pending]})
         started = time.perf_counter()
-        kept_key = KeptKey(self.plan.results, tuple(job[name] for name in KEPT_CASE_FIELDS))
+        kept_key = KeptKey(self.plan.results, tuple(getattr(job, name) for name in KEPT_CASE_FIELDS))
         kept_job = self.kept.take(kept_key) if self.plan.phase == "device" else None
         prepared = kept_job.prepared if kept_job is not None else None
         self.job_was_kept = kept_job is not None
@@ -307,7 +309,7 @@ class Worker:
                 # What jobs kept for the device phase hold now is not this job's memory.
                 self.held_bytes = self.adapter.bytes_in_use() if len(self.kept) else None
                 weights = canonical_weights(model, self.plan.seed)
-                batch = make_batch(model, job["batch"], self.plan.seed)
+                batch = make_batch(model, job.batch, self.plan.seed)
                 if batch.lengths is not None:
                     info["seq_len"] = int(batch.x.shape[1])
                 prepared = self.adapter.prepare(model, weights, batch, case)
@@ -335,7 +337,7 @@ class Worker:
                 started = time.perf_counter()
                 if name == FINGERPRINT:
                     self.fingerprint_row(prepared, key(name), info, started, Unsupported,
-                                         model, job["batch"])
+                                         model, job.batch)
                     continue
                 if name == DEVICE_TIME:
                     self.device_time_row(prepared, key(name), info, started, model, job)
@@ -345,22 +347,22 @@ class Worker:
                         from suites.instruments.kernel_profile import profile_fields
                         measure_name = self.profiled_measure(job)
                         fields = profile_fields(prepared, self.plan.device, measure_name,
-                                                job["profile_iterations"],
+                                                job.profile_iterations,
                                                 self.timed.get(measure_name))
                     else:   # COUNTERS
                         from suites.instruments.counters import counters_fields
-                        fields = counters_fields(self.plan, job, self.profiled_measure(job))
+                        fields = counters_fields(self.plan, job.to_dict(), self.profiled_measure(job))
                     self.write(key(name), "ok", "", started, model_info=info, **fields)
                 except (KeyboardInterrupt, OutputError):
                     raise
                 except BaseException as error:
                     status, reason = self.classify(error, Unsupported)
                     self.write(key(name), status, reason, started, model_info=info)
-            if self.plan.phase == "wall" and job.get("keep"):
+            if self.plan.phase == "wall" and job.keep:
                 kept = self.kept.offer(kept_key, KeptJob(prepared, {
                     name: info[name] for name in ("seq_len",) if name in info}))
                 if not kept:
-                    print(f"{job['model']} b{job['batch']} not kept for the device phase: "
+                    print(f"{job.model} b{job.batch} not kept for the device phase: "
                           f"{self.kept.declined}", file=sys.stderr, flush=True)
         finally:
             if not kept:
@@ -368,7 +370,7 @@ class Worker:
             del prepared
             gc.collect()
 
-    def time_measures(self, prepared, names: list[str], model, job: dict[str, Any], key,
+    def time_measures(self, prepared, names: list[str], model, job: WorkerJob, key,
                       info: dict[str, Any]) -> None:
         """The job's timed measures in interleaved independent repetitions
         (suites/stats/repetitions.py), with the GPU's and the host's state read during
@@ -386,14 +388,14 @@ class Worker:
         from suites.instruments.host_state import summarise_host
         from suites.instruments.kernel_check import TimedReference
         from suites.stats.repetitions import combined_timing, interleave, repetition_settings
-        from suites.stats.timer import TimerSettings, measure
+        from suites.stats.timer import measure
 
-        settings = TimerSettings(**job["timer"])
+        settings = job.timer
         # The wall phase never loads CUPTI (suites/harness/device_pass.py says why); its device
         # time comes from the device phase, or here from the adapter's own clock.
         # A compile-cache job gets no device phase (suites/harness/runner.py pending_measures).
         without_cupti = "" if self.plan.phase != "wall" else \
-            COMPILE_CACHE_JOB if job.get("compile_cache") else WALL_PHASE
+            COMPILE_CACHE_JOB if job.compile_cache else WALL_PHASE
         device_clock, device_reason = device_clock_for(prepared, self.plan.device,
                                                        without_cupti=without_cupti)
         started = {name: time.perf_counter() for name in names}
@@ -461,15 +463,15 @@ class Worker:
 
         interleave(names, lambda name: settings, repeat, finish, fail)
 
-    def timed_step(self, prepared, name: str, model, job: dict[str, Any]):
+    def timed_step(self, prepared, name: str, model, job: WorkerJob):
         """The callable to time, and the extra timing fields its row gets."""
         declared = MEASURE_BY_NAME[name]
         if declared.driver != "epoch":
             return prepared.step(name), lambda median_s: {}
         from models.inputs import make_epoch
 
-        count = job["epoch_batches"]
-        batches = make_epoch(model, job["batch"], count, self.plan.seed)
+        count = job.epoch_batches
+        batches = make_epoch(model, job.batch, count, self.plan.seed)
         step = prepared.epoch_step(declared.over, batches)
         padded = [int(b.x.shape[1]) for b in batches] if batches[0].lengths is not None else []
         del batches
@@ -482,16 +484,14 @@ class Worker:
         return step, extra
 
     def device_time_row(self, prepared, case_key: CaseKey, info, started, model,
-                        job: dict[str, Any]) -> None:
+                        job: WorkerJob) -> None:
         """The job's ``device_time`` row (suites/harness/device_pass.py), in the device phase."""
         from adapters.base import Unsupported
         from suites.harness.device_pass import device_times, method
         from suites.instruments.kernel_check import TimedReference
-        from suites.stats.timer import TimerSettings
-
-        settings = TimerSettings(**job["timer"])
+        settings = job.timer
         try:
-            found = device_times(prepared, list(job.get("device_measures") or ()), settings,
+            found = device_times(prepared, list(job.device_measures), settings,
                                  lambda name: self.timed_step(prepared, name, model, job),
                                  Unsupported)
         except (KeyboardInterrupt, OutputError):
@@ -521,14 +521,14 @@ class Worker:
                                                   self.job_was_kept),
                                  "measures": found})
 
-    def profiled_measure(self, job: dict[str, Any]) -> str:
+    def profiled_measure(self, job: WorkerJob) -> str:
         """What a job's profile and counters measure: the training iteration (forward and
         backward), as Li et al. profile, unless the job times the forward pass without
         the gradient (gpu-forward-profile: its profiles explain the forward medians beside
         them) or the framework is an inference engine."""
         # A job carries its group's measures (suites.harness.spec.Job); a job made by hand may
         # name only the measures pending in this process.
-        measures = job.get("measures") or job.get("pending") or ()
+        measures = job.measures or job.pending
         forward_only = "forward" in measures and "gradient" not in measures
         return "gradient" if "gradient" in self.entry.measures and not forward_only \
             else "forward"
@@ -553,7 +553,7 @@ class Worker:
             return "unsupported", str(error)
         if self.adapter.is_out_of_memory(error):
             earlier = self.jobs_started - 1
-            if earlier and not self.job.get(FRESH_AFTER):
+            if earlier and not (self.job and self.job.fresh_after):
                 raise FreshProcessNeeded(
                     f"{one_line(error)}, in a worker that had run {earlier} other "
                     f"job{'s' if earlier > 1 else ''}")
