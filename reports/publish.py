@@ -150,12 +150,12 @@ def rerun_lines(keys: list[tuple[str, str, str]]) -> list[str]:
     """The commands that run a folder's suites again: the data-parallel suites through
     ``python -m parallel``, one framework after another; the others through the matrix, one
     line per device (``nox -s matrix`` installs each framework's virtualenv)."""
-    from parallel.spec import SUITES_DIR as SCALING_DIR
-
+    # The scaling suites' files, read as data (reports/ imports no parallel/ code).
+    scaling_dir = Path(__file__).resolve().parent.parent / "parallel" / "suites"
     lines = []
     for device in sorted({k[2] for k in keys}):
         mine = [k for k in keys if k[2] == device]
-        scaling = sorted({(s, fw) for s, fw, _ in mine if (SCALING_DIR / f"{s}.toml").exists()})
+        scaling = sorted({(s, fw) for s, fw, _ in mine if (scaling_dir / f"{s}.toml").exists()})
         for suite in sorted({suite for suite, _ in scaling}):
             names = " ".join(fw for s, fw in scaling if s == suite)
             lines.append(f"    for fw in {names}; do python -m parallel run {suite} "

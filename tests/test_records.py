@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suites.rows.records import Timing
+from suites.rows.records import GROUP_OF, Timing
 from suites.stats.repetitions import combined_timing
 from suites.stats.timer import TimerSettings, summarise
 
@@ -37,8 +37,11 @@ def test_published_timings_read_back_to_the_same_json():
     if not timings:
         pytest.skip("no published rows in this checkout")
     for timing in timings:
-        again = Timing.from_dict(timing).to_dict()
-        assert json.loads(json.dumps(again)) == timing
+        again = json.loads(json.dumps(Timing.from_dict(timing).to_dict()))
+        # A group written whole by today's code may have gained a member since an older row
+        # was written: that member comes back null (not measured), and nothing else differs.
+        added = {k for k in set(again) - set(timing) if again[k] is None and k in GROUP_OF}
+        assert {k: v for k, v in again.items() if k not in added} == timing
 
 
 def test_a_worker_timing_keeps_its_groups_whole_and_leaves_out_the_rest():
