@@ -137,8 +137,8 @@ TEST_TARGETS = ["core", *REGISTRY]
 # torch.nn.functional and FLOPs against torch's flop counter (they skip without torch).
 # The fault-injection tests (SIGKILL, full disk, hangs) and the matrix's end-to-end runs
 # need a real worker; PyTorch's is the quickest to start.
-FRAMEWORK_CORE_TESTS = {"torch": ["tests/test_reference.py", "tests/test_models.py",
-                                  "tests/test_faults.py", "tests/test_matrix_runs.py"]}
+FRAMEWORK_CORE_TESTS = {"torch": ["tests/models/test_reference.py", "tests/models/test_models.py",
+                                  "tests/harness/test_faults.py", "tests/matrix/test_matrix_runs.py"]}
 # What comparisons/ compares with, for their CPU smoke runs (tests/conformance/
 # test_comparisons.py); keras and tf_keras are already among TensorFlow's packages.
 # torchvision 0.28 is the release built against torch 2.13; flax 0.12.8 is the newest

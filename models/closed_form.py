@@ -16,7 +16,7 @@ gives
 
 S costs one pass over the input plus C·kh·kw·H_out·W_out additions — the cost of the
 forward pass divided by the number of filters — where the reference would run the whole
-convolution and its backward (``tests/test_reference_grad.py`` checks this against
+convolution and its backward (``tests/models/test_reference_grad.py`` checks this against
 ``models/reference_grad.py`` to 1e-12). Every value is a float64 sum of float32 inputs
 and weights, so it is the float64 truth, only summed in another order.
 """

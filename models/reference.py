@@ -2,10 +2,10 @@
 
 The adapter conformance kit takes its forward goldens from here. Each node kind's float64
 forward is declared with its op (``models/ops/<op>.py``: small functions over float64
-arrays, which ``tests/test_reference.py`` checks against ``torch.nn.functional``); this
+arrays, which ``tests/models/test_reference.py`` checks against ``torch.nn.functional``); this
 module only walks the model and dispatches through the registry. Shapes come from the
 arrays themselves, never from ``models.analysis``, so a wrong shape or FLOP rule there
-shows up as a mismatch instead of being copied (``tests/test_models.py`` compares the two).
+shows up as a mismatch instead of being copied (``tests/models/test_models.py`` compares the two).
 
 Conventions (docs of ``models.ir``): activations NCHW or (N, T, F); conv weights OIHW;
 dense weights (in, out); LSTM gates (i, f, g, o) with ``w_ih`` (in, 4H), ``w_hh`` (H, 4H)

@@ -6,7 +6,7 @@ Reverse mode by hand: running the body records, per node, a closure that maps th
 output's gradient to the input's and adds the node's parameter gradients into one dict.
 Each rule is declared with its op (``models/ops/<op>.py``, ``backward``), next to the
 forward it differentiates; this module only walks the model and keeps the tape.
-``tests/test_reference_grad.py`` checks every rule against central finite differences
+``tests/models/test_reference_grad.py`` checks every rule against central finite differences
 and the tiny models against the conformance kit's gradient goldens.
 """
 

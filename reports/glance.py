@@ -11,7 +11,7 @@ adapters/registry.toml) beside the fastest as a ratio of the figure the case is 
 and says what the one ranking rule (reports/pipeline/ranking.py) can tell apart, and where
 a compiled mode meets an uncompiled one (reports/pipeline/modes.py). Conclusions in words
 follow, each from the same rows, each naming the section of docs/methodology.md that backs
-it. Nothing in the block is typed by hand: a test (tests/test_glance.py) fails where the
+it. Nothing in the block is typed by hand: a test (tests/reports/test_glance.py) fails where the
 README's block differs from what this module makes.
 """
 

@@ -1,4 +1,4 @@
-"""Synthetic result rows for tests/test_reports.py: realistic shapes (the layout of
+"""Synthetic result rows for tests/reports/test_reports.py: realistic shapes (the layout of
 ``suites.rows.results.Row.to_json``), two hosts (a CPU box and an H100 box), three frameworks,
 failures of every kind, unstable rows, reruns, tf32 beside fp32, a hostile model name."""
 

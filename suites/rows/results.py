@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 SCHEMA_VERSION = 1
 # Test-only: once the file would pass this many bytes, an append writes part of its line
-# and fails with ENOSPC, as a full disk does (tests/test_faults.py, where no small
+# and fails with ENOSPC, as a full disk does (tests/harness/test_faults.py, where no small
 # filesystem can be mounted).
 INJECT_ENOSPC = "DLBENCH_INJECT_ENOSPC_AT"
 

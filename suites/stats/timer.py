@@ -80,7 +80,7 @@ def bootstrap_median_ci(samples: np.ndarray, resamples: int = 500,
     the samples at its drawn indices, so its median is the sample whose rank (in the
     sorted samples) is the middle of the drawn ranks, and the middle of drawn ranks is
     where their running count crosses half the resample. The same medians as
-    ``np.median(samples[picks], axis=1)`` to the bit (tests/test_timer.py), in linear
+    ``np.median(samples[picks], axis=1)`` to the bit (tests/stats/test_timer.py), in linear
     time: the stopping rule asks for this interval many times while the device waits, and
     sorting 500 resamples took 21 of the 378 s of TensorFlow's worker over ``default-gpu``
     and ``li2016``'s sweeps on an H100."""

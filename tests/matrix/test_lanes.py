@@ -26,7 +26,7 @@ from suites.matrix.lane_plan import (
     sibling_groups,
     simulate,
 )
-from tests.test_gpu_passes import (
+from tests.harness.test_gpu_passes import (
     ROOT,
     all_rows,
     kill_at_the_hang,

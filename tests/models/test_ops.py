@@ -12,7 +12,7 @@ import pytest
 
 from models import ir, ops
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORKS = ("torch", "tf", "jax", "ort")
 
 

@@ -1,6 +1,6 @@
 """Device time beside wall time in the report (reports/pipeline/cells.py, sections/models.py,
 compare.py, readme_tables.py), the launch-bound mark, and the ranking rule's bold marks
-(reports/pipeline/ranking.py; its branches: tests/test_ranking.py). Rows come from
+(reports/pipeline/ranking.py; its branches: tests/reports/test_ranking.py). Rows come from
 tests/report_fixtures.py: with device fields, without them (older rows) and CPU rows."""
 
 from __future__ import annotations

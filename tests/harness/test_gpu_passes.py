@@ -27,7 +27,7 @@ import pytest
 from tests.fake_framework import EVENTS
 from tests.tiny_suites import cases, tiny_suite
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAND_IN_GPU = "Stand-in GPU"       # the device model the plans and histories name
 
 

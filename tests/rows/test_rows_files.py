@@ -147,7 +147,7 @@ def test_the_runner_names_its_commit_by_the_full_hash(monkeypatch):
 
 
 def test_every_published_row_names_its_commit_by_the_full_hash():
-    published = Path(__file__).resolve().parent.parent / "published"
+    published = Path(__file__).resolve().parents[2] / "published"
     files = rows_files(published)
     assert files and all(p.name.endswith(".jsonl.gz") for p in files)
     full = re.compile(r"[0-9a-f]{40}")

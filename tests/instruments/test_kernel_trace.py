@@ -26,7 +26,7 @@ from suites.instruments.ncu_metrics import METRICS, ncu_metric_names, parse_ncu_
 from suites.instruments.profiling import layer_type
 from tests.fake_cupti import FakeActivity, FakeCupti, install
 
-DATA = Path(__file__).parent / "data" / "kernels"
+DATA = Path(__file__).resolve().parents[1] / "data" / "kernels"
 # Sums of a few dozen float64 durations: exact to ~1e-15 relative; 1e-9 leaves room.
 REL = 1e-9
 

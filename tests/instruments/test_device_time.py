@@ -159,7 +159,7 @@ def test_overhead_fields():
 
 def test_merged_rounds_recompute_overhead_and_keep_spans_and_host_state():
     from suites.harness.rounds import merge_rows
-    from tests.test_rounds import ONE_RUN
+    from tests.harness.test_rounds import ONE_RUN
 
     def row(medians, device, span, steal):
         timing = {**ONE_RUN, "median_ms": medians[0], "repetition_medians_ms": medians,

@@ -13,7 +13,7 @@ import pytest
 
 from tests.fake_framework import REGISTRY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import gc, os, signal, sys

@@ -12,7 +12,7 @@ import pytest
 from adapters.registry import load_registry
 from suites.harness.spec import SUITES_DIR, SuiteError, expand, load_suite
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 GOOD = """
 name = "t"

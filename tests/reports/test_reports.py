@@ -23,7 +23,7 @@ from reports.render.build import build, make_report
 from reports.render.html import HOOK
 from tests import report_fixtures as fx
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from adapters.registry import REGISTRY_FILE, RegistryError, load_registry
 from models.measures import BY_NAME, DECLARED, FLOP_FACTORS, MEASURE_TIMING_FIELDS, MEASURES
 from tests.fake_framework import FakePrepared
 
-SECTIONS = Path(__file__).resolve().parent.parent / "reports" / "sections"
+SECTIONS = Path(__file__).resolve().parents[2] / "reports" / "sections"
 
 
 def test_every_hook_a_declaration_names_is_a_method_of_the_contract():

@@ -16,7 +16,7 @@ from reports.pipeline.load import load
 from reports.pipeline.tidy import tidy
 from reports.pipeline.truth import row_truths
 
-RECORDED = Path(__file__).parent / "data" / "practice_h100_fingerprints.jsonl"
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "practice_h100_fingerprints.jsonl"
 
 
 def recorded_rows() -> list[dict]:

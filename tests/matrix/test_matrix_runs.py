@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 
 from tests.tiny_suites import cases, tiny_suite  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITE_A = tiny_suite("matrix-a", cases(["lenet_tiny", "sae_tiny_se"], [2, 3]),
                      case_timeout_s=120)
 # lenet_tiny at batch 2 again (reused from matrix-a), and a model of its own.

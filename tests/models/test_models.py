@@ -25,7 +25,7 @@ from models.layers import conv, dense, relu, softmax
 from models.weights import canonical_weights
 from models.zoo import TINY, ZOO, UnknownModel, get_model, names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def params(name: str) -> int:

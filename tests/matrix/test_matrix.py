@@ -1,7 +1,7 @@
 """The matrix command's parts that need no framework: cross-suite reuse, estimates from
 earlier rows, the cost log, the plan, and bad input (suites/matrix*.py, reuse.py,
 estimate.py). The end-to-end runs (a real worker killed and resumed, a budget) are in
-tests/test_matrix_runs.py."""
+tests/matrix/test_matrix_runs.py."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from suites.matrix.estimate import (
 )
 from suites.stats.timer import TimerSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA H100 80GB HBM3"
 
 

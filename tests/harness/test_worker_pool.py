@@ -20,7 +20,7 @@ import pytest
 from tests.fake_framework import CRASH, REGISTRY
 from tests.tiny_suites import cases, tiny_suite
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITE_A = tiny_suite("pool-a", cases(["lenet_tiny", "sae_tiny_se"], [2, 3]))
 SUITE_B = tiny_suite("pool-b", cases(["conv_tiny", "lenet_tiny"], [2]))
 # First calls with a cold and a warm compilation cache, beside an ordinary job.

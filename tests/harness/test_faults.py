@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["lenet_tiny", "sae_tiny_se"]
 BATCHES = [1, 2, 3]
 MEASURES = ["forward", "gradient"]

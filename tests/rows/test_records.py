@@ -13,7 +13,7 @@ from suites.rows.records import GROUP_OF, Timing
 from suites.stats.repetitions import combined_timing
 from suites.stats.timer import TimerSettings, summarise
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def published_timings(limit: int = 400) -> list[dict]:
