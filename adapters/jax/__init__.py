@@ -13,14 +13,9 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
-# The adapter class loads on first use (PEP 562 module __getattr__), so that importing
-# this package's framework-free modules (launch.py, read by parallel/engines.py) imports
-# no framework.
-def __getattr__(name: str):
-    if name == "JaxAdapter":
-        from adapters.jax.adapter import JaxAdapter
-        return JaxAdapter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+from adapters import lazy_adapter  # noqa: E402
+
+__getattr__ = lazy_adapter(__name__, "JaxAdapter")
 
 
 __all__ = ["JaxAdapter"]

@@ -6,14 +6,9 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-# The adapter class loads on first use (PEP 562 module __getattr__), so that importing
-# this package's framework-free modules (launch.py, read by parallel/engines.py) imports
-# no framework.
-def __getattr__(name: str):
-    if name == "TFAdapter":
-        from adapters.tf.adapter import TFAdapter
-        return TFAdapter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+from adapters import lazy_adapter  # noqa: E402
+
+__getattr__ = lazy_adapter(__name__, "TFAdapter")
 
 
 __all__ = ["TFAdapter"]

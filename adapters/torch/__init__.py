@@ -1,14 +1,8 @@
 """PyTorch adapter."""
 
+from adapters import lazy_adapter
 
-# The adapter class loads on first use (PEP 562 module __getattr__), so that importing
-# this package's framework-free modules (launch.py, read by parallel/engines.py) imports
-# no framework.
-def __getattr__(name: str):
-    if name == "TorchAdapter":
-        from adapters.torch.adapter import TorchAdapter
-        return TorchAdapter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_adapter(__name__, "TorchAdapter")
 
 
 __all__ = ["TorchAdapter"]
