@@ -86,6 +86,18 @@ class BatchNorm:
 
 
 @dataclass(frozen=True)
+class LayerNorm:
+    """Normalises each example over its last axis (Ba et al. 2016, "Layer Normalization",
+    arXiv:1607.06450), then scales and shifts: ``gamma * (x - mean) / sqrt(var + eps) +
+    beta``, with the biased variance, in training and inference alike. The last axis is the
+    features of a vector (F,) or of each step of a sequence (T, F)."""
+
+    name: str
+    features: int
+    eps: float = 1e-5
+
+
+@dataclass(frozen=True)
 class Dense:
     name: str
     in_features: int
@@ -160,11 +172,11 @@ class MeanOverTime:
     name: str
 
 
-Node = (Conv2d | Pool2d | GlobalAvgPool | Activation | LRN | BatchNorm | Dense | TiedDense
-        | Dropout | Flatten | Residual | Concat | Embedding | LSTM | MeanOverTime)
+Node = (Conv2d | Pool2d | GlobalAvgPool | Activation | LRN | BatchNorm | LayerNorm | Dense
+        | TiedDense | Dropout | Flatten | Residual | Concat | Embedding | LSTM | MeanOverTime)
 
 LEAF_TYPES = (
-    Conv2d, Pool2d, GlobalAvgPool, Activation, LRN, BatchNorm, Dense, TiedDense,
+    Conv2d, Pool2d, GlobalAvgPool, Activation, LRN, BatchNorm, LayerNorm, Dense, TiedDense,
     Dropout, Flatten, Embedding, LSTM, MeanOverTime,
 )
 

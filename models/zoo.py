@@ -11,7 +11,18 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 
-from models.families import alexnet, autoencoder, conv_layers, googlenet, lenet, lstm, overfeat, resnet, vgg
+from models.families import (
+    alexnet,
+    autoencoder,
+    conv_layers,
+    googlenet,
+    layer_norm,
+    lenet,
+    lstm,
+    overfeat,
+    resnet,
+    vgg,
+)
 from models.ir import Model
 
 Factory = Callable[[], Model]
@@ -64,6 +75,7 @@ TINY: dict[str, Factory] = {
     "sae_tiny_se": autoencoder.sae_tiny_se,
     "lstm_tiny": lstm.lstm_tiny,
     "conv_tiny": conv_layers.conv_tiny,
+    "layernorm_tiny": layer_norm.layer_norm_classifier,
 }
 
 _CONV_KEYS = {"c": "channels", "i": "size", "f": "filters", "k": "kernel", "s": "stride",

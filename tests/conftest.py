@@ -108,6 +108,10 @@ def _torch_forward(model: ir.Model, param: ParamFn, x, lengths=None, train: bool
                                 param(f"{name}.running_var", c).clone(),
                                 param(f"{name}.gamma", c), param(f"{name}.beta", c),
                                 training=train, eps=node.eps)
+        if isinstance(node, ir.LayerNorm):
+            f = (node.features,)
+            return F.layer_norm(h, f, param(f"{name}.gamma", f), param(f"{name}.beta", f),
+                                eps=node.eps)
         if isinstance(node, ir.Dense):
             encoders[name] = (node.in_features, node.out_features)
             y = h @ param(f"{name}.weight", (node.in_features, node.out_features))

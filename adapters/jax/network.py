@@ -101,8 +101,8 @@ def sequence(layers: list[Apply]) -> Apply:
 # The names are those suites.instruments.profiling.layer_type knows.
 _SCOPES: dict[type, str] = {
     ir.Conv2d: "conv", ir.GlobalAvgPool: "global_avg_pool", ir.LRN: "lrn",
-    ir.BatchNorm: "batch_norm", ir.Dense: "dense", ir.TiedDense: "dense",
-    ir.Embedding: "embedding", ir.LSTM: "lstm", ir.MeanOverTime: "mean_over_time",
+    ir.BatchNorm: "batch_norm", ir.LayerNorm: "layer_norm", ir.Dense: "dense",
+    ir.TiedDense: "dense", ir.Embedding: "embedding", ir.LSTM: "lstm", ir.MeanOverTime: "mean_over_time",
 }
 
 
@@ -267,6 +267,20 @@ class Builder:
             y = y * scale + params[beta].reshape(shape)
             return y.astype(x.dtype)
         return batch_norm
+
+    def layer_norm(self, node: ir.LayerNorm) -> Apply:
+        gamma, beta = self._param(f"{node.name}.gamma"), self._param(f"{node.name}.beta")
+
+        def layer_norm(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            # Flax's LayerNorm (_compute_stats, _normalize): statistics in float32 over
+            # the last axis, the biased variance as E[x^2] - E[x]^2 clamped at 0, then
+            # lax.rsqrt, in training and inference alike.
+            xf = x.astype(jnp.float32)
+            mean = jnp.mean(xf, -1, keepdims=True)
+            var = jnp.maximum(0.0, jnp.mean(lax.square(xf), -1, keepdims=True) - lax.square(mean))
+            y = (xf - mean) * (lax.rsqrt(var + node.eps) * params[gamma]) + params[beta]
+            return y.astype(x.dtype)
+        return layer_norm
 
     def dense(self, node: ir.Dense) -> Apply:
         weight = self._param(f"{node.name}.weight")

@@ -154,6 +154,13 @@ class Builder:
                              ("gamma", "beta", "running_mean", "running_var")]
         return Value(self.op("BatchNormalization", inputs, node.name, epsilon=node.eps), x.rank)
 
+    def layer_norm(self, node: ir.LayerNorm, x: Value) -> Value:
+        # LayerNormalization (opset 17 on, onnx Operators.md): mean and biased variance
+        # over the axes from ``axis`` on, here the last, then Scale and B per feature.
+        inputs = [x.name, self.param(f"{node.name}.gamma"), self.param(f"{node.name}.beta")]
+        return Value(self.op("LayerNormalization", inputs, node.name, axis=-1,
+                             epsilon=node.eps), x.rank)
+
     def dense(self, node: ir.Dense, x: Value) -> Value:
         weight = self.param(f"{node.name}.weight")   # canonical (in, out): Gemm's B as it is
         self.dense_weights[node.name] = weight

@@ -389,6 +389,21 @@ class BatchNorm:
                                          _cast(self.gamma, ctx), self.eps)
 
 
+class LayerNorm:
+    """The last axis's mean and biased variance (tf.nn.moments), then
+    tf.nn.batch_normalization's ``(x - mean) * rsqrt(var + eps) * gamma + beta``: Keras's
+    LayerNormalization does the same, in float32 under mixed precision, as here."""
+
+    def __init__(self, gamma, beta, eps: float):
+        self.gamma, self.beta, self.eps = gamma, beta, eps
+
+    def __call__(self, x, ctx):
+        xf = tf.cast(x, tf.float32)
+        mean, var = tf.nn.moments(xf, axes=[-1], keepdims=True)
+        y = tf.nn.batch_normalization(xf, mean, var, self.beta, self.gamma, self.eps)
+        return tf.cast(y, x.dtype)
+
+
 class Dense:
     def __init__(self, weight: tf.Variable, bias: tf.Variable | None):
         self.weight = weight
@@ -571,6 +586,10 @@ class Builder:
                          self.variable(f"{p}.running_mean", trainable=False),
                          self.variable(f"{p}.running_var", trainable=False), node.eps,
                          self.layout)
+
+    def layer_norm(self, node: ir.LayerNorm) -> LayerNorm:
+        return LayerNorm(self.variable(f"{node.name}.gamma"), self.variable(f"{node.name}.beta"),
+                         node.eps)
 
     def dense(self, node: ir.Dense) -> Dense:
         previous = self.near.previous

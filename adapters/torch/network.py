@@ -205,6 +205,12 @@ class Builder:
             bn.running_var.copy_(_tensor(w[f"{node.name}.running_var"]).to(self.device))
         return bn
 
+    def layer_norm(self, node: ir.LayerNorm) -> nn.Module:
+        norm = self._module(nn.LayerNorm, node.features, eps=node.eps)
+        self._load(norm.weight, f"{node.name}.gamma", self.weights[f"{node.name}.gamma"])
+        self._load(norm.bias, f"{node.name}.beta", self.weights[f"{node.name}.beta"])
+        return norm
+
     def dense(self, node: ir.Dense) -> nn.Module:
         w = self.weights
         linear = self._module(nn.Linear, node.in_features, node.out_features, bias=node.bias)

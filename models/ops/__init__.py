@@ -19,6 +19,7 @@ from models.ops import (
     embedding,
     flatten,
     global_avg_pool,
+    layer_norm,
     lrn,
     lstm,
     mean_over_time,
@@ -31,7 +32,7 @@ from models.ops.base import Op
 # In the order of models.ir: the adapters' builders define their methods in this order.
 OPS: tuple[Op, ...] = (
     conv2d.OP, pool2d.OP, global_avg_pool.OP, activation.OP, lrn.OP, batch_norm.OP,
-    dense.OP, tied_dense.OP, dropout.OP, flatten.OP, residual.OP, concat.OP, embedding.OP,
+    layer_norm.OP, dense.OP, tied_dense.OP, dropout.OP, flatten.OP, residual.OP, concat.OP, embedding.OP,
     lstm.OP, mean_over_time.OP,
 )
 REGISTRY: dict[type, Op] = {op.node: op for op in OPS}

@@ -403,6 +403,8 @@ def _expected_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
         elif isinstance(node, ir.BatchNorm):
             for suffix in ("gamma", "beta", "running_mean", "running_var"):
                 shapes[f"{n}.{suffix}"] = (node.num_features,)
+        elif isinstance(node, ir.LayerNorm):
+            shapes[f"{n}.gamma"] = shapes[f"{n}.beta"] = (node.features,)
         elif isinstance(node, ir.Embedding):
             shapes[f"{n}.table"] = (node.vocab, node.dim)
         elif isinstance(node, ir.LSTM):

@@ -169,6 +169,34 @@ def test_batch_norm_matches_torch(torch, shape, train):
     np.testing.assert_allclose(got, want, **TIGHT)
 
 
+@pytest.mark.parametrize("shape", [(4, 6), (3, 5, 7)])
+def test_layer_norm_matches_its_formula_and_torch(torch, shape):
+    from models.ops.layer_norm import layer_norm
+
+    x = rand(*shape, scale=3.0) + 2.0
+    f = shape[-1]
+    gamma, beta = rand(f, seed=1) + 1.0, rand(f, seed=2)
+    got = layer_norm(x, gamma, beta, 1e-3)
+    # By hand, one row at a time: the biased variance (divided by F, not F - 1).
+    rows = x.reshape(-1, f)
+    mean = rows.sum(axis=1, keepdims=True) / f
+    var = ((rows - mean) ** 2).sum(axis=1, keepdims=True) / f
+    want = ((rows - mean) / np.sqrt(var + 1e-3) * gamma + beta).reshape(shape)
+    np.testing.assert_allclose(got, want, **TIGHT)
+    F = torch.nn.functional
+    np.testing.assert_allclose(got, F.layer_norm(t(torch, x), (f,), t(torch, gamma),
+                                                 t(torch, beta), eps=1e-3).numpy(), **TIGHT)
+
+
+def test_layer_norm_rows_have_zero_mean_and_unit_variance_before_the_affine():
+    from models.ops.layer_norm import layer_norm
+
+    x = rand(5, 9, scale=4.0) - 1.0
+    y = layer_norm(x, np.ones(9), np.zeros(9), 1e-12)
+    np.testing.assert_allclose(y.mean(axis=-1), 0.0, atol=1e-12)
+    np.testing.assert_allclose(y.var(axis=-1), 1.0, rtol=1e-9)
+
+
 def test_dense_and_tied_dense_match_torch_linear(torch):
     x, w, b = rand(4, 6), rand(6, 3, seed=1), rand(3, seed=2)
     model = ir.Model("tied", "test", ir.InputSpec("vector", (6,)),

@@ -22,9 +22,11 @@ from tests.conformance import goldens
 
 # Models small enough for finite differences on every node kind: LRN, grouped and
 # strided convolutions, ceil-mode max and average pooling, residuals with batch norm,
-# concatenation, tied decoders, the masked LSTM with its embedding, a plain conv.
+# concatenation, tied decoders, the masked LSTM with its embedding, a plain conv, layer
+# norm over steps and over vectors.
 FINITE_DIFFERENCE_MODELS = ("alexnet_bvlc_tiny", "googlenet_tiny", "resnet_tiny",
-                            "sae_tiny_ae2", "lstm_tiny", "conv_tiny", "overfeat_tiny")
+                            "sae_tiny_ae2", "lstm_tiny", "conv_tiny", "overfeat_tiny",
+                            "layernorm_tiny")
 
 
 def _finite_difference(model, weights, batch, name, index, step=1e-5):
@@ -59,6 +61,55 @@ def test_gradients_match_central_differences(name):
             # derivative, rounding ~1e-16/h; 1e-6 of the gradient's scale covers both.
             scale = max(float(np.abs(grad).max()), 1e-8)
             assert abs(grad[index] - numeric) <= 1e-6 * scale + 1e-9, (param, index)
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (3, 5, 7)])
+def test_layer_norm_backward_matches_central_differences(shape):
+    """The op's own backward (input, gamma and beta gradients) against central
+    differences of a random linear functional of its forward, every entry checked."""
+    from models.ops import layer_norm as op
+
+    rng = np.random.default_rng(list(shape))
+    f = shape[-1]
+    x = rng.standard_normal(shape) * 2.0 + 0.5
+    params = {"ln.gamma": rng.uniform(0.5, 1.5, f), "ln.beta": rng.standard_normal(f)}
+    dy = rng.standard_normal(shape)
+    node = ir.LayerNorm("ln", f, eps=1e-3)
+    grads: dict[str, np.ndarray] = {}
+
+    class Tape:
+        def param(self, name):
+            return params[name]
+
+        def adder(self, prefix):
+            return lambda key, value: grads.__setitem__(f"{prefix}.{key}", value)
+
+    y, back = op.backward(node, x, True, Tape())
+    np.testing.assert_allclose(y, op.layer_norm(x, params["ln.gamma"], params["ln.beta"],
+                                                1e-3), rtol=1e-12, atol=1e-12)
+    dx = back(dy)
+
+    def objective(x, gamma, beta):
+        return float((op.layer_norm(x, gamma, beta, 1e-3) * dy).sum())
+
+    def numeric(which, array):
+        out = np.zeros_like(array)
+        for index in np.ndindex(array.shape):
+            plus, minus = array.copy(), array.copy()
+            plus[index] += 1e-6
+            minus[index] -= 1e-6
+            args = {"x": x, "gamma": params["ln.gamma"], "beta": params["ln.beta"]}
+            out[index] = (objective(**{**args, which: plus})
+                          - objective(**{**args, which: minus})) / 2e-6
+        return out
+
+    np.testing.assert_allclose(dx, numeric("x", x), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(grads["ln.gamma"], numeric("gamma", params["ln.gamma"]),
+                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(grads["ln.beta"], numeric("beta", params["ln.beta"]),
+                               rtol=1e-6, atol=1e-8)
+    # Shifting a row does not change its normalised output: dx sums to zero per row.
+    np.testing.assert_allclose(dx.sum(axis=-1), 0.0, atol=1e-10)
 
 
 @pytest.mark.parametrize("name", list(TINY))
