@@ -662,7 +662,8 @@ def test_gpu_peak_is_the_allocator_peak_when_it_rose_else_xla_plan(adapter):
 
 def test_preallocation_is_off_before_jax_is_imported():
     # The GPU client reads XLA_PYTHON_CLIENT_PREALLOCATE when it starts; the package sets
-    # it before its first `import jax` (the worker imports the adapter before any jax).
+    # it before its first `import jax` (the worker imports the adapter package, then loads
+    # its class, which is what imports jax).
     result = run_python("""
         import builtins, os
         os.environ.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
@@ -673,6 +674,7 @@ def test_preallocation_is_off_before_jax_is_imported():
             return real(name, *args, **kwargs)
         builtins.__import__ = spy
         import adapters.jax
+        adapters.jax.JaxAdapter
         print(seen["value"])
     """)
     assert result.returncode == 0, result.stderr
