@@ -29,7 +29,6 @@ per thread setting, shows progress, and survives what a case can do to its proce
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import shutil
@@ -48,6 +47,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from adapters.registry import FrameworkEntry, load_registry
 from models.measures import COUNTERS
+from suites.harness.events import (
+    CasesStarted,
+    Fatal,
+    FreshProcess,
+    JobStarting,
+    MalformedEvent,
+    PlanDone,
+    RowWritten,
+    parse,
+)
 from suites.harness.job import WorkerJob
 from suites.harness.pool import GPU, WorkerKey, WorkerPool
 from suites.harness.process import WorkerProcess
@@ -60,7 +69,7 @@ from suites.harness.spec import (
     resolve_suite_path,
     suggest,
 )
-from suites.harness.worker import EVENT_PREFIX, FRESH_PROCESS_EXIT, PARENT_PID, Plan
+from suites.harness.worker import FRESH_PROCESS_EXIT, PARENT_PID, Plan
 from suites.instruments.environment import host_environment, host_id, nvidia_smi, physical_cores, usable_cpus
 from suites.rows.results import (
     DEVICE_PHASE,
@@ -561,36 +570,43 @@ class Runner:
                             return finished, 0, None
                         if line is None:
                             break
-                        if not line.startswith(EVENT_PREFIX):
+                        try:
+                            event = parse(line)
+                        except MalformedEvent as error:
+                            # A worker whose events the runner cannot read cannot be
+                            # followed: the run stops, saying so in one line.
+                            _log_write(log, line)
+                            return finished, 0, str(error)
+                        if event is None:
                             _log_write(log, line)
                             continue
-                        event = json.loads(line[len(EVENT_PREFIX):])
                         if spawned is not None:
                             self.worker_start_s.append(time.monotonic() - spawned)
                             spawned = None
-                        if "fatal" in event:
-                            fatal = event["fatal"]
-                        elif "fresh_process" in event:
-                            self.fresh_reason = event["fresh_process"]
-                        elif "plan_done" in event:
-                            self.pool.give_back(key, worker)
-                            worker = None
-                            return finished, 0, fatal
-                        elif "job" in event:
-                            progress.update(task, description=event["job"])
-                            job_starting = True
-                        elif "start" in event:
-                            if job_starting and not self.budget_allows(event["start"],
-                                                                       cases):
-                                # Between jobs: nothing is in flight, so stopping loses nothing.
-                                return finished, BUDGET_EXIT, None
-                            job_starting = False
-                            in_flight, started = list(event["start"]), time.monotonic()
-                        else:
-                            finished.add(event["case_id"])
-                            in_flight = []
-                            self.report(event, progress)
-                            progress.advance(task)
+                        match event:
+                            case Fatal(message):
+                                fatal = message
+                            case FreshProcess(reason):
+                                self.fresh_reason = reason
+                            case PlanDone():
+                                self.pool.give_back(key, worker)
+                                worker = None
+                                return finished, 0, fatal
+                            case JobStarting(label):
+                                progress.update(task, description=label)
+                                job_starting = True
+                            case CasesStarted(case_ids):
+                                if job_starting and not self.budget_allows(list(case_ids), cases):
+                                    # Between jobs: nothing is in flight, so stopping loses
+                                    # nothing.
+                                    return finished, BUDGET_EXIT, None
+                                job_starting = False
+                                in_flight, started = list(case_ids), time.monotonic()
+                            case RowWritten():
+                                finished.add(event.case_id)
+                                in_flight = []
+                                self.report(event, progress)
+                                progress.advance(task)
                     code = worker.wait()
                     worker = None
                 except KeyboardInterrupt:
@@ -630,15 +646,15 @@ class Runner:
                                        time_limit_s=limit, wall_s=wall_s)
             progress.console.print(f"[red]timeout[/] {case_id.split('/', 1)[1]}: {reason}")
 
-    def report(self, event: dict, progress) -> None:
-        status = event["status"]
+    def report(self, event: RowWritten, progress) -> None:
+        status = event.status
         self.statuses[status] += 1
-        case = event["case_id"].split("/", 1)[1]
+        case = event.case_id.split("/", 1)[1]
         if status != "ok":
-            progress.console.print(f"[yellow]{status}[/] {case}: {event['reason']}")
-        elif event.get("median_ms") is not None:
-            flag = " [yellow](unstable)[/]" if event.get("unstable") else ""
-            progress.console.print(f"ok {case}: {event['median_ms']:.3f} ms{flag}")
+            progress.console.print(f"[yellow]{status}[/] {case}: {event.reason}")
+        elif event.median_ms is not None:
+            flag = " [yellow](unstable)[/]" if event.unstable else ""
+            progress.console.print(f"ok {case}: {event.median_ms:.3f} ms{flag}")
 
 
 def stop_on_sigterm() -> None:

@@ -47,12 +47,21 @@ from typing import Any
 
 from models.measures import BY_NAME as MEASURE_BY_NAME
 from models.measures import COUNTERS, PROFILE
+from suites.harness.events import (
+    CasesStarted,
+    Event,
+    Fatal,
+    FreshProcess,
+    JobStarting,
+    PlanDone,
+    RowWritten,
+    to_line,
+)
 from suites.harness.job import WorkerJob
 from suites.harness.kept_jobs import KeptJob, KeptJobs, KeptKey
 from suites.instruments.environment import host_environment, limit_cpus
 from suites.rows.results import DEVICE_TIME, FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
 
-EVENT_PREFIX = "@@dlbench "
 # The runner's pid: a worker whose runner dies (SIGKILL) ends too, so that no orphan goes
 # on appending rows beside a resumed run.
 PARENT_PID = "DLBENCH_RUNNER_PID"
@@ -120,8 +129,9 @@ class Plan:
         return Plan(**json.loads(path.read_text()))
 
 
-def emit(event: dict[str, Any]) -> None:
-    print(EVENT_PREFIX + json.dumps(event), flush=True)
+def emit(event: Event) -> None:
+    """Tell the runner (suites/harness/events.py)."""
+    print(to_line(event), flush=True)
 
 
 def hang_if_injected(case_id: str) -> None:
@@ -247,9 +257,9 @@ class Worker:
                   timing=timing.to_dict() if timing is not None else None, **fields)
         self.last_row = now
         self.results.append(row)
-        emit({"case_id": key.id(), "status": status, "reason": reason,
-              "median_ms": timing.median_ms if timing is not None else None,
-              "unstable": timing.unstable if timing is not None else None})
+        emit(RowWritten(key.id(), status, reason,
+                        median_ms=timing.median_ms if timing is not None else None,
+                        unstable=timing.unstable if timing is not None else None))
 
     def run_job(self, job: WorkerJob) -> None:
         # Each row's elapsed_s is the worker's time since the previous row: the job's build
@@ -291,9 +301,9 @@ class Worker:
         # recorded_references); a measure timed here replaces its entry.
         self.timed = {name: TimedReference(*figures)
                       for name, figures in job.recorded.items()}
-        emit({"job": f"{job.model} b{job.batch} {job.precision} {job.variant}"})
+        emit(JobStarting(f"{job.model} b{job.batch} {job.precision} {job.variant}"))
         # The runner's per-case time limit: the build counts against every pending measure.
-        emit({"start": [key(name).id() for name in pending]})
+        emit(CasesStarted(tuple(key(name).id() for name in pending)))
         started = time.perf_counter()
         kept_key = KeptKey(self.plan.results, tuple(getattr(job, name) for name in KEPT_CASE_FIELDS))
         kept_job = self.kept.take(kept_key) if self.plan.phase == "device" else None
@@ -332,7 +342,7 @@ class Worker:
             for name in sorted((n for n in pending if n not in timed),
                                key=lambda n: n != DEVICE_TIME):
                 check_interrupt()
-                emit({"start": [key(name).id()]})
+                emit(CasesStarted((key(name).id(),)))
                 hang_if_injected(key(name).id())
                 started = time.perf_counter()
                 if name == FINGERPRINT:
@@ -409,7 +419,7 @@ class Worker:
             # The runner's time limit covers each repetition of the measure being timed,
             # so a hang in one measure times out that measure alone and a fresh worker
             # goes on with the job's others.
-            emit({"start": [key(name).id()]})
+            emit(CasesStarted((key(name).id(),)))
             if name not in steps:
                 hang_if_injected(key(name).id())
                 started[name] = time.perf_counter()
@@ -608,7 +618,7 @@ def serve(lines: Iterable[str]) -> None:
         else:
             worker.switch_to(plan)
         worker.run()
-        emit({"plan_done": True})
+        emit(PlanDone())
 
 
 def gpu_placement(monitor) -> dict[str, Any]:
@@ -661,15 +671,15 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     except FreshProcessNeeded as needed:
-        emit({"fresh_process": str(needed)})
+        emit(FreshProcess(str(needed)))
         return FRESH_PROCESS_EXIT
     except OutputError as error:   # the results location became unusable (a full disk)
-        emit({"fatal": str(error)})
+        emit(Fatal(str(error)))
         return 3
     except Exception as error:  # the adapter could not start: no device, no framework
         from adapters.base import DeviceUnavailable
         if isinstance(error, (DeviceUnavailable, ImportError)):
-            emit({"fatal": one_line(error)})
+            emit(Fatal(one_line(error)))
             return 3
         raise
     return 0

@@ -72,14 +72,15 @@ def serve(tmp_path: Path, plans: list[tuple[str, str, int]]) -> subprocess.Compl
 
 
 def test_serve_runs_each_plan_in_one_process_with_its_stderr_in_the_plans_log(tmp_path):
-    from suites.harness.worker import EVENT_PREFIX
+    from suites.harness.events import PlanDone, RowWritten, parse
 
     done = serve(tmp_path, [("one", "lenet_tiny", 1), ("two", "conv_tiny", 1)])
     assert done.returncode == 0, done.stderr
-    events = [json.loads(line[len(EVENT_PREFIX):]) for line in done.stdout.splitlines()
-              if line.startswith(EVENT_PREFIX)]
-    assert sum("plan_done" in event for event in events) == 2
-    assert "plan_done" in events[-1]
+    events = [event for line in done.stdout.splitlines() if (event := parse(line)) is not None]
+    assert sum(isinstance(event, PlanDone) for event in events) == 2
+    assert isinstance(events[-1], PlanDone)
+    assert {event.case_id.split("/")[0] for event in events
+            if isinstance(event, RowWritten)} == {"one", "two"}
     one, two = ([json.loads(line) for line in (tmp_path / f"{suite}.jsonl").read_text()
                  .splitlines()] for suite in ("one", "two"))
     assert [r["suite"] for r in one + two] == ["one", "two"]
