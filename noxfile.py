@@ -146,19 +146,25 @@ FRAMEWORK_CORE_TESTS = {"torch": ["tests/models/test_reference.py", "tests/model
 COMPARISON_REQUIREMENTS = {"torch": ["torchvision==0.28.0"], "jax": ["flax==0.12.8"]}
 
 
+# Two pytest workers (pytest-xdist): most tests hold one core (tiny models' dispatch,
+# compilation, suites run in a subprocess), so one worker leaves half of a 2-core machine
+# idle. ``nox -s tests -- -n 0`` runs them in one process.
+PYTEST_WORKERS = ["-n", "2"]
+
+
 @nox.session
 @nox.parametrize("target", TEST_TARGETS, ids=TEST_TARGETS)
 def tests(session: nox.Session, target: str) -> None:
     """Core tests, or one framework's conformance kit and adapter tests in its own venv."""
     if target == "core":
         install(session, *CORE, *EXTRAS["report"], *EXTRAS["test"])
-        session.run(python(session), "-m", "pytest", "-q", "tests", "--ignore=tests/conformance",
-                    "--ignore=tests/adapters", *session.posargs)
+        session.run(python(session), "-m", "pytest", "-q", *PYTEST_WORKERS, "tests",
+                    "--ignore=tests/conformance", "--ignore=tests/adapters", *session.posargs)
         return
     install(session, *CORE, *REGISTRY[target]["requirements"]["cpu"], *EXTRAS["test"],
             *COMPARISON_REQUIREMENTS.get(target, []),
             without_dependencies=requirements_without_dependencies(target, "cpu"))
-    session.run(python(session), "-m", "pytest", "-q", "tests/conformance",
+    session.run(python(session), "-m", "pytest", "-q", *PYTEST_WORKERS, "tests/conformance",
                 f"tests/adapters/test_{target}.py", *FRAMEWORK_CORE_TESTS.get(target, []),
                 f"--framework={target}", *session.posargs)
 
