@@ -28,7 +28,8 @@ IMDB_LOG_SIGMA = 0.75
 @dataclass(frozen=True)
 class Batch:
     """``x``: float32 (N, ...) or int32 tokens (N, T); ``labels``: int32 (N,) for
-    classification; ``lengths``: int32 (N,) for token batches."""
+    classification, (N, T) for a per-step loss (-1: not counted); ``lengths``: int32 (N,)
+    for token batches."""
 
     x: np.ndarray
     labels: np.ndarray | None = None
@@ -116,11 +117,29 @@ def make_batch(model: Model, batch: int, seed: int = 0) -> Batch:
         return Batch(cached(f"input_{model.name}_b{batch}_s{seed}", key, (Path(__file__),),
                             shape, np.float32, lambda: _features(rng, spec.kind, shape)),
                      labels)
-    lengths = sequence_lengths(rng, batch, spec.shape[0])
+    if spec.lengths == "full":
+        lengths = np.full(batch, spec.shape[0], dtype=np.int32)
+    else:
+        lengths = sequence_lengths(rng, batch, spec.shape[0])
     steps = int(lengths.max())
     tokens = rng.integers(1, spec.vocab, size=(batch, steps), dtype=np.int32)
-    tokens[np.arange(steps)[None, :] >= lengths[:, None]] = 0
+    valid = np.arange(steps)[None, :] < lengths[:, None]
+    tokens[~valid] = 0
+    if model.loss.kind == "token_xent":
+        labels = step_labels(rng, valid, model.loss.classes, model.loss.labelled)
     return Batch(tokens, labels, lengths)
+
+
+def step_labels(rng: np.random.Generator, valid: np.ndarray, classes: int,
+                labelled: float) -> np.ndarray:
+    """int32 (N, T): a class for each labelled step, -1 elsewhere. Each valid step is
+    labelled with probability ``labelled``; at least one is, so the mean has a count."""
+    labels = rng.integers(0, classes, size=valid.shape, dtype=np.int32)
+    chosen = valid & (rng.random(valid.shape) < labelled)
+    if not chosen.any():
+        chosen[0, 0] = True
+    labels[~chosen] = -1
+    return labels
 
 
 def make_epoch(model: Model, batch: int, count: int, seed: int = 0) -> list[Batch]:

@@ -7,7 +7,9 @@ adapter converts from:
 * activations NCHW (images) or (N, T, F) (sequences);
 * convolution weights OIHW, i.e. (out, in / groups, kh, kw);
 * dense weights (in, out);
-* LSTM gates stacked in the order (i, f, g, o), weights (in, 4H) and (H, 4H).
+* LSTM gates stacked in the order (i, f, g, o), weights (in, 4H) and (H, 4H);
+* attention's fused projection (F, 3F), its columns q | k | v with the heads contiguous
+  inside each (GPT-2's ``c_attn``).
 """
 
 from __future__ import annotations
@@ -59,8 +61,11 @@ class GlobalAvgPool:
 
 @dataclass(frozen=True)
 class Activation:
+    """Element-wise. ``gelu_tanh`` is GELU's tanh approximation (GPT-2's "gelu_new") and
+    ``gelu_erf`` the exact form (BERT's, ViT's): Hendrycks & Gimpel 2016, arXiv:1606.08415."""
+
     name: str
-    kind: Literal["relu", "tanh", "sigmoid"]
+    kind: Literal["relu", "tanh", "sigmoid", "gelu_tanh", "gelu_erf"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,9 @@ class LayerNorm:
 
 @dataclass(frozen=True)
 class Dense:
+    """``x @ weight + bias`` over the last axis, of a vector (F,) or of every step of a
+    sequence (T, F)."""
+
     name: str
     in_features: int
     out_features: int
@@ -109,11 +117,14 @@ class Dense:
 class TiedDense:
     """A decoder whose weight is the transpose of the Dense named ``tied_to``; only the
     bias is its own (Bahrampour et al. 2016, 4.3: "decoder weights are transpose of the
-    encoder weights")."""
+    encoder weights"). Tied to an Embedding, it is a language model's output layer, the
+    logits ``x @ table.T`` (Press & Wolf 2017; GPT-2's and BERT's tied heads), over a
+    vector or every step of a sequence; ``table`` says which of the two it is tied to."""
 
     name: str
     tied_to: str
     bias: bool = True
+    table: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,9 +160,63 @@ class Concat:
 
 @dataclass(frozen=True)
 class Embedding:
+    """Token ids (T,) -> rows of a (vocab, dim) table. ``init``: ``embedding`` draws
+    N(0, 1); ``normal`` N(0, 0.02²), the initializer_range of GPT-2's and BERT's configs."""
+
     name: str
     vocab: int
     dim: int
+    init: Literal["embedding", "normal"] = "embedding"
+
+
+@dataclass(frozen=True)
+class PositionEmbedding:
+    """Adds row t of a learned (positions, dim) table to step t of a sequence (T, dim),
+    T <= positions (GPT-2's wpe, BERT's and ViT's position embeddings). ``segments`` > 0
+    also adds row 0 of a (segments, dim) table: BERT's token-type embedding with every
+    token in the first segment, as when no token_type_ids are given."""
+
+    name: str
+    positions: int
+    dim: int
+    segments: int = 0
+
+
+@dataclass(frozen=True)
+class PatchEmbedding:
+    """ViT's input (Dosovitskiy et al. 2021, 3.1, arXiv:2010.11929): an image (C, H, W)
+    cut into p×p patches, each projected linearly to ``dim`` (a convolution of kernel
+    and stride p, weight OIHW), in row-major patch order, after a learned class token:
+    (1 + (H/p)(W/p), dim) with ``class_token``, else ((H/p)(W/p), dim)."""
+
+    name: str
+    in_channels: int
+    dim: int
+    patch: int
+    class_token: bool = True
+
+
+@dataclass(frozen=True)
+class SelfAttention:
+    """Multi-head scaled dot-product self-attention over a sequence (T, dim) (Vaswani et
+    al. 2017, 3.2.2): ``q | k | v = x @ qkv.weight + qkv.bias`` (one fused (dim, 3·dim)
+    weight), per head ``softmax(q kᵀ / sqrt(dim / heads) + mask) v``, the heads
+    concatenated, then ``@ out.weight + out.bias``. ``causal``: step t attends to steps
+    s <= t (GPT-2). ``padding``: keys past the sequence's length are masked (BERT's
+    attention_mask); the outputs at padded steps are then unspecified, like an LSTM's."""
+
+    name: str
+    dim: int
+    heads: int
+    causal: bool = False
+    padding: bool = False
+
+
+@dataclass(frozen=True)
+class FirstToken:
+    """Step 0 of a sequence: (T, F) -> (F,) (ViT's class token)."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -173,22 +238,28 @@ class MeanOverTime:
 
 
 Node = (Conv2d | Pool2d | GlobalAvgPool | Activation | LRN | BatchNorm | LayerNorm | Dense
-        | TiedDense | Dropout | Flatten | Residual | Concat | Embedding | LSTM | MeanOverTime)
+        | TiedDense | Dropout | Flatten | Residual | Concat | Embedding | PositionEmbedding
+        | PatchEmbedding | SelfAttention | FirstToken | LSTM | MeanOverTime)
 
 LEAF_TYPES = (
     Conv2d, Pool2d, GlobalAvgPool, Activation, LRN, BatchNorm, LayerNorm, Dense, TiedDense,
-    Dropout, Flatten, Embedding, LSTM, MeanOverTime,
+    Dropout, Flatten, Embedding, PositionEmbedding, PatchEmbedding, SelfAttention, FirstToken,
+    LSTM, MeanOverTime,
 )
 
 
 @dataclass(frozen=True)
 class InputSpec:
     """Per-example input. ``image``: float (C, H, W); ``vector``: float (F,);
-    ``tokens``: int ids of shape (T,) padded to ``shape[0]`` with per-example lengths."""
+    ``tokens``: int ids of shape (T,) with per-example lengths. ``lengths``: ``imdb``
+    draws them (models/inputs.py) and pads a batch to its longest; ``full`` fills all T
+    steps, as packed language-model text does (Hugging Face's run_clm and run_mlm
+    ``group_texts``)."""
 
     kind: Literal["image", "vector", "tokens"]
     shape: tuple[int, ...]
     vocab: int = 0
+    lengths: Literal["imdb", "full"] = "imdb"
 
 
 @dataclass(frozen=True)
@@ -197,10 +268,15 @@ class Loss:
     ``mse_reconstruction``: mean squared error between the body's output and the body's
     input (the output of the frozen prefix, or the raw input when there is none).
     ``sum``: the sum of all outputs, so the output gradient is all ones; single-layer
-    benchmarks use it (convnet-benchmarks times backward with a given gradOutput)."""
+    benchmarks use it (convnet-benchmarks times backward with a given gradOutput).
+    ``token_xent``: a sequence output (T, classes); the mean softmax cross-entropy over
+    the labelled steps of the batch, each valid step labelled with probability
+    ``labelled`` (1: a language model's every next token; 0.15: BERT's masked-LM
+    positions, Devlin et al. 2019, 3.1), the others and the padding labelled -1."""
 
-    kind: Literal["softmax_xent", "mse_reconstruction", "sum"]
+    kind: Literal["softmax_xent", "mse_reconstruction", "sum", "token_xent"]
     classes: int = 0
+    labelled: float = 1.0
 
 
 @dataclass(frozen=True)

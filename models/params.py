@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Init = Literal["he", "glorot", "bias", "gamma", "beta", "mean", "var", "lstm", "embedding"]
+Init = Literal["he", "glorot", "bias", "gamma", "beta", "mean", "var", "lstm", "embedding", "normal"]
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,6 @@ def loss(model: ir.Model, weights: dict[str, np.ndarray], batch: Batch,
 def loss_of_output(model: ir.Model, body_input: np.ndarray, out: np.ndarray,
                    batch: Batch) -> float:
     """The loss of a body output ``out`` that ``run`` computed from ``batch``."""
-    if model.loss.kind == "softmax_xent" and batch.labels is None:
+    if model.loss.kind in ("softmax_xent", "token_xent") and batch.labels is None:
         raise ValueError(f"{model.name}: softmax loss needs labels")
     return losses.value(model.loss.kind, out, body_input, batch.labels)

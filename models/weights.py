@@ -42,6 +42,10 @@ def draw(spec: ParamSpec, seed: int = 0) -> np.ndarray:
         values = rng.uniform(-bound, bound, shape)
     elif spec.init == "embedding":
         values = rng.standard_normal(shape, dtype=np.float32)
+    elif spec.init == "normal":
+        # N(0, 0.02²): the initializer_range of GPT-2's, BERT's and ViT's configs
+        # (Hugging Face transformers), for transformer tables and attention projections.
+        values = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
     else:
         raise ValueError(f"unknown init {spec.init!r} for {spec.name}")
     return np.ascontiguousarray(values, dtype=np.float32)

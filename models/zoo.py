@@ -21,6 +21,7 @@ from models.families import (
     lstm,
     overfeat,
     resnet,
+    transformer,
     vgg,
 )
 from models.ir import Model
@@ -55,6 +56,9 @@ ZOO: dict[str, Factory] = {
     "sae_large_ae3": autoencoder.sae_large_ae3,
     "sae_large_se": autoencoder.sae_large_se,
     "lstm": lstm.lstm_sentiment,
+    "gpt2": transformer.gpt2,
+    "bert_base": transformer.bert,
+    "vit_b16": transformer.vit,
     **conv_layers.LAYERS,
 }
 
@@ -76,6 +80,9 @@ TINY: dict[str, Factory] = {
     "lstm_tiny": lstm.lstm_tiny,
     "conv_tiny": conv_layers.conv_tiny,
     "layernorm_tiny": layer_norm.layer_norm_classifier,
+    "gpt2_tiny": transformer.gpt2_tiny,
+    "bert_tiny": transformer.bert_tiny,
+    "vit_tiny": transformer.vit_tiny,
 }
 
 _CONV_KEYS = {"c": "channels", "i": "size", "f": "filters", "k": "kernel", "s": "stride",

@@ -28,12 +28,14 @@ from models.ops import (
     tied_dense,
 )
 from models.ops.base import Op
+from models.ops.transformer import attention, first_token, patch_embedding, position_embedding
 
 # In the order of models.ir: the adapters' builders define their methods in this order.
 OPS: tuple[Op, ...] = (
     conv2d.OP, pool2d.OP, global_avg_pool.OP, activation.OP, lrn.OP, batch_norm.OP,
     layer_norm.OP, dense.OP, tied_dense.OP, dropout.OP, flatten.OP, residual.OP, concat.OP, embedding.OP,
-    lstm.OP, mean_over_time.OP,
+    position_embedding.OP, patch_embedding.OP, attention.OP, first_token.OP, lstm.OP,
+    mean_over_time.OP,
 )
 REGISTRY: dict[type, Op] = {op.node: op for op in OPS}
 BY_KIND: dict[str, Op] = {op.node.__name__: op for op in OPS}

@@ -178,10 +178,16 @@ def product_terms(layer: LayerInfo, batch: int) -> Terms:
     """A convolution's or dense layer's reductions: K products per output element
     forward; the data gradient sums over out_channels/g·kh·kw, the forward's K scaled by
     the channel ratio, so the forward's K is a fair estimate; the weight gradient sums
-    over the batch and, for a convolution, its output positions."""
+    over the batch and, for a convolution, its output positions (a sequence's steps for a
+    dense layer over a sequence)."""
     out = math.prod(layer.out_shape)
     k = layer.flops / 2 / out                     # products per output element
-    spatial = out // layer.out_shape[0] if layer.kind == "Conv2d" else 1
+    if layer.kind == "Conv2d":
+        spatial = out // layer.out_shape[0]       # output positions
+    elif len(layer.out_shape) == 2:
+        spatial = layer.out_shape[0]              # steps of a sequence
+    else:
+        spatial = 1
     return Terms(forward=k, backward=k, wgrad=batch * spatial, products=1)
 
 

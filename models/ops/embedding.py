@@ -16,7 +16,7 @@ def shape(node: ir.Embedding, shape: Shape, ctx: ShapeContext) -> Shape:
 
 
 def params(node: ir.Embedding, ctx: ShapeContext) -> list[ParamSpec]:
-    return [ParamSpec(f"{node.name}.table", (node.vocab, node.dim), "embedding", 1)]
+    return [ParamSpec(f"{node.name}.table", (node.vocab, node.dim), node.init, 1)]
 
 
 def forward(node: ir.Embedding, x: np.ndarray, ctx: ForwardContext,

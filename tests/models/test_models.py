@@ -384,9 +384,11 @@ def test_zoo_names_are_unique_and_match_model_names():
 
 def _expected_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
     """Canonical parameter shapes from node fields, written out independently of
-    models.params: OIHW convs, (in, out) dense, (in, 4H)/(H, 4H)/(4H,) LSTM."""
+    models.params: OIHW convs and patch embeddings, (in, out) dense, (in, 4H)/(H, 4H)/(4H,)
+    LSTM, (dim, 3·dim) fused attention projection."""
     shapes: dict[str, tuple[int, ...]] = {}
     dense_in: dict[str, int] = {}
+    vocab: dict[str, int] = {}
     for node in ir.all_nodes(model):
         n = node.name
         if isinstance(node, ir.Conv2d):
@@ -399,14 +401,28 @@ def _expected_shapes(model: ir.Model) -> dict[str, tuple[int, ...]]:
             shapes[f"{n}.weight"] = (node.in_features, node.out_features)
             shapes[f"{n}.bias"] = (node.out_features,)
         elif isinstance(node, ir.TiedDense):
-            shapes[f"{n}.bias"] = (dense_in[node.tied_to],)
+            if node.bias:
+                shapes[f"{n}.bias"] = (vocab[node.tied_to] if node.table else dense_in[node.tied_to],)
         elif isinstance(node, ir.BatchNorm):
             for suffix in ("gamma", "beta", "running_mean", "running_var"):
                 shapes[f"{n}.{suffix}"] = (node.num_features,)
         elif isinstance(node, ir.LayerNorm):
             shapes[f"{n}.gamma"] = shapes[f"{n}.beta"] = (node.features,)
         elif isinstance(node, ir.Embedding):
+            vocab[n] = node.vocab
             shapes[f"{n}.table"] = (node.vocab, node.dim)
+        elif isinstance(node, ir.PositionEmbedding):
+            shapes[f"{n}.table"] = (node.positions, node.dim)
+            if node.segments:
+                shapes[f"{n}.segments"] = (node.segments, node.dim)
+        elif isinstance(node, ir.PatchEmbedding):
+            shapes[f"{n}.weight"] = (node.dim, node.in_channels, node.patch, node.patch)
+            shapes[f"{n}.bias"] = (node.dim,)
+            if node.class_token:
+                shapes[f"{n}.class_token"] = (node.dim,)
+        elif isinstance(node, ir.SelfAttention):
+            shapes.update({f"{n}.qkv.weight": (node.dim, 3 * node.dim), f"{n}.qkv.bias": (3 * node.dim,),
+                           f"{n}.out.weight": (node.dim, node.dim), f"{n}.out.bias": (node.dim,)})
         elif isinstance(node, ir.LSTM):
             h4 = 4 * node.hidden_size
             shapes.update({f"{n}.w_ih": (node.input_size, h4), f"{n}.w_hh": (node.hidden_size, h4),

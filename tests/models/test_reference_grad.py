@@ -23,10 +23,11 @@ from tests.conformance import goldens
 # Models small enough for finite differences on every node kind: LRN, grouped and
 # strided convolutions, ceil-mode max and average pooling, residuals with batch norm,
 # concatenation, tied decoders, the masked LSTM with its embedding, a plain conv, layer
-# norm over steps and over vectors.
+# norm over steps and over vectors; the transformers' causal and padding-masked attention,
+# both GELUs, position, token-type and patch embeddings, and heads tied to a table.
 FINITE_DIFFERENCE_MODELS = ("alexnet_bvlc_tiny", "googlenet_tiny", "resnet_tiny",
                             "sae_tiny_ae2", "lstm_tiny", "conv_tiny", "overfeat_tiny",
-                            "layernorm_tiny")
+                            "layernorm_tiny", "gpt2_tiny", "bert_tiny", "vit_tiny")
 
 
 def _finite_difference(model, weights, batch, name, index, step=1e-5):
