@@ -106,9 +106,24 @@ def get_model(name: str) -> Model:
         return TINY[name]()
     if name.startswith("conv:"):
         return _parametric_conv(name)
+    if name.split(":", 1)[0] in _AT_LENGTH and ":" in name:
+        return _transformer_at_length(name)
     close = difflib.get_close_matches(name, names(include_tiny=True), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise UnknownModel(f"unknown model '{name}'{hint}; `python -m models` lists the zoo")
+
+
+# Transformers at another sequence length: "gpt2:s=4096", "bert_base:s=128".
+_AT_LENGTH = ("gpt2", "bert_base")
+
+
+def _transformer_at_length(name: str) -> Model:
+    family, _, spec = name.partition(":")
+    key, _, value = spec.partition("=")
+    if key != "s" or not value.isdigit() or int(value) < 1:
+        raise UnknownModel(f"bad model '{name}': expected {family}:s=<steps>, a positive "
+                           f"sequence length")
+    return transformer.at_length("gpt2" if family == "gpt2" else "bert", int(value), name)
 
 
 def _parametric_conv(name: str) -> Model:

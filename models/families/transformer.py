@@ -70,9 +70,10 @@ def gpt2(vocab: int = GPT2["vocab"], context: int = GPT2["context"], width: int 
 
 def bert(vocab: int = BERT["vocab"], context: int = BERT["context"], width: int = BERT["width"],
          heads: int = BERT["heads"], layers: int = BERT["layers"], lengths: str = "full",
-         name: str = "bert_base") -> ir.Model:
+         steps: int | None = None, name: str = "bert_base") -> ir.Model:
     """``lengths``: ``full`` sequences (packed MLM text), or ``imdb`` padded ones, which
-    exercise the padding mask."""
+    exercise the padding mask; ``steps``: the sequence length fed (the context by
+    default)."""
     eps = 1e-12
     body = (ir.Embedding("word", vocab, width, init="normal"),
             ir.PositionEmbedding("position", context, width, segments=2),
@@ -82,7 +83,7 @@ def bert(vocab: int = BERT["vocab"], context: int = BERT["context"], width: int 
             ir.LayerNorm("mlm.ln", width, eps),
             ir.TiedDense("mlm.decoder", "word", bias=True, table=True))
     return ir.Model(name, "transformer",
-                    ir.InputSpec("tokens", (context,), vocab, lengths=lengths), body,
+                    ir.InputSpec("tokens", (steps or context,), vocab, lengths=lengths), body,
                     ir.Loss("token_xent", vocab, labelled=0.15),
                     description=f"BERT encoder, {layers} layers, width {width}, masked LM",
                     source="Devlin et al. 2019; Hugging Face BertForMaskedLM(BertConfig())",
@@ -106,6 +107,15 @@ def vit(size: int = VIT["size"], patch: int = VIT["patch"], width: int = VIT["wi
                     source="Dosovitskiy et al. 2021; Hugging Face "
                            "ViTForImageClassification(ViTConfig(num_labels=1000))",
                     tags=("transformer",))
+
+
+def at_length(family: str, steps: int, name: str) -> ir.Model:
+    """GPT-2 small or BERT-base fed ``steps`` tokens; a position table longer than the
+    default context where the sequence needs it (the sequence-length sweep: the same
+    architecture, its table sized to the sequence)."""
+    if family == "gpt2":
+        return gpt2(context=max(GPT2["context"], steps), steps=steps, name=name)
+    return bert(context=max(BERT["context"], steps), steps=steps, name=name)
 
 
 def gpt2_tiny() -> ir.Model:

@@ -141,3 +141,15 @@ def test_patches_are_row_major_and_flattened_as_a_convolution_sees_them():
     # Patch 1 is the top row's second patch: rows 0-1, columns 2-3, channel-major.
     np.testing.assert_array_equal(flat[0, 1], x[0, :, 0:2, 2:4].reshape(-1))
     np.testing.assert_array_equal(patch_embedding.unpatch(flat, x.shape, 2), x)
+
+
+def test_a_transformer_at_another_length_keeps_its_architecture():
+    from models.zoo import UnknownModel
+    short = get_model("gpt2:s=128")
+    assert short.input.shape == (128,) and analyse(short).params == HF_PARAMETERS["gpt2"]
+    # Past the default context the position table grows with the sequence (the sweep).
+    long = get_model("gpt2:s=4096")
+    assert analyse(long).params == HF_PARAMETERS["gpt2"] + (4096 - 1024) * 768
+    assert analyse(get_model("bert_base:s=128")).params == HF_PARAMETERS["bert_base"]
+    with pytest.raises(UnknownModel, match="expected gpt2:s=<steps>"):
+        get_model("gpt2:s=0")
