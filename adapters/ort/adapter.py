@@ -147,8 +147,12 @@ def nodes_on_cpu(session: ort.InferenceSession) -> list[str] | None:
 
 
 def needs_lengths(model: Model, batch: Batch) -> bool:
+    """Whether the graph reads the lengths: the masked recurrent ops, and attention with a
+    padding mask."""
     return batch.lengths is not None and any(
-        isinstance(node, (ir.LSTM, ir.MeanOverTime)) for node in ir.all_nodes(model))
+        isinstance(node, (ir.LSTM, ir.MeanOverTime))
+        or (isinstance(node, ir.SelfAttention) and node.padding)
+        for node in ir.all_nodes(model))
 
 
 def graph_inputs(model: Model, batch: Batch) -> dict[str, np.ndarray]:

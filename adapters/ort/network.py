@@ -20,6 +20,7 @@ from adapters.base import Unsupported
 from models import ir
 from models.analysis import LayerInfo, analyse
 from models.ops import builder_table
+from models.ops.activation import GELU_A, GELU_C
 from models.weights import Weights
 
 # Opset 21 with IR version 10 is ONNX 1.16's pairing (onnx docs/Versioning.md); ONNX
@@ -76,7 +77,9 @@ class Builder:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.names: set[str] = {INPUT, LENGTHS, OUTPUT}
-        self.dense_weights: dict[str, str] = {}   # Dense name -> its weight initializer
+        # Dense or Embedding name -> its weight initializer, which a TiedDense reads
+        self.tied_weights: dict[str, str] = {}
+        self.masks: dict[tuple[bool, bool], str] = {}   # (causal, padding) -> boolean mask
 
     def fresh(self, name: str) -> str:
         candidate, index = name, 1
@@ -87,7 +90,8 @@ class Builder:
 
     def initializer(self, name: str, array: np.ndarray) -> str:
         name = self.fresh(name)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        # asarray keeps a 0-d array a scalar (ascontiguousarray would make it (1,)).
+        self.initializers.append(numpy_helper.from_array(np.asarray(array, order="C"), name))
         return name
 
     def param(self, name: str) -> str:
@@ -139,6 +143,8 @@ class Builder:
         return Value(self.op("Flatten", [pooled], node.name, axis=1), 2)
 
     def activation(self, node: ir.Activation, x: Value) -> Value:
+        if node.kind in ("gelu_erf", "gelu_tanh"):
+            return Value(self.gelu(node, x.name), x.rank)
         kind = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}[node.kind]
         return Value(self.op(kind, [x.name], node.name), x.rank)
 
@@ -163,15 +169,17 @@ class Builder:
 
     def dense(self, node: ir.Dense, x: Value) -> Value:
         weight = self.param(f"{node.name}.weight")   # canonical (in, out): Gemm's B as it is
-        self.dense_weights[node.name] = weight
+        self.tied_weights[node.name] = weight
         bias = self.param(f"{node.name}.bias") if node.bias else None
         return self.affine(node.name, x, weight, bias, transpose=False)
 
     def tied_dense(self, node: ir.TiedDense, x: Value) -> Value:
-        # The decoder reads the encoder's own initializer with transB=1: one tensor in
-        # the graph, so the tie holds by construction (no transposed copy).
+        # The decoder reads the encoder's own initializer, transposed (transB=1 for a
+        # vector, a Transpose before MatMul for a sequence): one tensor in the graph, so the
+        # tie holds by construction. Tied to a Dense (in, out), x @ weight.T; tied to an
+        # Embedding (vocab, dim), the logits x @ table.T: the same product either way.
         bias = self.param(f"{node.name}.bias") if node.bias else None
-        return self.affine(node.name, x, self.dense_weights[node.tied_to], bias, transpose=True)
+        return self.affine(node.name, x, self.tied_weights[node.tied_to], bias, transpose=True)
 
     def dropout(self, node: ir.Dropout, x: Value) -> Value:
         return x   # identity when benchmarking (models.ir.Dropout)
@@ -189,8 +197,83 @@ class Builder:
         return Value(self.op("Concat", branches, node.name, axis=1), 4)
 
     def embedding(self, node: ir.Embedding, x: Value) -> Value:
-        return Value(self.op("Gather", [self.param(f"{node.name}.table"), x.name], node.name,
-                             axis=0), x.rank + 1)
+        table = self.param(f"{node.name}.table")
+        self.tied_weights[node.name] = table
+        return Value(self.op("Gather", [table, x.name], node.name, axis=0), x.rank + 1)
+
+    def position_embedding(self, node: ir.PositionEmbedding, x: Value) -> Value:
+        # The first T rows of the table (T is static), plus row 0 of the token-type table,
+        # broadcast over the batch by Add's numpy-style broadcasting.
+        n = node.name
+        steps = self.layers[n].in_shape[0]
+        rows = self.slice(self.param(f"{n}.table"), 0, steps, f"{n}.rows")
+        if node.segments:
+            segment = self.slice(self.param(f"{n}.segments"), 0, 1, f"{n}.segment")
+            rows = self.op("Add", [rows, segment], f"{n}.added")
+        return Value(self.op("Add", [x.name, rows], n), x.rank)
+
+    def patch_embedding(self, node: ir.PatchEmbedding, x: Value) -> Value:
+        # A Conv of kernel and stride p is the patches' linear projection (Dosovitskiy et
+        # al. 2021, 3.1); (N, dim, H/p, W/p) -> (N, HW/p², dim) is row-major patch order.
+        n, p = node.name, node.patch
+        conv = self.op("Conv", [x.name, self.param(f"{n}.weight"), self.param(f"{n}.bias")],
+                       f"{n}.conv", kernel_shape=[p, p], strides=[p, p])
+        flat = self.op("Reshape", [conv, self.shape_constant(f"{n}.flat_shape",
+                                                              [0, node.dim, -1])], f"{n}.flat")
+        if not node.class_token:
+            return Value(self.op("Transpose", [flat], n, perm=[0, 2, 1]), 3)
+        patches = self.op("Transpose", [flat], f"{n}.patches", perm=[0, 2, 1])
+        token = self.op("Reshape", [self.param(f"{n}.class_token"),
+                                    self.shape_constant(f"{n}.token_shape", [1, 1, node.dim])],
+                        f"{n}.token")
+        # Expand to (N, 1, dim): the batch size from the input's shape (Shape-15's
+        # start/end), which ORT folds to a constant in this static graph.
+        batch = self.op("Shape", [x.name], f"{n}.batch", start=0, end=1)
+        shape = self.op("Concat", [batch, self.shape_constant(f"{n}.token_rest", [1, node.dim])],
+                        f"{n}.tokens_shape", axis=0)
+        tokens = self.op("Expand", [token, shape], f"{n}.tokens")
+        return Value(self.op("Concat", [tokens, patches], n, axis=1), 3)
+
+    def self_attention(self, node: ir.SelfAttention, x: Value) -> Value:
+        # Standard ONNX ops, the pattern torch.onnx.export emits for scaled dot-product
+        # attention below opset 23 (which adds an Attention op; the pinned opset 21 has
+        # none): MatMul for Q Kᵀ, a boolean mask applied with Where(-inf), Softmax over the
+        # keys (Softmax-13 normalises the one axis given), MatMul with V. ORT's own graph
+        # optimisations may fuse parts of it; the result is the same.
+        n, heads = node.name, node.heads
+        head = node.dim // heads
+        qkv = self.affine(f"{n}.qkv", x, self.param(f"{n}.qkv.weight"),
+                          self.param(f"{n}.qkv.bias"), transpose=False).name
+        # (N, T, 3·dim) -> (N, T, 3, heads, d) -> (3, N, heads, T, d): columns q | k | v,
+        # heads contiguous inside each (models/ir.py).
+        split = self.op("Reshape", [qkv, self.shape_constant(f"{n}.heads_shape",
+                                                             [0, 0, 3, heads, head])],
+                        f"{n}.heads")
+        stacked = self.op("Transpose", [split], f"{n}.stacked", perm=[2, 0, 3, 1, 4])
+        q, k, v = (self.op("Gather", [stacked, self.initializer(f"{n}.{part}_index",
+                                                                 np.array(i, np.int64))],
+                           f"{n}.{part}", axis=0) for i, part in enumerate("qkv"))
+        keys_t = self.op("Transpose", [k], f"{n}.k_t", perm=[0, 1, 3, 2])
+        scores = self.op("MatMul", [q, keys_t], f"{n}.qk")
+        scale = self.initializer(f"{n}.scale", np.array(1.0 / np.sqrt(head), np.float32))
+        scores = self.op("Mul", [scores, scale], f"{n}.scores")
+        mask = self.attention_mask(node)
+        if mask is not None:
+            minus_inf = self.initializer(f"{n}.minus_inf", np.array(-np.inf, np.float32))
+            scores = self.op("Where", [mask, scores, minus_inf], f"{n}.masked")
+        weights = self.op("Softmax", [scores], f"{n}.softmax", axis=-1)
+        attended = self.op("MatMul", [weights, v], f"{n}.attended")        # (N, heads, T, d)
+        merged = self.op("Transpose", [attended], f"{n}.merged", perm=[0, 2, 1, 3])
+        merged = self.op("Reshape", [merged, self.shape_constant(f"{n}.merge_shape",
+                                                                 [0, 0, node.dim])],
+                         f"{n}.concat")
+        return self.affine(n, Value(merged, 3), self.param(f"{n}.out.weight"),
+                           self.param(f"{n}.out.bias"), transpose=False)
+
+    def first_token(self, node: ir.FirstToken, x: Value) -> Value:
+        # Gather with a scalar index drops the step axis: (N, T, F) -> (N, F).
+        index = self.initializer(f"{node.name}.index", np.array(0, np.int64))
+        return Value(self.op("Gather", [x.name, index], node.name, axis=1), x.rank - 1)
 
     def lstm(self, node: ir.LSTM, x: Value) -> Value:
         n = node.name
@@ -227,6 +310,63 @@ class Builder:
 
 
     # --- helpers ---------------------------------------------------------------------
+    def gelu(self, node: ir.Activation, x: str) -> str:
+        """GELU as the formula of models/ops/activation.py in standard ops (Erf or Tanh),
+        as torch.onnx.export writes it below opset 20. The node order is the one ORT's
+        optimiser matches (onnxruntime/core/optimizer gelu_fusion.cc, and the Pow(x, 3)
+        form of fast_gelu_fusion.cc), so from ORT_ENABLE_EXTENDED on the erf form runs as
+        one Gelu kernel and the tanh form as one FastGelu kernel."""
+        n = node.name
+
+        def constant(label: str, value: float) -> str:
+            return self.initializer(f"{n}.{label}", np.array(value, np.float32))
+
+        if node.kind == "gelu_erf":      # ½x(1 + erf(x / √2))
+            inner = self.op("Erf", [self.op("Div", [x, constant("sqrt2", np.sqrt(2.0))],
+                                            f"{n}.scaled")], f"{n}.erf")
+        else:                            # ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
+            cube = self.op("Pow", [x, constant("three", 3.0)], f"{n}.cube")
+            cubic = self.op("Add", [x, self.op("Mul", [cube, constant("a", GELU_A)],
+                                               f"{n}.cube_a")], f"{n}.cubic")
+            inner = self.op("Tanh", [self.op("Mul", [cubic, constant("c", GELU_C)],
+                                             f"{n}.tanh_in")], f"{n}.tanh")
+        one_plus = self.op("Add", [inner, constant("one", 1.0)], f"{n}.one_plus")
+        half_x = self.op("Mul", [x, constant("half", 0.5)], f"{n}.half_x")
+        return self.op("Mul", [half_x, one_plus], n)
+
+    def attention_mask(self, node: ir.SelfAttention) -> str | None:
+        """Boolean (N or 1, 1, T, T), True where query t may attend to key s
+        (models/ops/transformer/attention.py ``mask``); one per kind of mask, shared by
+        every layer that uses it. None where nothing is masked."""
+        padding = node.padding and self.lengths is not None
+        key = (node.causal, padding)
+        if key in self.masks:
+            return self.masks[key]
+        n, steps = node.name, self.layers[node.name].in_shape[0]
+        mask = None
+        if node.causal:   # a constant: the steps are static
+            mask = self.initializer(f"{n}.causal", np.tril(np.ones((steps, steps), bool))
+                                    [None, None])
+        if padding:       # key s is valid where s < lengths[b]: (N, 1, 1, T)
+            positions = self.initializer(f"{n}.positions", np.arange(steps, dtype=np.int32))
+            axis = self.shape_constant(f"{n}.lengths_axis", [1])
+            lengths = self.op("Unsqueeze", [self.lengths.name, axis], f"{n}.lengths")
+            valid = self.op("Less", [positions, lengths], f"{n}.valid_keys")
+            keys = self.op("Unsqueeze", [valid, self.shape_constant(f"{n}.key_axes", [1, 2])],
+                           f"{n}.key_mask")
+            mask = keys if mask is None else self.op("And", [mask, keys], f"{n}.mask")
+        self.masks[key] = mask
+        return mask
+
+    def slice(self, data: str, start: int, end: int, name: str) -> str:
+        """Rows start:end of a tensor (axis 0)."""
+        return self.op("Slice", [data, self.shape_constant(f"{name}.start", [start]),
+                                 self.shape_constant(f"{name}.end", [end]),
+                                 self.shape_constant(f"{name}.axes", [0])], name)
+
+    def shape_constant(self, name: str, values: list[int]) -> str:
+        return self.initializer(name, np.array(values, np.int64))
+
     def pool_padding(self, node: ir.Pool2d) -> dict[str, Any]:
         """ONNX's ceil mode gives ceil((size + 2 pad - kernel) / stride) + 1 outputs, but
         Caffe, PyTorch and the IR drop a last window that would start in the right padding
