@@ -314,8 +314,9 @@ class Builder:
         """GELU as the formula of models/ops/activation.py in standard ops (Erf or Tanh),
         as torch.onnx.export writes it below opset 20. The node order is the one ORT's
         optimiser matches (onnxruntime/core/optimizer gelu_fusion.cc, and the Pow(x, 3)
-        form of fast_gelu_fusion.cc), so from ORT_ENABLE_EXTENDED on the erf form runs as
-        one Gelu kernel and the tanh form as one FastGelu kernel."""
+        form of fast_gelu_fusion.cc): at ORT_ENABLE_EXTENDED and above the erf form runs as
+        one Gelu kernel and the tanh form as one FastGelu kernel (tests/adapters/test_ort.py
+        checks both)."""
         n = node.name
 
         def constant(label: str, value: float) -> str:

@@ -1,6 +1,7 @@
 """ONNX Runtime adapter: settings really reach the session, variants change the optimised
 graph, the ONNX mapping holds where the conformance kit does not look (ceil-mode pooling
-edge cases, the tied decoder, LSTM gate order), an epoch runs one static-shape session per
+edge cases, the tied decoder and language-model head, LSTM gate order, attention's padding
+mask, GELU's fused kernels), an epoch runs one static-shape session per
 input shape, the profile reads ORT's trace by op type, unsupported cases say why, OOM errors
 are recognised, and more threads really run on more cores.
 
@@ -29,6 +30,7 @@ from adapters.ort.adapter import (  # noqa: E402
     ALLOW_SPINNING,
     VARIANT_SETTINGS,
     cuda_provider_options,
+    graph_inputs,
     nodes_on_cpu,
     session_options,
 )
@@ -353,6 +355,70 @@ def test_tied_decoder_reads_the_encoder_initializer():
     assert names.count("enc2.weight") == 1 and "dec2.weight" not in names
 
 
+def test_tied_lm_head_reads_the_embedding_table():
+    """GPT-2's logits x @ wte.table.T read the one initializer that the embedding's Gather
+    reads: the tie holds by construction."""
+    model = get_model("gpt2_tiny")
+    proto = build(model, canonical_weights(model), make_batch(model, 2).x.shape, False)
+    nodes = {n.name: n for n in proto.graph.node}
+    assert nodes["wte"].op_type == "Gather" and nodes["wte"].input[0] == "wte.table"
+    transpose = nodes[nodes["lm_head"].input[1]]
+    assert transpose.op_type == "Transpose" and transpose.input[0] == "wte.table"
+    names = [t.name for t in proto.graph.initializer]
+    assert names.count("wte.table") == 1 and not any(n.startswith("lm_head.") for n in names)
+
+
+def test_padding_mask_hides_the_keys_past_each_length():
+    """BERT's graph reads the lengths; changing the tokens past an example's length leaves
+    its valid steps' outputs as they are, which they would not be unmasked."""
+    model = get_model("bert_tiny")
+    weights, batch = canonical_weights(model), make_batch(model, 2)
+    short = int(np.argmin(batch.lengths))
+    length = int(batch.lengths[short])
+    assert length < batch.x.shape[1]               # the batch really is padded
+    inputs = graph_inputs(model, batch)
+    assert "lengths" in inputs
+    changed = dict(inputs, input=inputs["input"].copy())
+    changed["input"][short, length:] = (changed["input"][short, length:] + 1) % 96
+
+    def run(feeds: dict[str, np.ndarray], with_lengths: bool) -> np.ndarray:
+        proto = build(model, weights, batch.x.shape, with_lengths)
+        session = ort.InferenceSession(proto.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        return session.run(None, {k: v for k, v in feeds.items()
+                                  if with_lengths or k != "lengths"})[0]
+
+    before, after = run(inputs, True), run(changed, True)
+    np.testing.assert_allclose(after[short, :length], before[short, :length], rtol=1e-6,
+                               atol=1e-6)
+    unmasked = run(inputs, False) - run(changed, False)
+    assert np.abs(unmasked[short, :length]).max() > 1e-3
+    # A causal model alone needs no lengths.
+    gpt2 = get_model("gpt2_tiny")
+    assert "lengths" not in graph_inputs(gpt2, make_batch(gpt2, 2))
+
+
+def test_gelu_forms_run_as_fused_kernels(tmp_path):
+    """With optimisations off the formulas run as written; at the extended level the erf
+    form is one Gelu node per GELU (ORT 1.31 fuses it already at the basic level) and the
+    tanh form one FastGelu node: the graph is written in the pattern ORT's fusions match."""
+    config = RunConfig("cpu", 1, 1)
+    for name, fused, formula in (("bert_tiny", "Gelu", "Erf"),
+                                 ("gpt2_tiny", "com.microsoft:FastGelu", "Tanh")):
+        model = get_model(name)
+        batch = make_batch(model, 2)
+        proto = build(model, canonical_weights(model), batch.x.shape, name == "bert_tiny")
+        written, extended = (optimised_ops(proto.SerializeToString(),
+                                           session_options(config, v), tmp_path)
+                             for v in ("ort_disabled", "ort_extended"))
+        assert written.get(formula, 0) > 0 and fused not in written
+        gelus = sum(isinstance(node, ir.Activation) and node.kind.startswith("gelu")
+                    for node in ir.all_nodes(model))
+        fused_count = sum(count for op, count in extended.items()
+                          if op.split(":")[-1] == fused.split(":")[-1])
+        assert fused_count == gelus and formula not in extended, extended
+
+
 def test_lstm_gates_are_reordered_to_onnx_iofc():
     rng = np.random.default_rng(0)
     hidden, inputs = 3, 2
@@ -459,7 +525,8 @@ def gpu_adapter():
 
 
 @pytest.mark.parametrize("name", ["lenet_tiny", "alexnet_bvlc_tiny", "googlenet_tiny",
-                                  "resnet_tiny", "sae_tiny_ae2", "lstm_tiny"])
+                                  "resnet_tiny", "sae_tiny_ae2", "lstm_tiny", "gpt2_tiny",
+                                  "bert_tiny", "vit_tiny"])
 def test_gpu_forward_matches_numpy_reference(gpu_adapter, name):
     model = get_model(name)
     weights, batch = canonical_weights(model), make_batch(model, 4)
