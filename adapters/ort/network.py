@@ -235,11 +235,12 @@ class Builder:
         return Value(self.op("Concat", [tokens, patches], n, axis=1), 3)
 
     def self_attention(self, node: ir.SelfAttention, x: Value) -> Value:
-        # Standard ONNX ops, the pattern torch.onnx.export emits for scaled dot-product
-        # attention below opset 23 (which adds an Attention op; the pinned opset 21 has
-        # none): MatMul for Q Kᵀ, a boolean mask applied with Where(-inf), Softmax over the
-        # keys (Softmax-13 normalises the one axis given), MatMul with V. ORT's own graph
-        # optimisations may fuse parts of it; the result is the same.
+        # Standard ONNX ops, the decomposition torch.onnx.export also writes for scaled
+        # dot-product attention below opset 23 (which adds an Attention op; the pinned
+        # opset 21 has none): MatMul for Q Kᵀ, a boolean mask applied with Where(-inf),
+        # Softmax over the keys (Softmax-13 normalises the one axis given), MatMul with V.
+        # From ORT_ENABLE_EXTENDED on, ORT folds the Kᵀ transpose and the 1/√d scale into
+        # one com.microsoft FusedMatMul (seen in its optimised graph).
         n, heads = node.name, node.heads
         head = node.dim // heads
         qkv = self.affine(f"{n}.qkv", x, self.param(f"{n}.qkv.weight"),
