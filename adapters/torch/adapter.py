@@ -173,6 +173,11 @@ class TorchPrepared(Prepared):
             return F.cross_entropy(out.float(), labels)
         if kind == "mse_reconstruction":
             return F.mse_loss(out.float(), features.float())
+        if kind == "token_xent":
+            # The mean over the labelled steps: cross_entropy's "mean" reduction divides
+            # by the count of targets not equal to ignore_index (torch.nn.CrossEntropyLoss
+            # docs), the -1 of unlabelled and padded steps.
+            return F.cross_entropy(out.float().flatten(0, 1), labels.flatten(), ignore_index=-1)
         return out.float().sum()
 
     def _forward(self, inputs: Inputs | None = None) -> torch.Tensor:
@@ -361,8 +366,10 @@ class TorchPrepared(Prepared):
 
     def canonical_gradient(self, name: str, grad: np.ndarray) -> np.ndarray:
         """A gradient of ``loss_and_gradients`` in the IR's layout: nn.Linear and nn.LSTM
-        hold their matrices as (out, in), the IR as (in, out); embedding tables agree."""
-        return grad.T if grad.ndim == 2 and not name.endswith(".table") else grad
+        hold their matrices as (out, in), the IR as (in, out); embedding, position and
+        token-type tables agree."""
+        return grad.T if grad.ndim == 2 and not name.endswith((".table", ".segments")) \
+            else grad
 
     def trained_weights(self) -> dict[str, np.ndarray]:
         # Before the first step there is no copy: the canonical parameters are its weights.

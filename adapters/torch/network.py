@@ -27,13 +27,15 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Lengths:
-    """Sequence lengths in the forms the LSTM and the masked mean need, made once."""
+    """Sequence lengths in the forms the LSTM, the masked mean and attention's padding
+    mask need, made once."""
 
     sorted_host: torch.Tensor  # int64 on the CPU, longest first, for pack_padded_sequence
     order: torch.Tensor        # int64 on the device: the batch's rows, longest first
     restore: torch.Tensor      # int64 on the device: the inverse of ``order``
     mask: torch.Tensor         # float (N, T) on the device, 1 where a step is valid
     count: torch.Tensor        # float (N,) on the device
+    keys: torch.Tensor         # bool (N, 1, 1, T) on the device, True where a key is valid
 
     @staticmethod
     def of(lengths: np.ndarray, steps: int, device: torch.device) -> Lengths:
@@ -42,11 +44,13 @@ class Lengths:
                        torch.from_numpy(mask.order).to(device),
                        torch.from_numpy(mask.restore).to(device),
                        torch.from_numpy(mask.weight).to(device),
-                       torch.from_numpy(mask.count).to(device))
+                       torch.from_numpy(mask.count).to(device),
+                       torch.from_numpy(mask.valid)[:, None, None, :].to(device))
 
 
 class Sequence(nn.Module):
-    """Runs IR nodes in order; ``lengths`` reaches the LSTM and the masked mean."""
+    """Runs IR nodes in order; ``lengths`` reaches the LSTM, the masked mean and
+    attention, also inside residual blocks and branches."""
 
     def __init__(self, layers: list[nn.Module]):
         super().__init__()
@@ -54,7 +58,7 @@ class Sequence(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: Lengths | None = None) -> torch.Tensor:
         for layer in self.layers:
-            x = layer(x, lengths) if isinstance(layer, (LSTMLayer, MaskedMean)) else layer(x)
+            x = layer(x, lengths) if isinstance(layer, _WITH_LENGTHS) else layer(x)
         return x
 
 
@@ -64,8 +68,9 @@ class Residual(nn.Module):
         self.body = body
         self.shortcut = shortcut
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x) + (x if self.shortcut is None else self.shortcut(x))
+    def forward(self, x: torch.Tensor, lengths: Lengths | None = None) -> torch.Tensor:
+        return self.body(x, lengths) + (x if self.shortcut is None
+                                        else self.shortcut(x, lengths))
 
 
 class Concat(nn.Module):
@@ -73,20 +78,99 @@ class Concat(nn.Module):
         super().__init__()
         self.branches = nn.ModuleList(branches)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([branch(x) for branch in self.branches], dim=1)
+    def forward(self, x: torch.Tensor, lengths: Lengths | None = None) -> torch.Tensor:
+        return torch.cat([branch(x, lengths) for branch in self.branches], dim=1)
 
 
 class TiedLinear(nn.Module):
-    """Decoder using the transpose of an encoder's weight (Bahrampour et al. 2016, 4.3)."""
+    """Decoder using the transpose of an encoder's weight (Bahrampour et al. 2016, 4.3),
+    or a language model's output layer using an embedding table (Press & Wolf 2017):
+    nn.Linear stores (out, in), so a Dense encoder's weight is transposed, while an
+    nn.Embedding's (vocab, dim) table already is the decoder's (out, in) weight."""
 
-    def __init__(self, encoder: nn.Linear, bias: torch.Tensor | None):
+    def __init__(self, encoder: nn.Linear | nn.Embedding, bias: torch.Tensor | None):
         super().__init__()
         self.encoder = [encoder]  # a list, so the encoder is not registered twice
+        self.transpose = isinstance(encoder, nn.Linear)
         self.bias = None if bias is None else nn.Parameter(bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.encoder[0].weight.t(), self.bias)
+        weight = self.encoder[0].weight
+        return F.linear(x, weight.t() if self.transpose else weight, self.bias)
+
+
+class PositionEmbedding(nn.Module):
+    """Adds row t of the position table to step t (and row 0 of the token-type table)."""
+
+    def __init__(self, table: nn.Parameter, segments: nn.Parameter | None):
+        super().__init__()
+        self.table = table
+        self.segments = segments
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = self.table[:x.shape[1]]
+        if self.segments is not None:
+            rows = rows + self.segments[0]
+        return x + rows
+
+
+class PatchEmbedding(nn.Module):
+    """ViT's patch projection as a convolution of kernel and stride p (as Hugging Face's
+    ViTPatchEmbeddings and timm's PatchEmbed do), its (N, dim, H/p, W/p) output read in
+    row-major patch order, after the class token."""
+
+    def __init__(self, conv: nn.Conv2d, class_token: nn.Parameter | None):
+        super().__init__()
+        self.conv = conv
+        self.class_token = class_token
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        patches = self.conv(x).flatten(2).transpose(1, 2)        # (N, HW/p², dim)
+        if self.class_token is None:
+            return patches
+        token = self.class_token.expand(patches.shape[0], 1, -1)    # (N, 1, dim)
+        return torch.cat([token, patches], dim=1)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention through torch.nn.functional.scaled_dot_product_attention,
+    PyTorch's fused attention (it picks a flash, memory-efficient or math kernel for the
+    device and dtype; its default scale is 1/sqrt(head size), the IR's). The fused q|k|v
+    projection and the output projection are nn.Linear, as GPT-2's c_attn and c_proj."""
+
+    def __init__(self, node: ir.SelfAttention, qkv: nn.Linear, out: nn.Linear):
+        super().__init__()
+        self.heads = node.heads
+        self.causal = node.causal
+        self.padding = node.padding
+        self.qkv = qkv
+        self.out = out
+
+    def forward(self, x: torch.Tensor, lengths: Lengths | None) -> torch.Tensor:
+        n, steps, dim = x.shape
+        # (N, T, 3·dim) -> three (N, heads, T, d): the IR's q | k | v columns, heads
+        # contiguous inside each.
+        q, k, v = (part.view(n, steps, self.heads, dim // self.heads).transpose(1, 2)
+                   for part in self.qkv(x).split(dim, dim=-1))
+        mask = None
+        if self.padding and lengths is not None:
+            # A boolean attn_mask is True where a key may be attended to (the
+            # scaled_dot_product_attention docs); every query row, padded ones too,
+            # sees the example's valid keys.
+            mask = lengths.keys
+            if self.causal:
+                mask = mask & torch.ones(steps, steps, dtype=torch.bool,
+                                         device=x.device).tril()
+        # is_causal and attn_mask are exclusive: the causal triangle goes into the
+        # mask when there is a padding mask too.
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           is_causal=self.causal and mask is None)
+        return self.out(o.transpose(1, 2).reshape(n, steps, dim))
+
+
+class FirstToken(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, 0]
 
 
 class LSTMLayer(nn.Module):
@@ -123,6 +207,10 @@ class MaskedMean(nn.Module):
         return (x * lengths.mask[:, :, None]).sum(1) / lengths.count[:, None]
 
 
+# The modules whose forward takes the batch's sequence lengths.
+_WITH_LENGTHS = (LSTMLayer, MaskedMean, SelfAttention, Residual, Concat)
+
+
 class Flatten(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.flatten(x, 1)
@@ -144,7 +232,8 @@ class Builder:
         # random init of VGG-16's 138 M parameters, then a copy on the host and another
         # to the device, took 18 of the 180 s of PyTorch's default-gpu worker on an H100.
         self.device = device
-        self.linears: dict[str, nn.Linear] = {}
+        # The encoders a TiedDense may name: Dense layers and Embedding tables.
+        self.encoders: dict[str, nn.Linear | nn.Embedding] = {}
         self.params: dict[str, nn.Parameter] = {}
 
     def sequence(self, nodes: tuple[ir.Node, ...]) -> Sequence:
@@ -187,8 +276,10 @@ class Builder:
 
     def activation(self, node: ir.Activation) -> nn.Module:
         # In-place ReLU, as torchvision's models use it.
+        # GELU: nn.GELU's default is the exact (erf) form; approximate="tanh" is GPT-2's.
         return {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh,
-                "sigmoid": nn.Sigmoid}[node.kind]()
+                "sigmoid": nn.Sigmoid, "gelu_erf": nn.GELU,
+                "gelu_tanh": lambda: nn.GELU(approximate="tanh")}[node.kind]()
 
     def lrn(self, node: ir.LRN) -> nn.Module:
         return nn.LocalResponseNorm(node.size, node.alpha, node.beta, node.k)
@@ -218,12 +309,13 @@ class Builder:
                    transposed=True)
         if node.bias:
             self._load(linear.bias, f"{node.name}.bias", w[f"{node.name}.bias"])
-        self.linears[node.name] = linear
+        self.encoders[node.name] = linear
         return linear
 
     def tied_dense(self, node: ir.TiedDense) -> nn.Module:
+        # nn.Linear applies to the last axis, so vectors and sequences alike.
         bias = _tensor(self.weights[f"{node.name}.bias"]).clone() if node.bias else None
-        tied = TiedLinear(self.linears[node.tied_to], bias)
+        tied = TiedLinear(self.encoders[node.tied_to], bias)
         if node.bias:
             self.params[f"{node.name}.bias"] = tied.bias
         return tied
@@ -244,7 +336,32 @@ class Builder:
     def embedding(self, node: ir.Embedding) -> nn.Module:
         embedding = self._module(nn.Embedding, node.vocab, node.dim)
         self._load(embedding.weight, f"{node.name}.table", self.weights[f"{node.name}.table"])
+        self.encoders[node.name] = embedding
         return embedding
+
+    def _parameter(self, name: str) -> nn.Parameter:
+        """A parameter holding the canonical array ``name`` as stored, on the device."""
+        param = nn.Parameter(_tensor(self.weights[name]).to(self.device))
+        self.params[name] = param
+        return param
+
+    def position_embedding(self, node: ir.PositionEmbedding) -> nn.Module:
+        segments = self._parameter(f"{node.name}.segments") if node.segments else None
+        return PositionEmbedding(self._parameter(f"{node.name}.table"), segments)
+
+    def patch_embedding(self, node: ir.PatchEmbedding) -> nn.Module:
+        conv = self.conv2d(ir.Conv2d(node.name, node.in_channels, node.dim,
+                                     (node.patch, node.patch), (node.patch, node.patch)))
+        token = self._parameter(f"{node.name}.class_token") if node.class_token else None
+        return PatchEmbedding(conv, token)
+
+    def self_attention(self, node: ir.SelfAttention) -> nn.Module:
+        qkv = self.dense(ir.Dense(f"{node.name}.qkv", node.dim, 3 * node.dim))
+        out = self.dense(ir.Dense(f"{node.name}.out", node.dim, node.dim))
+        return SelfAttention(node, qkv, out)
+
+    def first_token(self, node: ir.FirstToken) -> nn.Module:
+        return FirstToken()
 
     def lstm(self, node: ir.LSTM) -> nn.Module:
         layer = LSTMLayer(node, self.weights)
