@@ -209,3 +209,32 @@ def test_thread_count_really_changes_cpu_use():
     # timed steps (robust to other load on the machine, unlike CPU-time ratios).
     assert results[1] == {"threads": 1, "busy_threads": 1, "cpus": 1}, results
     assert results[2] == {"threads": 2, "busy_threads": 2, "cpus": 2}, results
+
+
+def test_attention_with_causal_and_padding_masks_matches_float64(adapter):
+    """The tiny networks use one mask each (GPT-2 causal, BERT padding); both together
+    take the path that merges the causal triangle into the boolean attn_mask."""
+    from models import ir, reference, reference_grad
+
+    vocab, width = 40, 16
+    model = ir.Model("causal_padded_attention", "test", ir.InputSpec("tokens", (12,), vocab),
+                     (ir.Embedding("emb", vocab, width),
+                      ir.SelfAttention("attn", width, 2, causal=True, padding=True),
+                      ir.TiedDense("head", "emb", bias=False, table=True)),
+                     ir.Loss("token_xent", vocab))
+    weights, batch = canonical_weights(model), make_batch(model, 4)
+    assert len(set(batch.lengths.tolist())) > 1   # padded rows, so the mask matters
+    prepared = adapter.prepare(model, weights, batch, CaseConfig())
+    try:
+        output = prepared.forward_output()
+        loss, grads = prepared.loss_and_gradients()
+        grads = {n: prepared.canonical_gradient(n, g) for n, g in grads.items()}
+    finally:
+        prepared.close()
+    np.testing.assert_allclose(output, reference.forward(model, weights, batch),
+                               rtol=1e-4, atol=1e-5)
+    expected_loss, expected = reference_grad.loss_and_gradients(model, weights, batch)
+    assert np.isclose(loss, expected_loss, rtol=1e-5)
+    assert set(grads) == set(expected)
+    for name, grad in grads.items():
+        np.testing.assert_allclose(grad, expected[name], rtol=1e-3, atol=1e-5, err_msg=name)
