@@ -23,6 +23,7 @@ from models import ir
 from models.inputs import StepMask
 from models.ops import builder_table
 from models.ops.base import window_output_size
+from models.ops.dense import tied_weight_name
 from models.weights import Weights
 
 Params = dict[str, jax.Array]
@@ -102,7 +103,10 @@ def sequence(layers: list[Apply]) -> Apply:
 _SCOPES: dict[type, str] = {
     ir.Conv2d: "conv", ir.GlobalAvgPool: "global_avg_pool", ir.LRN: "lrn",
     ir.BatchNorm: "batch_norm", ir.LayerNorm: "layer_norm", ir.Dense: "dense",
-    ir.TiedDense: "dense", ir.Embedding: "embedding", ir.LSTM: "lstm", ir.MeanOverTime: "mean_over_time",
+    ir.TiedDense: "dense", ir.Embedding: "embedding", ir.PositionEmbedding: "embedding",
+    # ViT's patch embedding is a strided convolution, and runs as one.
+    ir.PatchEmbedding: "conv", ir.SelfAttention: "self_attention", ir.FirstToken: "first_token",
+    ir.LSTM: "lstm", ir.MeanOverTime: "mean_over_time",
 }
 
 
@@ -223,7 +227,12 @@ class Builder:
         return lambda params, x, ctx: jnp.mean(x, axis=axes)
 
     def activation(self, node: ir.Activation) -> Apply:
-        fn = {"relu": jax.nn.relu, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid}[node.kind]
+        # jax.nn.gelu's approximate=True is the tanh form, 0.5x(1 + tanh(sqrt(2/pi)(x +
+        # 0.044715x^3))), approximate=False the exact x·Phi(x) through erf (the jax.nn.gelu
+        # API doc); Flax's nn.gelu is the same function.
+        fn = {"relu": jax.nn.relu, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid,
+              "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+              "gelu_erf": lambda x: jax.nn.gelu(x, approximate=False)}[node.kind]
         return lambda params, x, ctx: fn(x)
 
     def lrn(self, node: ir.LRN) -> Apply:
@@ -287,18 +296,22 @@ class Builder:
         bias = self._param(f"{node.name}.bias") if node.bias else None
 
         def dense(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            # jnp.dot contracts x's last axis: a vector (N, in) or a sequence (N, T, in).
             y = jnp.dot(x, self._cast(params, weight), precision=self.num.precision)
             return y if bias is None else y + self._cast(params, bias)
         return dense
 
     def tied_dense(self, node: ir.TiedDense) -> Apply:
-        # The encoder's (in, out) weight read transposed: the same array in the params
-        # dict, so its gradient sums the encoder's and the decoder's contributions.
-        weight = f"{node.tied_to}.weight"
+        # The encoder's (in, out) weight or the Embedding's (vocab, dim) table, read
+        # transposed: the same array in the params dict, so its gradient sums the
+        # encoder's and the decoder's contributions.
+        weight = tied_weight_name(node)
         bias = self._param(f"{node.name}.bias") if node.bias else None
 
         def tied(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
-            y = lax.dot_general(x, self._cast(params, weight), (((1,), (1,)), ((), ())),
+            # x's last axis against the stored array's axis 1: x @ weight.T, for a vector
+            # (N, in) or a sequence (N, T, in).
+            y = lax.dot_general(x, self._cast(params, weight), (((x.ndim - 1,), (1,)), ((), ())),
                                 precision=self.num.precision)
             return y if bias is None else y + self._cast(params, bias)
         return tied
@@ -335,6 +348,77 @@ class Builder:
     def embedding(self, node: ir.Embedding) -> Apply:
         table = self._param(f"{node.name}.table")
         return lambda params, x, ctx: jnp.take(params[table], x, axis=0).astype(self.num.dtype)
+
+    def position_embedding(self, node: ir.PositionEmbedding) -> Apply:
+        table = self._param(f"{node.name}.table")
+        segments = self._param(f"{node.name}.segments") if node.segments else None
+
+        def position_embedding(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            # The first T rows, broadcast over the batch, as the ViT reference's
+            # AddPositionEmbs adds them (google-research/vision_transformer); BERT's
+            # token-type row 0, every token being in the first segment.
+            rows = params[table][:x.shape[1]]
+            if segments is not None:
+                rows = rows + params[segments][0]
+            return x + rows.astype(x.dtype)
+        return position_embedding
+
+    def patch_embedding(self, node: ir.PatchEmbedding) -> Apply:
+        # A convolution of kernel and stride p, as the ViT reference implementation's
+        # nn.Conv (google-research/vision_transformer, models_vit.py) computes it.
+        nhwc = self.num.layout == "NHWC"
+        weight = self._param(f"{node.name}.weight", (2, 3, 1, 0) if nhwc else None)
+        bias = self._param(f"{node.name}.bias")
+        token = self._param(f"{node.name}.class_token") if node.class_token else None
+        numbers = ("NHWC", "HWIO", "NHWC") if nhwc else ("NCHW", "OIHW", "NCHW")
+        p = node.patch
+
+        def patch_embedding(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            y = lax.conv_general_dilated(x, self._cast(params, weight), (p, p), "VALID",
+                                         dimension_numbers=numbers,
+                                         precision=self.num.precision)
+            n = y.shape[0]
+            if not nhwc:
+                y = jnp.transpose(y, (0, 2, 3, 1))
+            # (N, H/p, W/p, dim) -> (N, patches, dim), the patches in row-major order.
+            y = y.reshape(n, -1, node.dim) + self._cast(params, bias)
+            if token is None:
+                return y
+            first = jnp.broadcast_to(self._cast(params, token), (n, 1, node.dim))
+            return jnp.concatenate([first, y], axis=1)
+        return patch_embedding
+
+    def self_attention(self, node: ir.SelfAttention) -> Apply:
+        qkv_w, qkv_b = self._param(f"{node.name}.qkv.weight"), self._param(f"{node.name}.qkv.bias")
+        out_w, out_b = self._param(f"{node.name}.out.weight"), self._param(f"{node.name}.out.bias")
+        heads, size = node.heads, node.dim // node.heads
+
+        def self_attention(params: Params, x: jax.Array, ctx: Context) -> jax.Array:
+            n, steps, _ = x.shape
+            qkv = jnp.dot(x, self._cast(params, qkv_w), precision=self.num.precision)
+            qkv = qkv + self._cast(params, qkv_b)
+            # Columns q | k | v, the heads contiguous inside each: (N, T, heads, d) each,
+            # the (B, T, N, H) layout jax.nn.dot_product_attention takes.
+            q, k, v = (part.reshape(n, steps, heads, size) for part in jnp.split(qkv, 3, -1))
+            mask = None
+            if node.padding:
+                # Keys past each sequence's length are masked, for every query row
+                # (padded rows attend to the valid keys): (N, 1, 1, T), True = attend.
+                mask = (ctx.lengths.mask > 0)[:, None, None, :]
+            # JAX's fused attention: implementation=None lets XLA choose (the XLA path on
+            # the CPU, cuDNN's flash attention on the GPU where it supports the shapes);
+            # its scale is 1/sqrt(d) and its matrix products take the process's
+            # jax_default_matmul_precision, which the adapter sets with the precision
+            # (jax.nn.dot_product_attention API doc).
+            o = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=node.causal,
+                                             implementation=None)
+            o = o.reshape(n, steps, node.dim)
+            y = jnp.dot(o, self._cast(params, out_w), precision=self.num.precision)
+            return y + self._cast(params, out_b)
+        return self_attention
+
+    def first_token(self, node: ir.FirstToken) -> Apply:
+        return lambda params, x, ctx: x[:, 0]
 
     def lstm(self, node: ir.LSTM) -> Apply:
         w_ih = self._param(f"{node.name}.w_ih")
@@ -403,4 +487,13 @@ def loss_value(kind: str, out: jax.Array, features: jax.Array,
         return -jnp.mean(jnp.take_along_axis(log_probs, labels[:, None], axis=1))
     if kind == "mse_reconstruction":
         return jnp.mean((out - features.astype(jnp.float32)) ** 2)
+    if kind == "token_xent":
+        # Per-step cross-entropy over (N, T, classes), summed over the steps labelled
+        # >= 0 and divided by their count in the batch (-1: not counted; the input
+        # generator labels at least one step).
+        counted = labels >= 0
+        log_probs = jax.nn.log_softmax(out)
+        picked = jnp.take_along_axis(log_probs, jnp.where(counted, labels, 0)[..., None],
+                                     axis=-1)[..., 0]
+        return -jnp.sum(jnp.where(counted, picked, 0.0)) / jnp.sum(counted)
     return jnp.sum(out)
