@@ -340,6 +340,17 @@ class TFPrepared(Prepared):
                 labels=inputs["labels"], logits=out))
         if kind == "mse_reconstruction":
             return tf.reduce_mean(tf.square(out - tf.cast(features, tf.float32)))
+        if kind == "token_xent":
+            # The mean over the labelled steps (label >= 0) of the batch, as PyTorch's
+            # cross_entropy with ignore_index=-1 (models/ops/losses.py token_xent). The
+            # ignored steps get a valid dummy label 0, then weight 0: the op rejects -1
+            # (an error on the CPU, NaN on a GPU, per its docs).
+            labels = inputs["labels"]
+            counted = labels >= 0
+            per_step = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.where(counted, labels, tf.zeros_like(labels)), logits=out)
+            weight = tf.cast(counted, tf.float32)
+            return tf.reduce_sum(per_step * weight) / tf.reduce_sum(weight)
         return tf.reduce_sum(out)
 
     def _forward_on(self, inputs: dict[str, Any]) -> tf.Tensor:

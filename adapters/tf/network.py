@@ -330,7 +330,11 @@ class GlobalAvgPool:
 
 
 class Activation:
-    OPS = {"relu": tf.nn.relu, "tanh": tf.math.tanh, "sigmoid": tf.math.sigmoid}
+    # GELU (Hendrycks & Gimpel 2016): tf.nn.gelu's tanh approximation (approximate=True,
+    # GPT-2's "gelu_new") and exact erf form (approximate=False, BERT's and ViT's).
+    OPS = {"relu": tf.nn.relu, "tanh": tf.math.tanh, "sigmoid": tf.math.sigmoid,
+           "gelu_tanh": lambda x: tf.nn.gelu(x, approximate=True),
+           "gelu_erf": lambda x: tf.nn.gelu(x, approximate=False)}
 
     def __init__(self, kind: str):
         self.op = self.OPS[kind]
@@ -404,29 +408,42 @@ class LayerNorm:
         return tf.cast(y, x.dtype)
 
 
+def _affine(x, weight, bias, transpose_b: bool = False):
+    """``x @ weight (+ bias)`` over the last axis of a vector batch (N, in) or a sequence
+    batch (N, T, in). A sequence is folded to (N·T, in) for one MatMul, so that Grappler
+    still fuses MatMul + BiasAdd as for Keras's Dense, then unfolded."""
+    if x.shape.rank == 2:
+        y = tf.matmul(x, weight, transpose_b=transpose_b)
+        # BiasAdd lets Grappler fuse MatMul + BiasAdd (+ Relu), as for Keras's Dense.
+        return y if bias is None else tf.nn.bias_add(y, bias)
+    lead = tf.shape(x)[:-1]
+    y = _affine(tf.reshape(x, [-1, x.shape[-1]]), weight, bias, transpose_b)
+    return tf.reshape(y, tf.concat([lead, tf.shape(y)[-1:]], axis=0))
+
+
 class Dense:
     def __init__(self, weight: tf.Variable, bias: tf.Variable | None):
         self.weight = weight
         self.bias = bias
 
     def __call__(self, x, ctx):
-        y = tf.matmul(x, _cast(self.weight, ctx))
-        # BiasAdd lets Grappler fuse MatMul + BiasAdd (+ Relu), as for Keras's Dense.
-        return y if self.bias is None else tf.nn.bias_add(y, _cast(self.bias, ctx))
+        return _affine(x, _cast(self.weight, ctx),
+                       None if self.bias is None else _cast(self.bias, ctx))
 
 
 class TiedDense:
-    """Decoder using the transpose of an encoder's weight (Bahrampour et al. 2016, 4.3):
-    a transposed matmul on the encoder's own variable, so both uses add to its
+    """Decoder using the transpose of an encoder's weight (Bahrampour et al. 2016, 4.3)
+    or of an embedding's (vocab, dim) table (a language model's tied head, Press & Wolf
+    2017): a transposed matmul on the encoder's own variable, so both uses add to its
     gradient."""
 
-    def __init__(self, encoder: Dense, bias: tf.Variable | None):
-        self.encoder = encoder
+    def __init__(self, weight: tf.Variable, bias: tf.Variable | None):
+        self.weight = weight
         self.bias = bias
 
     def __call__(self, x, ctx):
-        y = tf.matmul(x, _cast(self.encoder.weight, ctx), transpose_b=True)
-        return y if self.bias is None else tf.nn.bias_add(y, _cast(self.bias, ctx))
+        return _affine(x, _cast(self.weight, ctx),
+                       None if self.bias is None else _cast(self.bias, ctx), transpose_b=True)
 
 
 class Identity:
@@ -457,6 +474,99 @@ class Embedding:
         # Gather in float32 and cast the rows, as Keras's Embedding does under mixed
         # precision (casting the whole table every step would cost more than the lookup).
         return _cast(tf.gather(self.table, x), ctx)
+
+
+class PositionEmbedding:
+    """Adds rows 0..T-1 of the position table (and row 0 of the token-type table, when
+    there is one) to every example: a slice and a broadcast add, as Hugging Face's
+    TFGPT2 and TFBert models do with their position ids 0..T-1."""
+
+    def __init__(self, table: tf.Variable, segments: tf.Variable | None):
+        self.table = table
+        self.segments = segments
+
+    def __call__(self, x, ctx):
+        rows = self.table[:tf.shape(x)[1]]
+        if self.segments is not None:
+            rows = rows + self.segments[0]
+        return x + _cast(rows, ctx)
+
+
+class PatchEmbedding:
+    """ViT's patch projection as what it is, a convolution of kernel and stride p
+    (tf.nn.conv2d, VALID, HWIO filter) in the network's image layout, then the grid
+    (H/p, W/p) read row-major into a sequence (an NCHW output is made channels-last first)
+    and the class token put before it (Dosovitskiy et al. 2021, eq. 1)."""
+
+    def __init__(self, weight: tf.Variable, bias: tf.Variable, token: tf.Variable | None,
+                 patch: int, layout: Layout = NHWC):
+        self.weight, self.bias, self.token = weight, bias, token
+        self.layout = layout
+        self.strides = layout.window((patch, patch))
+
+    def __call__(self, x, ctx):
+        y = tf.nn.conv2d(x, _cast(self.weight, ctx), self.strides, "VALID",
+                         data_format=self.layout.name)
+        y = tf.nn.bias_add(y, _cast(self.bias, ctx), data_format=self.layout.name)
+        if not self.layout.channels_last:
+            y = tf.transpose(y, [0, 2, 3, 1])
+        dim = y.shape[-1]
+        y = tf.reshape(y, [tf.shape(y)[0], -1, dim])
+        if self.token is None:
+            return y
+        token = tf.broadcast_to(_cast(self.token, ctx), [tf.shape(y)[0], 1, dim])
+        return tf.concat([token, y], axis=1)
+
+
+class SelfAttention:
+    """Multi-head scaled dot-product attention in TensorFlow's own ops: the fused q|k|v
+    projection, the scores by tf.einsum, the mask applied with tf.where (-inf where a key
+    is masked, so its weight is exactly 0), tf.nn.softmax over the keys, the weighted sum
+    by tf.einsum and the output projection. Every op has a graph-mode kernel and an XLA
+    lowering, so the layer runs in all three variants (eager, tf.function, jit_compile);
+    Keras's MultiHeadAttention computes the same with per-head (dim, heads, d) kernels,
+    which the fused canonical weight would have to be split into. The softmax runs in
+    float32, also under mixed precision, as LayerNorm does here."""
+
+    def __init__(self, node: ir.SelfAttention, qkv_weight, qkv_bias, out_weight, out_bias):
+        self.node = node
+        self.qkv_weight, self.qkv_bias = qkv_weight, qkv_bias
+        self.out_weight, self.out_bias = out_weight, out_bias
+        self.scale = 1.0 / float(np.sqrt(node.dim // node.heads))
+
+    def allowed(self, steps, ctx):
+        """Broadcastable to (N, heads, T queries, T keys): True where a query may attend
+        to a key (models/ops/transformer/attention.py ``mask``), or None."""
+        allowed = None
+        if self.node.causal:
+            # The lower triangle: query t sees keys s <= t.
+            allowed = tf.cast(tf.linalg.band_part(tf.ones([steps, steps]), -1, 0), tf.bool)
+        if self.node.padding:
+            keys = ctx.lengths.mask[:, None, None, :]     # (N, 1, 1, T): key s < length
+            allowed = keys if allowed is None else tf.logical_and(allowed, keys)
+        return allowed
+
+    def __call__(self, x, ctx):
+        node = self.node
+        steps = tf.shape(x)[1]
+        qkv = _affine(x, _cast(self.qkv_weight, ctx), _cast(self.qkv_bias, ctx))
+        # (N, T, 3·dim) -> three (N, T, heads, d): q | k | v, heads contiguous in each.
+        q, k, v = (tf.reshape(part, [tf.shape(x)[0], steps, node.heads, node.dim // node.heads])
+                   for part in tf.split(qkv, 3, axis=-1))
+        scores = tf.cast(tf.einsum("nqhd,nkhd->nhqk", q, k), tf.float32) * self.scale
+        allowed = self.allowed(steps, ctx)
+        if allowed is not None:
+            allowed = tf.broadcast_to(allowed, tf.shape(scores))
+            scores = tf.where(allowed, scores, tf.constant(-np.inf, tf.float32))
+        weights = tf.cast(tf.nn.softmax(scores, axis=-1), x.dtype)
+        o = tf.einsum("nhqk,nkhd->nqhd", weights, v)
+        o = tf.reshape(o, [tf.shape(x)[0], steps, node.dim])
+        return _affine(o, _cast(self.out_weight, ctx), _cast(self.out_bias, ctx))
+
+
+class FirstToken:
+    def __call__(self, x, ctx):
+        return x[:, 0]
 
 
 class LSTMLayer:
@@ -523,6 +633,7 @@ class Builder:
         self.shapes = {layer.name: (layer.in_shape, layer.out_shape)
                        for layer in analyse(model).layers}
         self.dense: dict[str, Dense] = {}
+        self.embedding_tables: dict[str, tf.Variable] = {}   # for tied heads
         self.params: dict[str, tf.Variable] = {}
         self.variables: dict[str, tf.Variable] = {}   # every variable, running statistics too
         self.layouts: dict[str, ParamLayout] = {}
@@ -604,7 +715,11 @@ class Builder:
 
     def tied_dense(self, node: ir.TiedDense) -> TiedDense:
         bias = self.variable(f"{node.name}.bias") if node.bias else None
-        return TiedDense(self.dense[node.tied_to], bias)
+        # The encoder's own variable: a Dense's (in, out) weight or an Embedding's
+        # (vocab, dim) table, both used transposed.
+        weight = self.embedding_tables[node.tied_to] if node.table \
+            else self.dense[node.tied_to].weight
+        return TiedDense(weight, bias)
 
     def dropout(self, node: ir.Dropout) -> Identity:
         return Identity()
@@ -621,7 +736,29 @@ class Builder:
         return Concat([self.sequence(branch) for branch in node.branches], self.layout)
 
     def embedding(self, node: ir.Embedding) -> Embedding:
-        return Embedding(self.variable(f"{node.name}.table"))
+        table = self.variable(f"{node.name}.table")
+        self.embedding_tables[node.name] = table
+        return Embedding(table)
+
+    def position_embedding(self, node: ir.PositionEmbedding) -> PositionEmbedding:
+        segments = self.variable(f"{node.name}.segments") if node.segments else None
+        return PositionEmbedding(self.variable(f"{node.name}.table"), segments)
+
+    def patch_embedding(self, node: ir.PatchEmbedding) -> PatchEmbedding:
+        # OIHW -> HWIO, as for Conv2d; the image comes in the network's layout.
+        token = self.variable(f"{node.name}.class_token") if node.class_token else None
+        return PatchEmbedding(self.variable(f"{node.name}.weight", ParamLayout(conv=True)),
+                              self.variable(f"{node.name}.bias"), token, node.patch,
+                              self.layout)
+
+    def self_attention(self, node: ir.SelfAttention) -> SelfAttention:
+        p = node.name
+        return SelfAttention(node, self.variable(f"{p}.qkv.weight"),
+                             self.variable(f"{p}.qkv.bias"), self.variable(f"{p}.out.weight"),
+                             self.variable(f"{p}.out.bias"))
+
+    def first_token(self, node: ir.FirstToken) -> FirstToken:
+        return FirstToken()
 
     def lstm(self, node: ir.LSTM) -> LSTMLayer:
         values = self.weights if self.source is None else self.source

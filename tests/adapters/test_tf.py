@@ -413,12 +413,60 @@ def test_tied_decoder_reads_the_encoder_variable(adapter):
     prepared = prepare(adapter, "sae_tiny_ae2")
     try:
         decoder = prepared.body.layers[2]
-        assert decoder.encoder.weight is prepared.params["enc2.weight"]
+        assert decoder.weight is prepared.params["enc2.weight"]
         assert "dec2.weight" not in prepared.params
         assert not any(v.trainable for layer in prepared.frozen.layers
                        for v in vars(layer).values() if isinstance(v, tf.Variable))
     finally:
         prepared.close()
+
+
+def test_tied_language_model_head_reads_the_embedding_table(adapter):
+    prepared = prepare(adapter, "gpt2_tiny")
+    try:
+        head = prepared.body.layers[-1]
+        assert head.weight is prepared.params["wte.table"] and head.bias is None
+        assert not any(name.startswith("lm_head") for name in prepared.params)
+    finally:
+        prepared.close()
+
+
+@pytest.mark.parametrize("name", ["gpt2_tiny", "bert_tiny", "vit_tiny"])
+@pytest.mark.parametrize("variant", ["eager", "xla"])
+def test_transformers_match_the_reference_eagerly_and_under_xla(adapter, name, variant):
+    """Attention, GELU, the embeddings and token_xent in op-by-op execution and
+    XLA-compiled (the conformance kit runs the graph variant): the forward output and
+    the loss against the float64 reference."""
+    model = get_model(name)
+    weights = canonical_weights(model)
+    batch = make_batch(model, 4)
+    prepared = adapter.prepare(model, weights, batch, CaseConfig(variant=variant))
+    try:
+        expected = reference_numpy.forward(model, weights, batch, train=False)
+        np.testing.assert_allclose(prepared.forward_output(), expected, rtol=1e-4,
+                                   atol=1e-4 * float(np.abs(expected).max()))
+        loss, grads = prepared.loss_and_gradients()
+        expected_loss = reference_numpy.loss(model, weights, batch, train=True)
+        assert np.isclose(loss, expected_loss, rtol=1e-4, atol=1e-6), (loss, expected_loss)
+        assert all(np.isfinite(g).all() for g in grads.values())
+    finally:
+        prepared.close()
+
+
+def test_patch_embedding_is_the_same_in_both_layouts():
+    """ViT's image input in NCHW (GPU only: TensorFlow's CPU convolutions are NHWC) reads
+    its patches in the same row-major order as in NHWC."""
+    if not tf.config.list_physical_devices("GPU"):
+        pytest.skip("NCHW convolutions run on a GPU only")
+    model = get_model("vit_tiny")
+    weights = canonical_weights(model)
+    x = make_batch(model, 2).x
+    outputs = []
+    for layout in (NHWC, NCHW):
+        with tf.device("/GPU:0"):
+            _, body, _ = build(model, weights, layout=layout)
+            outputs.append(body.layers[0](tf.constant(layout.from_nchw(x)), FP32).numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-5)
 
 
 # --- the IR mapping's edge cases -------------------------------------------------------------
