@@ -531,15 +531,17 @@ def test_lrn_arguments_map_caffe_to_tensorflow(size, alpha, beta, k):
 
 # --- epochs and the profiler -----------------------------------------------------------------
 
+@pytest.mark.parametrize("name", ["lstm_tiny", "bert_tiny"])
 @pytest.mark.parametrize("variant", ["graph", "xla"])
-def test_an_epoch_traces_once_and_the_next_epoch_reuses_it(adapter, variant):
+def test_an_epoch_traces_once_and_the_next_epoch_reuses_it(adapter, variant, name):
     """Token batches of different padded lengths share one trace (the signature leaves
-    the length open), so neither a new length nor a second epoch traces again; the last
-    batch's loss is the one a single-batch gradient step computes for it."""
-    model = get_model("lstm_tiny")
+    the length open: the LSTM's mask, and the position rows and the attention mask taken
+    at the batch's length), so neither a new length nor a second epoch traces again; the
+    last batch's loss is the one a single-batch gradient step computes for it."""
+    model = get_model(name)
     batches = make_epoch(model, 4, 5)
     assert len({b.x.shape[1] for b in batches}) > 1
-    prepared = prepare(adapter, "lstm_tiny", variant=variant)
+    prepared = prepare(adapter, name, variant=variant)
     last = adapter.prepare(model, canonical_weights(model), batches[-1], CaseConfig(variant=variant))
     try:
         run = prepared.epoch_step("gradient", batches)
