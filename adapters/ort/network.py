@@ -202,11 +202,14 @@ class Builder:
         return Value(self.op("Gather", [table, x.name], node.name, axis=0), x.rank + 1)
 
     def position_embedding(self, node: ir.PositionEmbedding, x: Value) -> Value:
-        # The first T rows of the table (T is static), plus row 0 of the token-type table,
-        # broadcast over the batch by Add's numpy-style broadcasting.
+        # The first T rows of the table, T read from the input (Shape-15's start/end): a
+        # padded batch is as long as its longest sequence, which can be shorter than the
+        # model's steps. Plus row 0 of the token-type table, broadcast over the batch by
+        # Add's numpy-style broadcasting.
         n = node.name
-        steps = self.layers[n].in_shape[0]
-        rows = self.slice(self.param(f"{n}.table"), 0, steps, f"{n}.rows")
+        steps = self.op("Shape", [x.name], f"{n}.steps", start=1, end=2)
+        rows = self.op("Slice", [self.param(f"{n}.table"), self.shape_constant(f"{n}.start", [0]),
+                                 steps, self.shape_constant(f"{n}.axes", [0])], f"{n}.rows")
         if node.segments:
             segment = self.slice(self.param(f"{n}.segments"), 0, 1, f"{n}.segment")
             rows = self.op("Add", [rows, segment], f"{n}.added")
@@ -258,7 +261,7 @@ class Builder:
         scores = self.op("MatMul", [q, keys_t], f"{n}.qk")
         scale = self.initializer(f"{n}.scale", np.array(1.0 / np.sqrt(head), np.float32))
         scores = self.op("Mul", [scores, scale], f"{n}.scores")
-        mask = self.attention_mask(node)
+        mask = self.attention_mask(node, x)
         if mask is not None:
             minus_inf = self.initializer(f"{n}.minus_inf", np.array(-np.inf, np.float32))
             scores = self.op("Where", [mask, scores, minus_inf], f"{n}.masked")
@@ -336,23 +339,35 @@ class Builder:
         half_x = self.op("Mul", [x, constant("half", 0.5)], f"{n}.half_x")
         return self.op("Mul", [half_x, one_plus], n)
 
-    def attention_mask(self, node: ir.SelfAttention) -> str | None:
+    def attention_mask(self, node: ir.SelfAttention, x: Value) -> str | None:
         """Boolean (N or 1, 1, T, T), True where query t may attend to key s
         (models/ops/transformer/attention.py ``mask``); one per kind of mask, shared by
-        every layer that uses it. None where nothing is masked."""
+        every layer that uses it. None where nothing is masked. T is read from the input:
+        a padded batch is as long as its longest sequence, which can be shorter than the
+        model's steps."""
         padding = node.padding and self.lengths is not None
         key = (node.causal, padding)
         if key in self.masks:
             return self.masks[key]
-        n, steps = node.name, self.layers[node.name].in_shape[0]
+        if not (node.causal or padding):
+            return None
+        n = node.name
+        steps = self.op("Shape", [x.name], f"{n}.steps", start=1, end=2)
+        count = self.op("Squeeze", [steps], f"{n}.step_count")
+        positions = self.op("Range", [self.initializer(f"{n}.zero", np.array(0, np.int64)), count,
+                                      self.initializer(f"{n}.one", np.array(1, np.int64))],
+                            f"{n}.positions")
         mask = None
-        if node.causal:   # a constant: the steps are static
-            mask = self.initializer(f"{n}.causal", np.tril(np.ones((steps, steps), bool))
-                                    [None, None])
+        if node.causal:   # key s <= query t: (1, 1, T, T)
+            queries = self.op("Unsqueeze", [positions, self.shape_constant(f"{n}.query_axis", [1])],
+                              f"{n}.queries")
+            allowed = self.op("LessOrEqual", [positions, queries], f"{n}.causal_tt")
+            mask = self.op("Unsqueeze", [allowed, self.shape_constant(f"{n}.causal_axes", [0, 1])],
+                           f"{n}.causal")
         if padding:       # key s is valid where s < lengths[b]: (N, 1, 1, T)
-            positions = self.initializer(f"{n}.positions", np.arange(steps, dtype=np.int32))
-            axis = self.shape_constant(f"{n}.lengths_axis", [1])
-            lengths = self.op("Unsqueeze", [self.lengths.name, axis], f"{n}.lengths")
+            lengths = self.op("Cast", [self.lengths.name], f"{n}.lengths64", to=TensorProto.INT64)
+            lengths = self.op("Unsqueeze", [lengths, self.shape_constant(f"{n}.lengths_axis", [1])],
+                              f"{n}.lengths")
             valid = self.op("Less", [positions, lengths], f"{n}.valid_keys")
             keys = self.op("Unsqueeze", [valid, self.shape_constant(f"{n}.key_axes", [1, 2])],
                            f"{n}.key_mask")
@@ -426,8 +441,11 @@ def build(model: ir.Model, weights: Weights, x_shape: tuple[int, ...],
     else:                         # a network of identities only
         builder.nodes.append(helper.make_node("Identity", [x.name], [OUTPUT], name=OUTPUT))
     # The output shape the IR analysis predicts: the strict check below fails if the
-    # graph's own shape inference disagrees.
+    # graph's own shape inference disagrees. A per-step output is as long as this batch,
+    # which a padded batch can make shorter than the model's steps.
     out_shape = [x_shape[0], *stats.output_shape]
+    if tokens and len(stats.output_shape) == 2:
+        out_shape[1] = x_shape[1]
     graph = helper.make_graph(builder.nodes, model.name, inputs,
                               [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT,
                                                              out_shape)],

@@ -50,6 +50,22 @@ def test_forward_matches_numpy_reference(adapter, name):
                                err_msg=f"{name}: forward differs from the numpy reference")
 
 
+def test_a_padded_batch_shorter_than_the_context_matches_the_reference(adapter):
+    # Batch 16 of bert_tiny is padded to its longest sequence, 15 steps of a 16-position
+    # context: the position table must be cut to the batch's length, not the model's.
+    model = get_model("bert_tiny")
+    weights = canonical_weights(model)
+    batch = make_batch(model, 16)
+    assert batch.x.shape[1] < model.input.shape[0]
+    prepared = adapter.prepare(model, weights, batch, CaseConfig())
+    try:
+        output = prepared.forward_output()
+    finally:
+        prepared.close()
+    expected = reference_numpy.forward(model, weights, batch, train=False)
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
+
+
 @pytest.mark.parametrize("name", TINY_MODELS)
 def test_gradients_match_goldens(adapter, entry, gradient_goldens, name):
     if "gradient" not in entry.measures:
