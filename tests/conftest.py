@@ -52,6 +52,27 @@ def _torch_forward(model: ir.Model, param: ParamFn, x, lengths=None, train: bool
     import torch.nn.functional as F
 
     encoders: dict[str, tuple[int, int]] = {}  # Dense name -> (in, out), for TiedDense
+    tables: dict[str, tuple[int, int]] = {}    # Embedding name -> (vocab, dim), likewise
+
+    def attention(node: ir.SelfAttention, h):
+        # Written out rather than through scaled_dot_product_attention: the PyTorch
+        # adapter uses that, and this is the independent statement it is checked against.
+        d, heads = node.dim, node.heads
+        qkv = h @ param(f"{node.name}.qkv.weight", (d, 3 * d)) + param(f"{node.name}.qkv.bias", (3 * d,))
+        q, k, v = (part.unflatten(-1, (heads, d // heads)).transpose(1, 2)
+                   for part in qkv.chunk(3, dim=-1))
+        scores = q @ k.transpose(-1, -2) / (d // heads) ** 0.5
+        steps = h.shape[1]
+        allowed = torch.ones(steps, steps, dtype=torch.bool, device=h.device)
+        if node.causal:
+            allowed = torch.tril(allowed)
+        allowed = allowed[None, None]
+        if node.padding and lengths is not None:
+            keys = torch.arange(steps)[None, :] < lengths[:, None]
+            allowed = allowed & keys[:, None, None, :]
+        weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        out = (weights @ v).transpose(1, 2).flatten(2)
+        return out @ param(f"{node.name}.out.weight", (d, d)) + param(f"{node.name}.out.bias", (d,))
 
     def sequence(nodes, h):
         for node in nodes:
@@ -98,6 +119,8 @@ def _torch_forward(model: ir.Model, param: ParamFn, x, lengths=None, train: bool
         if isinstance(node, ir.GlobalAvgPool):
             return F.adaptive_avg_pool2d(h, 1).flatten(1)
         if isinstance(node, ir.Activation):
+            if node.kind.startswith("gelu"):
+                return F.gelu(h, approximate="tanh" if node.kind == "gelu_tanh" else "none")
             return {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}[node.kind](h)
         if isinstance(node, ir.LRN):
             return F.local_response_norm(h, node.size, node.alpha, node.beta, node.k)
@@ -117,6 +140,10 @@ def _torch_forward(model: ir.Model, param: ParamFn, x, lengths=None, train: bool
             y = h @ param(f"{name}.weight", (node.in_features, node.out_features))
             return y + param(f"{name}.bias", (node.out_features,)) if node.bias else y
         if isinstance(node, ir.TiedDense):
+            if node.table:
+                vocab, dim = tables[node.tied_to]
+                y = h @ param(f"{node.tied_to}.table", (vocab, dim)).T
+                return y + param(f"{name}.bias", (vocab,)) if node.bias else y
             fin, fout = encoders[node.tied_to]
             y = h @ param(f"{node.tied_to}.weight", (fin, fout)).T
             return y + param(f"{name}.bias", (fin,)) if node.bias else y
@@ -125,7 +152,25 @@ def _torch_forward(model: ir.Model, param: ParamFn, x, lengths=None, train: bool
         if isinstance(node, ir.Flatten):
             return h.flatten(1)
         if isinstance(node, ir.Embedding):
+            tables[name] = (node.vocab, node.dim)
             return F.embedding(h, param(f"{name}.table", (node.vocab, node.dim)))
+        if isinstance(node, ir.PositionEmbedding):
+            rows = param(f"{name}.table", (node.positions, node.dim))[:h.shape[1]]
+            if node.segments:
+                rows = rows + param(f"{name}.segments", (node.segments, node.dim))[0]
+            return h + rows
+        if isinstance(node, ir.PatchEmbedding):
+            p = node.patch
+            y = F.conv2d(h, param(f"{name}.weight", (node.dim, node.in_channels, p, p)),
+                         param(f"{name}.bias", (node.dim,)), stride=p).flatten(2).transpose(1, 2)
+            if not node.class_token:
+                return y
+            token = param(f"{name}.class_token", (node.dim,)).expand(y.shape[0], 1, node.dim)
+            return torch.cat([token, y], dim=1)
+        if isinstance(node, ir.SelfAttention):
+            return attention(node, h)
+        if isinstance(node, ir.FirstToken):
+            return h[:, 0]
         if isinstance(node, ir.LSTM):
             return lstm(node, h)
         if isinstance(node, ir.MeanOverTime):
