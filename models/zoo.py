@@ -123,7 +123,7 @@ def _transformer_at_length(name: str) -> Model:
     if key != "s" or not value.isdigit() or int(value) < 1:
         raise UnknownModel(f"bad model '{name}': expected {family}:s=<steps>, a positive "
                            f"sequence length")
-    return transformer.at_length("gpt2" if family == "gpt2" else "bert", int(value), name)
+    return transformer.at_length(family, int(value), name)
 
 
 def _parametric_conv(name: str) -> Model:

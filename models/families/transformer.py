@@ -110,9 +110,9 @@ def vit(size: int = VIT["size"], patch: int = VIT["patch"], width: int = VIT["wi
 
 
 def at_length(family: str, steps: int, name: str) -> ir.Model:
-    """GPT-2 small or BERT-base fed ``steps`` tokens; a position table longer than the
-    default context where the sequence needs it (the sequence-length sweep: the same
-    architecture, its table sized to the sequence)."""
+    """GPT-2 small (``gpt2``) or BERT-base (``bert_base``) fed ``steps`` tokens; a
+    position table longer than the default context where the sequence needs it (the
+    sequence-length sweep: the same architecture, its table sized to the sequence)."""
     if family == "gpt2":
         return gpt2(context=max(GPT2["context"], steps), steps=steps, name=name)
     return bert(context=max(BERT["context"], steps), steps=steps, name=name)

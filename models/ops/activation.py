@@ -37,7 +37,7 @@ def activation(x: np.ndarray, kind: str) -> np.ndarray:
     raise ValueError(f"unknown activation {kind!r}")
 
 
-def gelu_slope(x: np.ndarray, kind: str) -> np.ndarray:
+def gelu_tanh_slope(x: np.ndarray) -> np.ndarray:
     """d/dx of GELU's tanh form: the derivative of the approximation itself, as autodiff
     of it gives."""
     t = np.tanh(GELU_C * (x + GELU_A * x ** 3))
@@ -57,7 +57,7 @@ def backward(node: ir.Activation, x: np.ndarray, need_dx: bool, tape: TapeContex
         phi = np.where(x != 0.0, y / np.where(x != 0.0, x, 1.0), 0.5)
         return y, lambda dy: dy * (phi + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
     if node.kind == "gelu_tanh":
-        return y, lambda dy: dy * gelu_slope(x, node.kind)
+        return y, lambda dy: dy * gelu_tanh_slope(x)
     # Slopes from the output, which the next layer keeps anyway (no extra copy).
     slope = {"relu": lambda: y > 0, "tanh": lambda: 1 - y * y,
              "sigmoid": lambda: y * (1 - y)}[node.kind]
