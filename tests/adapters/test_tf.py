@@ -1151,3 +1151,27 @@ def test_keras_comparison_cases_and_references():
         formats = {data_format for _, _, data_format in references.values()}
         assert formats == {"channels_last", "channels_first"}
     assert comparison.relative_difference([1.0, -2.0], [1.0, -2.002]) == pytest.approx(1e-3 / 2.002 * 2)
+
+
+def test_cuda_library_preload_finds_the_wheels_cusolver(tmp_path, monkeypatch):
+    """The library TensorFlow's loader misses in its pip CUDA wheels is loaded from the
+    nvidia-cusolver wheel's folder, with global symbols, before TensorFlow's import
+    (adapters/tf/cuda_libraries.py); without that wheel nothing is loaded."""
+    from adapters.tf import cuda_libraries
+
+    empty, wheels = tmp_path / "empty", tmp_path / "site"
+    empty.mkdir()
+    library = wheels / "cusolver" / "lib" / "libcusolver.so.11"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(b"")
+    loaded = []
+    monkeypatch.setattr(cuda_libraries.ctypes, "CDLL",
+                        lambda path, mode: loaded.append((path, mode)))
+    assert cuda_libraries.preload([str(empty)]) == []
+    assert cuda_libraries.preload([str(empty), str(wheels)]) == [library]
+    assert loaded == [(str(library), cuda_libraries.ctypes.RTLD_GLOBAL)]
+
+    def refuse(path, mode):
+        raise OSError(f"{path}: cannot open shared object file")
+    monkeypatch.setattr(cuda_libraries.ctypes, "CDLL", refuse)
+    assert cuda_libraries.preload([str(wheels)]) == []   # left to TensorFlow's own error
