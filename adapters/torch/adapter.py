@@ -28,13 +28,13 @@ from adapters.base import (
     Profile,
     RunConfig,
     Unsupported,
+    has_attention,
     require_device_memory,
 )
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
 from adapters.torch.network import Lengths, build
 from adapters.torch.profile import profile_steps
-from models import ir
 from models.inputs import Batch, head
 from models.ir import Model
 from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
@@ -80,10 +80,6 @@ def apply_sdpa(backend: str | None) -> None:
     """Only ``backend`` enabled, or PyTorch's defaults where it is None."""
     for name, (enable, _) in SDPA_FLAGS.items():
         enable(name == backend if backend else SDPA_DEFAULTS[name])
-
-
-def has_attention(model: Model) -> bool:
-    return any(isinstance(node, ir.SelfAttention) for node in ir.all_nodes(model))
 
 
 def sdpa_ops(events) -> list[str]:
