@@ -17,7 +17,7 @@ import numpy as np
 
 from adapters.summary import HEAD_EXAMPLES, GradientSummary, OutputSummary
 from models.inputs import Batch
-from models.ir import Model
+from models.ir import Model, SelfAttention, all_nodes
 from models.measures import BY_NAME
 from models.weights import Weights
 
@@ -39,6 +39,12 @@ def require_device_memory(on_gpu: bool) -> None:
     """A host-to-device transfer needs a device with memory of its own."""
     if not on_gpu:
         raise Unsupported(HOST_IS_DEVICE)
+
+
+def has_attention(model: Model) -> bool:
+    """Whether the model has self-attention: its rows then record the attention
+    implementation that ran (``Prepared.extra["attention"]``, each adapter's own words)."""
+    return any(isinstance(node, SelfAttention) for node in all_nodes(model))
 
 
 @dataclass(frozen=True)

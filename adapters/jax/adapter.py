@@ -37,9 +37,10 @@ from adapters.base import (
     Profile,
     RunConfig,
     Unsupported,
+    has_attention,
     require_device_memory,
 )
-from adapters.jax.network import Context, Lengths, Numerics, build, loss_value
+from adapters.jax.network import ATTENTION, Context, Lengths, Numerics, build, loss_value
 from adapters.jax.profile import profile_steps
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
@@ -252,7 +253,8 @@ class JaxPrepared(Prepared):
         self.peak_before = self.in_use_before = 0
         self.extra = {"layout": self.num.layout,
                       "precision_config": self.num.precision.name,
-                      "compute_dtype": jnp.dtype(self.num.dtype).name}
+                      "compute_dtype": jnp.dtype(self.num.dtype).name,
+                      **({"attention": ATTENTION} if has_attention(model) else {})}
 
     def _host_x(self, batch: Batch) -> np.ndarray:
         """The batch's input in the activation layout, converted once on the host."""

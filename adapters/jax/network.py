@@ -26,6 +26,14 @@ from models.ops.base import window_output_size
 from models.ops.dense import tied_weight_name
 from models.weights import Weights
 
+# jax.nn.dot_product_attention's ``implementation``: "xla", "cudnn", or None, which in jax
+# 0.10.2 (jax/_src/nn/functions.py: "TODO ... Automatically select the best backend
+# (defaults to XLA for now)") runs the XLA implementation, softmax(Q·Kᵀ)·V as XLA fuses
+# it, on the GPU too: cuDNN's fused attention only where "cudnn" is passed. Each row of a
+# model with attention records it.
+ATTENTION_IMPLEMENTATION = None
+ATTENTION = "jax.nn.dot_product_attention, implementation=None (the XLA implementation)"
+
 Params = dict[str, jax.Array]
 
 
@@ -405,13 +413,12 @@ class Builder:
                 # Keys past each sequence's length are masked, for every query row
                 # (padded rows attend to the valid keys): (N, 1, 1, T), True = attend.
                 mask = (ctx.lengths.mask > 0)[:, None, None, :]
-            # JAX's fused attention: implementation=None lets XLA choose (the XLA path on
-            # the CPU, cuDNN's flash attention on the GPU where it supports the shapes);
-            # its scale is 1/sqrt(d) and its matrix products take the process's
-            # jax_default_matmul_precision, which the adapter sets with the precision
-            # (jax.nn.dot_product_attention API doc).
+            # JAX's attention, implementation ATTENTION_IMPLEMENTATION (above: None is the
+            # XLA implementation, also on a GPU); its scale is 1/sqrt(d) and its matrix
+            # products take the process's jax_default_matmul_precision, which the adapter
+            # sets with the precision (jax.nn.dot_product_attention API doc).
             o = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=node.causal,
-                                             implementation=None)
+                                             implementation=ATTENTION_IMPLEMENTATION)
             o = o.reshape(n, steps, node.dim)
             y = jnp.dot(o, self._cast(params, out_w), precision=self.num.precision)
             return y + self._cast(params, out_b)

@@ -28,10 +28,11 @@ from adapters.base import (
     Profile,
     RunConfig,
     Unsupported,
+    has_attention,
     require_device_memory,
 )
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.ort.network import INPUT, LENGTHS, OUTPUT, build
+from adapters.ort.network import ATTENTION, INPUT, LENGTHS, OUTPUT, build
 from adapters.ort.profile import profile_steps
 from adapters.ort.summary import summarise_bound_output
 from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
@@ -223,6 +224,9 @@ class OrtPrepared(Prepared):
             "intra_op_threads": adapter.config.threads,
             "inter_op_threads": adapter.config.interop_threads,
         }
+        if has_attention(model):
+            self.extra["attention"] = (f"{ATTENTION}, "
+                                       f"{VARIANT_SETTINGS[variant].optimization.name}")
         if self.on_gpu:
             applied = self.session.get_provider_options().get(CUDA, {})
             self.extra["cuda_provider_options"] = {

@@ -23,6 +23,10 @@ from models.ops import builder_table
 from models.ops.activation import GELU_A, GELU_C
 from models.weights import Weights
 
+# What self_attention (below) writes, recorded in each row of a model with attention with
+# the session's graph optimisation level.
+ATTENTION = "ONNX MatMul Q·Kᵀ, Where mask, Softmax, MatMul P·V (opset 21: no Attention op)"
+
 # Opset 21 with IR version 10 is ONNX 1.16's pairing (onnx docs/Versioning.md); ONNX
 # Runtime implements it from release 1.18 on (onnxruntime docs/Versioning.md, version
 # matrix), so both the pinned onnxruntime 1.31.1 and the GPU host's preinstalled 1.30 load

@@ -26,11 +26,13 @@ from adapters.base import (
     Profile,
     RunConfig,
     Unsupported,
+    has_attention,
     require_device_memory,
 )
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
 from adapters.tf.network import (
+    ATTENTION,
     NCHW,
     NHWC,
     Context,
@@ -311,7 +313,9 @@ class TFPrepared(Prepared):
                       "tf_settings": settings_in_force(self.on_gpu),
                       **({"grouped_conv_split": split_groups} if grouped else {}),
                       **({"lstm_kernel": LSTM_KERNELS[self.build_options["cudnn_lstm"]]}
-                         if any(isinstance(n, IRLSTM) for n in all_nodes(model)) else {})}
+                         if any(isinstance(n, IRLSTM) for n in all_nodes(model)) else {}),
+                      **({"attention": f"{ATTENTION}, {variant}"}
+                         if has_attention(model) else {})}
         compile_fn = COMPILE[variant]
         self.run_forward = compile_fn(self._forward)
         self.run_gradient = compile_fn(self._gradient)

@@ -26,6 +26,9 @@ from models.inputs import StepMask
 from models.ops import builder_table
 from models.weights import Weights
 
+# What SelfAttention (below) runs, recorded in each row of a model with attention.
+ATTENTION = "tf.einsum Q·Kᵀ, tf.where mask, tf.nn.softmax (fp32), tf.einsum P·V"
+
 
 class Lengths(NamedTuple):
     """Sequence lengths in the forms the LSTM and the masked mean need, made once. A

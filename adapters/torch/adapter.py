@@ -1,7 +1,8 @@
 """PyTorch adapter: eager execution with cuDNN autotune by default (the framework's
 standard fast path), ``torch.compile``, cuDNN disabled, channels-last and channels-last
-compiled as variants. ``train_step`` trains a deep copy of the body with
-``torch.optim.SGD``."""
+compiled as variants, and ``sdpa_*`` variants that force scaled_dot_product_attention's
+backend. ``train_step`` trains a deep copy of the body with ``torch.optim.SGD``. A model
+with self-attention records in each row which SDPA backend ran (``attention``)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,14 @@ from adapters.base import (
     Profile,
     RunConfig,
     Unsupported,
+    has_attention,
     require_device_memory,
 )
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
 from adapters.torch.network import Lengths, build
 from adapters.torch.profile import profile_steps
-from models.inputs import Batch
+from models.inputs import Batch, head
 from models.ir import Model
 from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
 from models.weights import Weights
@@ -41,6 +43,54 @@ from suites.instruments.profiling import WARMUP_RUNS
 
 COMPILED = ("compile", "compile_channels_last")
 CHANNELS_LAST = ("channels_last", "compile_channels_last")
+# Variants that force F.scaled_dot_product_attention's backend (the others leave PyTorch's
+# choice): the variant's name → the backend, set through torch.backends.cuda's
+# enable_*_sdp flags, which the CPU dispatcher reads too (torch 2.13,
+# aten/src/ATen/native/transformers/sdp_utils_cpp.cpp), as torch.nn.attention.sdpa_kernel
+# sets them for a block; process-wide here, as the precision flags are, so that a compiled
+# graph traced later sees them too.
+SDPA_VARIANTS = {"sdpa_math": "math", "sdpa_flash": "flash", "sdpa_efficient": "efficient",
+                 "sdpa_cudnn": "cudnn"}
+SDPA_FLAGS = {"math": (torch.backends.cuda.enable_math_sdp, torch.backends.cuda.math_sdp_enabled),
+              "flash": (torch.backends.cuda.enable_flash_sdp,
+                        torch.backends.cuda.flash_sdp_enabled),
+              "efficient": (torch.backends.cuda.enable_mem_efficient_sdp,
+                            torch.backends.cuda.mem_efficient_sdp_enabled),
+              "cudnn": (torch.backends.cuda.enable_cudnn_sdp,
+                        torch.backends.cuda.cudnn_sdp_enabled)}
+SDPA_DEFAULTS = {name: enabled() for name, (_, enabled) in SDPA_FLAGS.items()}
+# PyTorch has no efficient (xFormers) or cuDNN attention kernel on a CPU; its CPU flash
+# kernel (_scaled_dot_product_flash_attention_for_cpu) takes fp32 and bf16.
+SDPA_GPU_ONLY = ("efficient", "cudnn")
+# The aten op each backend dispatches to, as torch.profiler names it (torch 2.13): the
+# record of which one ran. The longest names first: "..._flash_attention_for_cpu" before
+# "..._flash_attention".
+SDPA_OPS = (("aten::_scaled_dot_product_flash_attention_for_cpu", "flash"),
+            ("aten::_scaled_dot_product_flash_attention", "flash"),
+            ("aten::_scaled_dot_product_efficient_attention", "efficient"),
+            ("aten::_scaled_dot_product_cudnn_attention", "cudnn"),
+            ("aten::_scaled_dot_product_fused_attention_overrideable", "overrideable"),
+            ("aten::_scaled_dot_product_attention_math", "math"))
+# torch's RuntimeError when the forced backend cannot run the case (its dtype, mask or head
+# size): "No available kernel. Aborting execution." on CUDA, "No viable backend ..." on CPU.
+SDPA_REFUSED = ("No available kernel", "No viable backend")
+
+
+def apply_sdpa(backend: str | None) -> None:
+    """Only ``backend`` enabled, or PyTorch's defaults where it is None."""
+    for name, (enable, _) in SDPA_FLAGS.items():
+        enable(name == backend if backend else SDPA_DEFAULTS[name])
+
+
+def sdpa_ops(events) -> list[str]:
+    """The SDPA backends among profiler events' names, each with its aten op, in order."""
+    found = []
+    for event in events:
+        for op, backend in SDPA_OPS:
+            if event == op:
+                found.append(f"{backend} ({op})")
+                break
+    return list(dict.fromkeys(found))
 
 
 def apply_precision(precision: str, on_gpu: bool) -> None:
@@ -150,6 +200,29 @@ class TorchPrepared(Prepared):
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) \
             if case.precision == "bf16" else contextlib.nullcontext
         self.train_copy: Training | None = None   # made by the first train_step
+        if has_attention(model):
+            self.extra["attention"] = self._attention_backend(batch)
+
+    def _attention_backend(self, batch: Batch) -> str:
+        """Which backend scaled_dot_product_attention dispatched to: one profiled forward of
+        the batch's first example through the eager body under the case's precision, the
+        aten op it called named (SDPA_OPS). A compiled variant's graph calls the op torch
+        chose when tracing, under the same flags. Where a forced backend cannot run the
+        case, torch's refusal becomes the job's ``Unsupported``."""
+        inputs = self._place(head(batch, 1))
+        try:
+            with (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                  as prof, torch.inference_mode(), self.autocast()):
+                x = self.frozen(inputs.x, inputs.lengths) if self.model.frozen else inputs.x
+                self.body(x, inputs.lengths)
+        except RuntimeError as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            if self.variant in SDPA_VARIANTS and any(t in first for t in SDPA_REFUSED):
+                raise Unsupported(f"{self.variant}: PyTorch's {SDPA_VARIANTS[self.variant]} "
+                                  f"attention cannot run this case ({first})") from None
+            raise
+        found = sdpa_ops(event.name for event in prof.events())
+        return "; ".join(found) if found else "no SDPA op recorded by torch.profiler"
 
     def _place(self, batch: Batch) -> Inputs:
         host_x = torch.from_numpy(batch.x)
@@ -401,6 +474,11 @@ class TorchAdapter(Adapter):
         # this variant means something only in a process that has not run the same shapes
         # under the default: suites/convnet-benchmarks-search.toml runs it alone.
         "cudnn_exhaustive": "eager; cuDNN autotune over every algorithm (benchmark_limit=0)",
+        "sdpa_math": "eager, scaled_dot_product_attention forced to its math backend",
+        "sdpa_flash": "eager, scaled_dot_product_attention forced to its flash backend",
+        "sdpa_efficient": "eager, scaled_dot_product_attention forced to its memory-efficient "
+                          "backend",
+        "sdpa_cudnn": "eager, scaled_dot_product_attention forced to its cuDNN backend",
     }
 
     def __init__(self, config: RunConfig):
@@ -428,6 +506,9 @@ class TorchAdapter(Adapter):
     def prepare(self, model: Model, weights: Weights, batch: Batch,
                 case: CaseConfig) -> Prepared:
         variant = self.resolve_variant(case.variant)
+        if variant in SDPA_VARIANTS and not has_attention(model):
+            raise Unsupported(f"{variant} forces scaled_dot_product_attention's backend: "
+                              f"{model.name} has no self-attention")
         self.reapply(case)
         if variant in COMPILED:
             # A fresh start for each case, as a process training one network has: torch
@@ -448,6 +529,10 @@ class TorchAdapter(Adapter):
         torch.backends.cudnn.enabled = variant != "no_cudnn"
         torch.backends.cudnn.benchmark = on_gpu
         torch.backends.cudnn.benchmark_limit = 0 if variant == "cudnn_exhaustive" else 10
+        backend = SDPA_VARIANTS.get(variant)
+        if backend in SDPA_GPU_ONLY and not on_gpu:
+            raise Unsupported(f"{variant}: PyTorch has no {backend} attention kernel on a CPU")
+        apply_sdpa(backend)
 
     def bytes_in_use(self) -> int | None:
         return int(torch.cuda.memory_allocated(self.device)) \

@@ -23,7 +23,8 @@ COMPILED = "compiled"
 MODES = {
     "torch": {"eager": "eager", "compile": COMPILED, "no_cudnn": "eager",
               "channels_last": "eager", "compile_channels_last": COMPILED,
-              "cudnn_exhaustive": "eager"},
+              "cudnn_exhaustive": "eager", "sdpa_math": "eager", "sdpa_flash": "eager",
+              "sdpa_efficient": "eager", "sdpa_cudnn": "eager"},
     "tf": {"graph": "graph", "eager": "eager", "xla": COMPILED, "nchw": "graph",
            "nhwc": "graph"},
     "jax": {"jit": COMPILED, "eager": "eager"},

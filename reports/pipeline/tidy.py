@@ -52,9 +52,10 @@ CONDITION_TEXT = ("interval", "host_buffer", "gpu_state_reason", "device_time_re
 ENERGY_FIELDS = ("gpu_energy_power_w", "energy_per_iteration_j", "energy_window_s")
 ENERGY_TEXT = ("energy_source",)
 # The practice suites (bf16 / TF32 / fp32 at large batches, the training step:
-# reports/sections/practice.py) have a section of their own: their rows stay out of every
-# other table. (Which rows are kept apart is the identity's business, below, not this list's.)
-PRACTICE_SUITES = ("practice-gpu", "practice-cpu")
+# reports/sections/practice.py; transformers-gpu too, whose rows the Transformers section
+# shows) have a section of their own: their rows stay out of every other table. (Which
+# rows are kept apart is the identity's business, below, not this list's.)
+PRACTICE_SUITES = ("practice-gpu", "practice-cpu", "transformers-gpu")
 # Device time under this share of the wall time: the wall time is mostly the host's
 # (launches, framework overhead), so it depends on the host CPU more than on the GPU.
 LAUNCH_BOUND_SHARE = 0.5
@@ -86,6 +87,7 @@ STRING_COLUMNS = ("suite", "measured_in", "model", "measure", "status", "reason"
                   "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline",
                   "profile_conv_family", "profile_conv_families", "framework_profile_tool",
                   "counters_tool", "counters_measure", "counters_top_kernels", "device_times",
+                  "attention",
                   *CONDITION_TEXT, *ENERGY_TEXT)
 # The counters measure's values (suites/instruments/ncu_metrics.py keys: Li et al.'s nvprof names).
 COUNTER_KEYS = ("achieved_occupancy", "ipc", "warp_execution_efficiency", "gld_efficiency",
@@ -217,6 +219,11 @@ def flatten(raw) -> dict:
         **compile_event_columns(timing.get("compile_events")),
         "unstable": bool(timing.get("unstable", False)),
         "unstable_reason": _text(timing.get("unstable_reason")),
+        # The attention implementation that ran, as the adapter recorded it for a model
+        # with self-attention (Prepared.extra "attention": PyTorch's SDPA backend found by
+        # a profiled forward, JAX's implementation argument, TensorFlow's and ONNX
+        # Runtime's graphs); "" elsewhere and on rows written before it.
+        "attention": _text(timing.get("attention")),
         "samples_ms": json.dumps(timing.get("samples_ms") or []),
         "peak_bytes": (float(memory["peak_bytes"]) if memory.get("peak_bytes") is not None
                        else float("nan")),

@@ -155,9 +155,19 @@ class Judged:
 
     @property
     def practice(self) -> pd.DataFrame:
-        """The practice suites' rows (section "Today's practice")."""
+        """The practice suites' rows (section "Today's practice"), the transformers' left
+        to their own section."""
         frame = self.frame
-        return frame[frame["practice"] & (frame["compile_cache"] == "")].reset_index(drop=True)
+        return frame[frame["practice"] & (frame["compile_cache"] == "")
+                     & (frame["family"] != practice.TRANSFORMER)].reset_index(drop=True)
+
+    @property
+    def transformers(self) -> pd.DataFrame:
+        """Every transformer row (section "Transformers"): the strict suites' (fp32,
+        transformers-cpu) and the practice suites' (transformers-gpu) alike."""
+        frame = self.frame
+        return frame[(frame["family"] == practice.TRANSFORMER)
+                     & (frame["compile_cache"] == "")].reset_index(drop=True)
 
 
 def _equivalence(frame: pd.DataFrame) -> equivalence.Equivalence:
@@ -227,6 +237,12 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
         sections.append(Section("practice", "Today's practice", practice.PARAGRAPHS,
                                 tables=tuple(practice_tables),
                                 plots=tuple(plots.practice_plots(judged.practice))))
+    # A row's source is its own: the strict and practice verdicts merge without clashing.
+    both = equivalence.Equivalence({}, {**judged.equiv.rows, **judged.practice_equiv.rows})
+    transformer_tables = practice.practice_tables(judged.transformers, both, "transformers")
+    if transformer_tables:
+        sections.append(Section("transformers", "Transformers", practice.TRANSFORMER_PARAGRAPHS,
+                                tables=tuple(transformer_tables)))
     sentences = tuple(r.sentence() + "." for r in found)
     ratio_tables = tuple(t for t in (tm.ratio_table(found, "framework"),
                                      tm.ratio_table(found, "device")) if t is not None)

@@ -61,6 +61,33 @@ PARAGRAPHS = (
     "not run (OOM) or a measure a framework lacks (unsupported, and why) is a row too.",
 )
 
+# models/families/transformer.py's family: GPT-2, BERT and ViT rows have a section of their
+# own (reports/render/build.py), whichever suite measured them.
+TRANSFORMER = "transformer"
+TRANSFORMER_PARAGRAPHS = (
+    "GPT-2, BERT and ViT (models/families/transformer.py), from every suite that ran them "
+    "(transformers-gpu: bf16, TF32 and fp32 strict at the batch × sequence users train at "
+    "and a sequence-length sweep; transformers-cpu: fp32 strict). Tokens/s = batch × T ÷ "
+    "wall median, T the length the step computes: a padded batch's padding counts (BERT "
+    "with IMDB-like lengths, padded to its longest), since the kernels run over it; ViT "
+    "counts images/s. J/token (J/image) = the GPU's energy of one iteration ÷ the tokens "
+    "(images) of the batch.",
+    "Utilisation is the model FLOP utilisation (MFU; Chowdhery et al. 2022, PaLM, appendix "
+    "B): the definition's matrix-product FLOPs (2 per multiply-accumulate, the tied LM "
+    "head's included; LayerNorm, GELU, softmax and gathers left out) × 3 for a gradient or "
+    "training step, ÷ the wall median ÷ the GPU's datasheet peak for the row's precision. "
+    "Attention is counted: Q·Kᵀ and P·V, 2·T²·d each per sequence and layer, the causal "
+    "mask's unused half counted too, as PaLM's 6N + 12·L·H·Q·T per token counts it. Flash "
+    "and memory-efficient kernels skip the masked blocks, PyTorch's math backend and "
+    "einsum attention compute them: MFU counts model FLOPs, not the FLOPs a kernel ran "
+    "(reports/pipeline/peaks.py).",
+    "Attention: the implementation that ran, as the adapter recorded it: PyTorch's "
+    "scaled_dot_product_attention backend (flash, efficient, cudnn or math), found by a "
+    "profiled forward when the job was prepared or forced by an sdpa_* variant; JAX's "
+    "jax.nn.dot_product_attention implementation argument (xla: XLA's choice); "
+    "TensorFlow's einsum and masked softmax; ONNX Runtime's MatMul and Softmax graph as "
+    "its optimizer fused it.",
+)
 
 COMPILED_NOTE = ("(compiled): a compiled mode (JAX jit, torch.compile, TensorFlow XLA), set "
                  "here beside uncompiled ones (eager, TensorFlow graph, ONNX Runtime session): "
@@ -78,27 +105,20 @@ def _measure_rank(measure: str) -> int:
 
 
 def unit(row: dict) -> str:
-    """What one example of the batch is: a sequence (recurrent models), an image (C, H, W
-    inputs), else an example."""
-    if cells.is_num(row.get("seq_len")) or row.get("family") == "lstm":
-        return "sequences"
-    shape = json.loads(row.get("input_shape") or "[]")
-    return "images" if len(shape) == 3 else "examples"
+    """What the row's throughput counts (reports/pipeline/peaks.py ``rate_of``): tokens
+    (transformers fed tokens), images, sequences (the LSTM) or examples."""
+    return row["rate_unit"]
 
 
 def per_second(row: dict) -> float:
-    """Examples per second of an ok timed row: batch ÷ wall median."""
-    if row is None or row["status"] != "ok" or not cells.is_num(row["median_ms"]) \
-            or row["median_ms"] <= 0:
-        return math.nan
-    return row["batch"] / (row["median_ms"] / 1e3)
+    """Items (the row's unit) per second of an ok timed row: batch × items per example ÷
+    wall median (reports/pipeline/peaks.py)."""
+    return math.nan if row is None else row["items_per_s"]
 
 
 def joules_per_example(row: dict) -> float:
-    energy = row.get("energy_per_iteration_j") if row is not None else None
-    if row is None or row["status"] != "ok" or not cells.is_num(energy) or row["batch"] <= 0:
-        return math.nan
-    return energy / row["batch"]
+    """The GPU's energy of one iteration per item of the row's unit (J/token, J/image)."""
+    return math.nan if row is None else row["joules_per_item"]
 
 
 def _from_counter(row: dict) -> bool:
@@ -119,7 +139,9 @@ def rate_cell(row: dict) -> Cell:
     value = per_second(row)
     if not cells.is_num(value):
         return _muted()
-    return Cell(fmt_rate(value), title=f"{row['batch']} / {cells.fmt_ms(row['median_ms'])} ms")
+    items = (f"{row['batch']} × {row['items_per_step'] / row['batch']:g} {row['rate_unit']}"
+             if row["rate_unit"] == "tokens" else f"{row['batch']}")
+    return Cell(fmt_rate(value), title=f"{items} / {cells.fmt_ms(row['median_ms'])} ms")
 
 
 def utilisation_cell(row: dict) -> Cell:
@@ -146,7 +168,8 @@ def energy_cell(row: dict) -> Cell:
     if not cells.is_num(value):
         return _muted(source)
     text = f"{value:.3g}" + ("" if _from_counter(row) else f" {NOT_COUNTER}")
-    return Cell(text, title=f"{row['energy_per_iteration_j']:.3g} J per iteration; {source}")
+    return Cell(text, title=f"{row['energy_per_iteration_j']:.3g} J per iteration ÷ "
+                            f"{row['items_per_step']:g} {row['rate_unit']}; {source}")
 
 
 def _errors(row: dict) -> dict:
@@ -218,12 +241,20 @@ def row_order(row: dict) -> tuple:
 COLUMNS = ("Batch", "Precision", "Framework", "Variant", "Measure", "Median (ms)", "{unit}/s",
            "Utilisation", "Peak memory (GiB)", "J/{one}", "vs float64")
 NUMERIC = (True, False, False, False, False, True, True, True, True, True, False)
-ONE = {"images": "image", "sequences": "sequence", "examples": "example"}
+ONE = {"images": "image", "sequences": "sequence", "examples": "example", "tokens": "token"}
 CPU_BLANK = (COLUMNS.index("Utilisation"), COLUMNS.index("J/{one}"))
 
 
-def practice_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[Table]:
-    """One table per hardware (GPUs first) and model."""
+def attention_cell(row: dict) -> Cell:
+    """The attention implementation the adapter recorded for the row (reports/pipeline/tidy.py
+    ``attention``)."""
+    text = str(row.get("attention") or "")
+    return Cell(text) if text else _muted("not recorded")
+
+
+def practice_tables(frame: pd.DataFrame, equiv: Equivalence, key: str = "practice") -> list[Table]:
+    """One table per hardware (GPUs first) and model; an Attention column where any of its
+    rows recorded one (the transformers)."""
     truths = {t.source: t for t in row_truths(frame)}
     found = jobs(frame)
     keys = sorted({(j.timed[0]["device"], j.timed[0]["hardware"], j.timed[0]["model"])
@@ -241,16 +272,24 @@ def practice_tables(frame: pd.DataFrame, equiv: Equivalence) -> list[Table]:
                       energy_cell(r), truth_cell(printed, truths, equiv))
                      for r, printed in mine)
         columns = tuple(c.format(unit=what.capitalize(), one=ONE[what]) for c in COLUMNS)
+        numeric = NUMERIC
+        if any(r.get("attention") for r, _ in mine):
+            body = tuple((*line[:5], attention_cell(r), *line[5:])
+                         for line, (r, _) in zip(body, mine))
+            columns, numeric = ((*columns[:5], "Attention", *columns[5:]),
+                                (*numeric[:5], False, *numeric[5:]))
         notes = _notes([r for r, _ in mine], [p for _, p in mine])
-        keep = range(len(COLUMNS))
+        keep = range(len(columns))
         if device == "cpu":     # no datasheet peak, no energy counter: two empty columns
-            keep = [i for i in keep if i not in CPU_BLANK]
+            blank = {columns.index(COLUMNS[i].format(unit="", one=ONE[what]))
+                     for i in CPU_BLANK}
+            keep = [i for i in keep if i not in blank]
             notes = (*notes, "CPUs: no utilisation (device_peaks.csv has GPUs only) and no "
                              "energy per example (no energy counter is read on a CPU).")
-        out.append(Table(f"practice-{n}", f"{model} on {hardware}",
+        out.append(Table(f"{key}-{n}", f"{model} on {hardware}",
                          tuple(columns[i] for i in keep),
                          tuple(tuple(row[i] for i in keep) for row in body),
-                         tuple(NUMERIC[i] for i in keep), notes=notes,
+                         tuple(numeric[i] for i in keep), notes=notes,
                          caption=_caption(mine[0][0])))
     return out
 

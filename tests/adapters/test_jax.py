@@ -880,3 +880,11 @@ def test_the_compile_probe_refuses_an_unknown_model_in_one_line(capsys):
     assert main(["--device", "cpu", "--jobs", "lenet_tny:2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "lenet_tny" in err[0] and "lenet_tiny" in err[0]
+
+
+def test_the_row_records_the_attention_implementation(adapter):
+    prepared = prepare(adapter, "gpt2_tiny", batch=2)
+    assert prepared.extra["attention"].startswith("jax.nn.dot_product_attention, "
+                                                  "implementation=None")
+    prepared.close()
+    assert "attention" not in prepare(adapter, "lenet_tiny", batch=2).extra

@@ -654,3 +654,10 @@ def test_a_large_output_is_summarised_where_it_lives(cpu_adapter, monkeypatch):
     assert small.shape == large.shape
     np.testing.assert_array_equal(small.head, large.head)
     assert large.std == pytest.approx(small.std, rel=1e-5)
+
+
+def test_the_row_records_the_attention_graph(cpu_adapter):
+    prepared = prepare(cpu_adapter, "gpt2_tiny")
+    assert prepared.extra["attention"].startswith("ONNX MatMul")
+    assert prepared.extra["attention"].endswith(", ORT_ENABLE_ALL")
+    assert "attention" not in prepare(cpu_adapter, "lenet_tiny").extra

@@ -1175,3 +1175,11 @@ def test_cuda_library_preload_finds_the_wheels_cusolver(tmp_path, monkeypatch):
         raise OSError(f"{path}: cannot open shared object file")
     monkeypatch.setattr(cuda_libraries.ctypes, "CDLL", refuse)
     assert cuda_libraries.preload([str(wheels)]) == []   # left to TensorFlow's own error
+
+
+def test_the_row_records_the_attention_implementation(adapter):
+    prepared = prepare(adapter, "gpt2_tiny", batch=2)
+    assert prepared.extra["attention"].startswith("tf.einsum")
+    assert prepared.extra["attention"].endswith(", graph")
+    prepared.close()
+    assert "attention" not in prepare(adapter, "lenet_tiny", batch=2).extra

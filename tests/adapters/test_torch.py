@@ -211,9 +211,45 @@ def test_thread_count_really_changes_cpu_use():
     assert results[2] == {"threads": 2, "busy_threads": 2, "cpus": 2}, results
 
 
-def test_attention_with_causal_and_padding_masks_matches_float64(adapter):
+@pytest.mark.parametrize("variant, recorded", [
+    ("default", "flash (aten::_scaled_dot_product_flash_attention_for_cpu)"),
+    ("sdpa_math", "math (aten::_scaled_dot_product_attention_math)"),
+    ("sdpa_flash", "flash (aten::_scaled_dot_product_flash_attention_for_cpu)"),
+    ("default", "flash (aten::_scaled_dot_product_flash_attention_for_cpu)"),   # restored
+])
+def test_the_row_records_the_sdpa_backend_that_ran(adapter, variant, recorded):
+    """PyTorch's choice on a CPU is its CPU flash kernel; a variant forces another, and the
+    next job's default gets PyTorch's choice back."""
+    prepared = prepare(adapter, "gpt2_tiny", variant=variant, batch=2)
+    try:
+        assert prepared.extra["attention"] == recorded
+    finally:
+        prepared.close()
+
+
+@pytest.mark.parametrize("model, variant, reason", [
+    ("gpt2_tiny", "sdpa_efficient", "no efficient attention kernel on a CPU"),
+    ("gpt2_tiny", "sdpa_cudnn", "no cudnn attention kernel on a CPU"),
+    ("lenet_tiny", "sdpa_math", "lenet_tiny has no self-attention"),
+    ("gpt2_tiny", "sdpa_nonsense", "torch has no variant 'sdpa_nonsense'"),
+])
+def test_a_backend_that_cannot_run_is_unsupported_in_one_line(adapter, model, variant, reason):
+    with pytest.raises(Unsupported, match=reason) as error:
+        prepare(adapter, model, variant=variant)
+    assert "\n" not in str(error.value)
+
+
+def test_models_without_attention_record_none(adapter):
+    prepared = prepare(adapter, "lenet_tiny")
+    assert "attention" not in prepared.extra
+    prepared.close()
+
+
+@pytest.mark.parametrize("variant", ["default", "sdpa_math"])
+def test_attention_with_causal_and_padding_masks_matches_float64(adapter, variant):
     """The tiny networks use one mask each (GPT-2 causal, BERT padding); both together
-    take the path that merges the causal triangle into the boolean attn_mask."""
+    take the path that merges the causal triangle into the boolean attn_mask. PyTorch's
+    choice (the CPU flash kernel) and the math backend alike."""
     from models import ir, reference, reference_grad
 
     vocab, width = 40, 16
@@ -224,8 +260,9 @@ def test_attention_with_causal_and_padding_masks_matches_float64(adapter):
                      ir.Loss("token_xent", vocab))
     weights, batch = canonical_weights(model), make_batch(model, 4)
     assert len(set(batch.lengths.tolist())) > 1   # padded rows, so the mask matters
-    prepared = adapter.prepare(model, weights, batch, CaseConfig())
+    prepared = adapter.prepare(model, weights, batch, CaseConfig(variant=variant))
     try:
+        assert prepared.extra["attention"].startswith("math" if variant == "sdpa_math" else "flash")
         output = prepared.forward_output()
         loss, grads = prepared.loss_and_gradients()
         grads = {n: prepared.canonical_gradient(n, g) for n, g in grads.items()}
