@@ -353,6 +353,19 @@ class OrtPrepared(Prepared):
         self._forward()
         return np.asarray(self.binding.copy_outputs_to_cpu()[0])
 
+    def serve(self, batch: Batch) -> np.ndarray:
+        # The host arrays copied into the bound device inputs (update_inplace: a copy, no
+        # allocation), one run of the session, the output copied back to the host. The
+        # session's graph has static shapes: a batch of other shapes is refused.
+        inputs = graph_inputs(self.model, batch)
+        if input_signature(inputs) != input_signature(self.inputs):
+            raise ValueError(f"serve: inputs {input_signature(inputs)} are not the shapes the "
+                             f"session was built for {input_signature(self.inputs)}")
+        for name, array in inputs.items():
+            self.device_inputs[name].update_inplace(array)
+        self._forward()
+        return np.asarray(self.binding.copy_outputs_to_cpu()[0])
+
     def output_summary(self, examples: int) -> OutputSummary:
         """A large output is reduced where the session left it, by a second graph
         (summary.py); the head and four numbers per example reach the host. A small one is
