@@ -23,7 +23,7 @@ import numpy as np
 from adapters.base import Adapter, CaseConfig, Prepared, Unsupported
 from models import reference, zoo
 from models.error_bounds import bounds
-from models.inputs import Batch, head, make_batch
+from models.inputs import Batch, make_batch
 from models.measures import SERVE
 from models.weights import canonical_weights
 from suites.rows.results import CaseKey, Row, Settings
@@ -127,9 +127,11 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         samples = Batch(samples.x, None, samples.lengths)
         if batch > config.samples:
             return row("failed", f"batch {batch} exceeds the {config.samples} samples")
-        prepared = adapter.prepare(model, canonical_weights(model, config.seed), head(samples, batch),
-                                   case)
-        first_s, expected_s = _warm_up(prepared, head(samples, batch), config.warmup)
+        # Copies (select), never views of the query set: an adapter may keep and write
+        # into the arrays it is given.
+        prepared = adapter.prepare(model, canonical_weights(model, config.seed),
+                                   select(samples, range(batch)), case)
+        first_s, expected_s = _warm_up(prepared, select(samples, range(batch)), config.warmup)
         serving["first_serve_ms"] = first_s * 1e3
         serving["settings"] = recorded(scenario, config, expected_s)
         server = Server(prepared.serve, samples, batch, config.checked)
