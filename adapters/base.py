@@ -221,6 +221,14 @@ class Prepared(abc.ABC):
         """The batch from page-locked host memory onto the device."""
         raise Unsupported("no transfer_pinned step in this framework")
 
+    def serve(self, batch: Batch) -> np.ndarray:
+        """Answer a query as a server does (the ``serve`` measure, suites/serving/): the
+        inference output for ``batch``, given as host arrays of the prepared batch's size
+        and shapes, returned as a host array once computed. Placing the inputs on the
+        device and fetching the output are part of it (a served request pays both), so
+        LoadGen's time from issue to completion includes them."""
+        raise Unsupported("no serve hook in this framework")
+
     @abc.abstractmethod
     def sync(self, handle: Any) -> None:
         """Wait until the work behind ``handle`` (or all queued work) is done."""

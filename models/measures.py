@@ -15,8 +15,9 @@ from dataclasses import dataclass
 # How a measure is run. "step": the harness times the callable its hook returns (one
 # iteration); "epoch": the hook gets a fixed sequence of batches and returns one pass over
 # them; "profile": the hook runs the framework's own profiler; "harness": no adapter hook,
-# the harness measures it around a child process.
-DRIVERS = ("step", "epoch", "profile", "harness")
+# the harness measures it around a child process; "loadgen": MLPerf LoadGen sends queries
+# and times each from issue to completion, the hook answering them (suites/serving/).
+DRIVERS = ("step", "epoch", "profile", "harness", "loadgen")
 PHASES = ("forward", "backward", "training", "transfer", "profile")
 
 
@@ -96,6 +97,11 @@ DECLARED: tuple[Measure, ...] = (
     # al. 2016 did for Fig. 6 and Table II (suites/instruments/counters.py). It needs no
     # adapter hook: the harness runs ncu around a child process for any framework.
     Measure("counters", "profile", "harness", "", None, _NOT_RATED, "kernels"),
+    # "serve": MLPerf LoadGen's scenarios (SingleStream, MultiStream, Offline) sending
+    # queries of seeded samples, each answered by the hook ``serve`` (host arrays in, host
+    # array out) and timed by LoadGen from issue to completion (suites/serving/, issue 61).
+    # Its rows carry percentiles or throughput in ``serving``, not a median per step.
+    Measure("serve", "forward", "loadgen", "serve", None, _NOT_RATED, "misc"),
 )
 
 BY_NAME: dict[str, Measure] = {m.name: m for m in DECLARED}
@@ -104,6 +110,7 @@ EPOCH_MEASURES = tuple(m.name for m in DECLARED if m.driver == "epoch")
 PROFILE = "profile"
 TRANSFERS = tuple(m.name for m in DECLARED if m.phase == "transfer")
 COUNTERS = "counters"
+SERVE = "serve"
 TRAIN_STEP = "train_step"
 # FLOPs per example relative to the forward pass, for the measures rated in TFLOP/s.
 FLOP_FACTORS = {m.name: m.flop_factor for m in DECLARED if m.flop_factor is not None}

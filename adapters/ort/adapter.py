@@ -217,6 +217,7 @@ class OrtPrepared(Prepared):
         self.binding, self.device_inputs = self.bound.binding, self.bound.device_inputs
         self.run_options = ort.RunOptions()
         self.epoch: list[BoundBatch] = []
+        self.serving: BoundBatch | None = None   # made by the first serve
         self.extra = {
             "providers": self.session.get_providers(),
             "graph_optimization": VARIANT_SETTINGS[variant].optimization.name,
@@ -357,6 +358,25 @@ class OrtPrepared(Prepared):
         self._forward()
         return np.asarray(self.binding.copy_outputs_to_cpu()[0])
 
+    def serve(self, batch: Batch) -> np.ndarray:
+        # The host arrays copied into device inputs of serving's own (update_inplace: a
+        # copy, no allocation), one run of the session, the output copied back to the host.
+        # Serving's own binding: on the CPU an OrtValue made from a numpy array wraps that
+        # array's memory, so writing into the forward's inputs would write into the
+        # caller's batch (seen: the query set's first samples overwritten). The session's
+        # graph has static shapes: a batch of other shapes is refused.
+        inputs = graph_inputs(self.model, batch)
+        if input_signature(inputs) != input_signature(self.inputs):
+            raise ValueError(f"serve: inputs {input_signature(inputs)} are not the shapes the "
+                             f"session was built for {input_signature(self.inputs)}")
+        if self.serving is None:
+            self.serving = BoundBatch.place(self.session, {name: array.copy() for name, array
+                                                           in self.inputs.items()}, self.device)
+        for name, array in inputs.items():
+            self.serving.device_inputs[name].update_inplace(array)
+        self.serving.run(self.run_options)
+        return np.array(self.serving.binding.copy_outputs_to_cpu()[0])
+
     def output_summary(self, examples: int) -> OutputSummary:
         """A large output is reduced where the session left it, by a second graph
         (summary.py); the head and four numbers per example reach the host. A small one is
@@ -372,7 +392,7 @@ class OrtPrepared(Prepared):
         raise Unsupported(NO_GRADIENTS)
 
     def close(self) -> None:
-        del self.epoch, self.bound, self.binding, self.device_inputs, self.session
+        del self.epoch, self.serving, self.bound, self.binding, self.device_inputs, self.session
 
 
 class OrtAdapter(Adapter):

@@ -404,6 +404,12 @@ class TorchPrepared(Prepared):
         self.body.eval()
         return self._forward().float().cpu().numpy()
 
+    def serve(self, batch: Batch) -> np.ndarray:
+        # The host arrays onto the device (_place, as prepare places the seeded batch),
+        # the forward in evaluation mode, the output back to the host: .cpu() waits for it.
+        self.body.eval()
+        return self._forward(self._place(batch)).float().cpu().numpy()
+
     def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:
         self.body.train()
         loss, grads = self._gradient()

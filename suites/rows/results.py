@@ -67,12 +67,16 @@ class CaseKey:
     batch: int
     measure: str
     settings: Settings
+    # The "serve" measure's MLPerf LoadGen scenario (suites/serving/); "" for every other
+    # measure, whose ids and rows are then as they were before the field existed.
+    scenario: str = ""
 
     def id(self) -> str:
         s = self.settings
         cache = f"/cache-{s.compile_cache}" if s.compile_cache else ""
+        scenario = f"/{self.scenario}" if self.scenario else ""
         return (f"{self.suite}/{s.framework}/{s.device}/{self.model}/b{self.batch}/"
-                f"{self.measure}/{s.precision}/{s.variant}/t{s.threads}{cache}")
+                f"{self.measure}{scenario}/{s.precision}/{s.variant}/t{s.threads}{cache}")
 
 
 @dataclass(frozen=True)
@@ -100,11 +104,19 @@ class Row:
     # "device_time" rows: per timed measure of the job, its device time (median and span
     # per iteration in ms, the blocks' samples, which clock) or why there is none.
     device_times: dict[str, Any] | None = None
+    # "serve" rows (suites/serving/): LoadGen's scenario settings, its result (validity,
+    # latency percentiles or throughput), the batching and the float64 check of the
+    # served outputs; the logs' folder.
+    serving: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         key = data.pop("key")
         settings = key.pop("settings")
+        if not key["scenario"]:
+            del key["scenario"]
+        if data["serving"] is None:
+            del data["serving"]
         return {"schema": SCHEMA_VERSION, "case_id": self.key.id(), **key,
                 "settings": settings, **data}
 

@@ -53,6 +53,12 @@ def _max_rel(a: np.ndarray, b: np.ndarray, scale: float) -> float:
     return float(diff.max()) / scale if diff.size else 0.0
 
 
+def output_error(output: np.ndarray, ref_out: np.ndarray) -> float:
+    """The inference output's error against float64: max |y - y64| / max |y64| (the
+    module docstring; the bound is ``models.error_bounds.bounds(...).output``)."""
+    return _max_rel(output, ref_out, max(float(np.abs(ref_out).max()), 1e-300))
+
+
 def _output_error(output: OutputSummary, truth: truth_module.Truth) -> dict[str, Any]:
     """The output error over the examples the truth holds: the framework's first k, from
     the output's summary (which holds at least k examples)."""
@@ -62,7 +68,7 @@ def _output_error(output: OutputSummary, truth: truth_module.Truth) -> dict[str,
         return {"output": math.inf,
                 "problem": f"output shape {tuple(output.shape)} != {expected}"}
     head = output.head[:truth.output_examples]
-    return {"output": _max_rel(head, ref_out, max(float(np.abs(ref_out).max()), 1e-300)),
+    return {"output": output_error(head, ref_out),
             "output_examples": truth.output_examples}
 
 

@@ -1,0 +1,122 @@
+"""The LoadGen scenarios this harness runs and the settings each gets.
+
+Scenario semantics are LoadGen's (mlcommons/inference loadgen/loadgen_settings.h): SingleStream
+sends one sample and the next when it completes (headline: the 90th percentile latency);
+MultiStream sends 8 samples per query, one query after another (headline: the 99th
+percentile of the query latency); Offline sends every sample in one query (headline:
+samples per second). Server (Poisson arrivals, a QPS search under a p99 bound) is not run
+yet: an unknown name is refused with the known ones (``unknown``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from models.truth import OUTPUT_EXAMPLES
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str                 # LoadGen's TestScenario name
+    samples_per_query: int    # 0: every sample in one query (Offline)
+    headline: str             # the row's headline figure, in words
+    headline_percentile: str  # its key in LoadgenResult.percentiles_ms ("" for Offline)
+
+
+SCENARIOS = {s.name: s for s in (
+    Scenario("SingleStream", 1, "p90 latency per sample", "90.00"),
+    Scenario("MultiStream", 8, "p99 latency per 8-sample query", "99.00"),
+    Scenario("Offline", 0, "samples per second", ""),
+)}
+
+# LoadGen sizes Offline's one query from the expected QPS: 1.1 x expected QPS x min
+# duration samples (seen with 5.0.18: 100 QPS expected, 300 ms, 33 samples). A run faster
+# than expected then ends before the min duration and is INVALID, so the measured QPS of
+# the warm-up is raised by this factor: a run longer than the minimum, never shorter.
+OFFLINE_QPS_HEADROOM = 2.0
+
+
+def unknown(name: str) -> str:
+    """Why ``name`` is no scenario this harness runs ("" if it is one)."""
+    if name in SCENARIOS:
+        return ""
+    return f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)}; Server is not run yet)"
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """One group of a serving suite. ``samples``: the QSL's seeded samples (all of them
+    LoadGen's performance set); ``offline_batch``: how many samples the SUT serves at once
+    in Offline (SingleStream serves 1, MultiStream 8); ``min_duration_ms``,
+    ``min_query_count``: LoadGen's minimums, ``max_duration_ms`` its cap (a run it cuts
+    short is INVALID, with the reason); ``checked``: the first samples whose served outputs
+    are compared with float64 (``models/truth.py``'s k); ``warmup``: untimed serves of one
+    batch before LoadGen starts, whose median sets LoadGen's expected latency."""
+
+    samples: int = 64
+    offline_batch: int = 16
+    min_duration_ms: int = 500
+    max_duration_ms: int = 20_000
+    min_query_count: int = 100
+    checked: int = OUTPUT_EXAMPLES
+    warmup: int = 3
+    precision: str = "fp32"
+    variant: str = "default"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (not isinstance(value, int) or value < (0 if f.name == "seed" else 1)):
+                raise ValueError(f"serving setting {f.name} = {value!r}: expected a positive integer")
+        if self.checked > self.samples:
+            raise ValueError(f"checked ({self.checked}) exceeds samples ({self.samples})")
+        if self.max_duration_ms < self.min_duration_ms:
+            raise ValueError("max_duration_ms is below min_duration_ms")
+
+    @staticmethod
+    def of(table: dict[str, Any]) -> ServingConfig:
+        known = {f.name for f in fields(ServingConfig)}
+        extra = sorted(set(table) - known)
+        if extra:
+            raise ValueError(f"unknown serving settings {extra} (known: {sorted(known)})")
+        return ServingConfig(**table)
+
+
+def batch_size(scenario: Scenario, config: ServingConfig) -> int:
+    """How many samples the SUT serves in one call of ``Prepared.serve``."""
+    return scenario.samples_per_query or config.offline_batch
+
+
+def loadgen_settings(lg: Any, scenario: Scenario, config: ServingConfig, expected_s: float) -> Any:
+    """LoadGen's TestSettings for ``scenario``, in performance mode; ``expected_s``: the
+    warm-up's seconds per served batch."""
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, scenario.name)
+    settings.mode = lg.TestMode.PerformanceOnly
+    settings.min_duration_ms = config.min_duration_ms
+    settings.max_duration_ms = config.max_duration_ms
+    settings.min_query_count = config.min_query_count
+    settings.performance_sample_count_override = config.samples
+    expected_ns = max(int(expected_s * 1e9), 1)
+    if scenario.name == "SingleStream":
+        settings.single_stream_expected_latency_ns = expected_ns
+    elif scenario.name == "MultiStream":
+        settings.multi_stream_samples_per_query = scenario.samples_per_query
+        settings.multi_stream_expected_latency_ns = expected_ns
+    else:
+        settings.offline_expected_qps = OFFLINE_QPS_HEADROOM * batch_size(scenario, config) / expected_s
+    return settings
+
+
+def recorded(scenario: Scenario, config: ServingConfig, expected_s: float) -> dict[str, Any]:
+    """The settings the row records."""
+    out: dict[str, Any] = {"scenario": scenario.name, "mode": "PerformanceOnly",
+                           "min_duration_ms": config.min_duration_ms,
+                           "max_duration_ms": config.max_duration_ms,
+                           "min_query_count": config.min_query_count,
+                           "performance_sample_count": config.samples,
+                           "expected_batch_ms": expected_s * 1e3}
+    if scenario.name == "Offline":
+        out["offline_expected_qps"] = OFFLINE_QPS_HEADROOM * batch_size(scenario, config) / expected_s
+    return out
