@@ -154,6 +154,12 @@ def test_pooling_edges_match_the_reference_in_both_layouts(adapter, monkeypatch,
         prepared.close()
 
 
+# GoogLeNet (the concatenations along the channel axis, which moves with the layout) is
+# checked on its forward only: the gradient is JAX's differentiation of that same forward,
+# and XLA's compile of googlenet_tiny's gradient takes most of a minute on two cores.
+FORWARD_ONLY = ("googlenet_tiny",)
+
+
 @pytest.mark.parametrize("name", ["alexnet_bvlc_tiny", "googlenet_tiny", "resnet_tiny"])
 def test_nchw_layout_computes_the_same_function(adapter, monkeypatch, name):
     from adapters.jax import adapter as module
@@ -167,6 +173,8 @@ def test_nchw_layout_computes_the_same_function(adapter, monkeypatch, name):
         forward, gradient = forward_rtol(name), gradient_rtol(name, batch=4)
         output = nhwc.forward_output()
         assert_fp32_close(nchw.forward_output(), output, forward)
+        if name in FORWARD_ONLY:
+            return
         loss_a, grads_a = nhwc.loss_and_gradients()
         loss_b, grads_b = nchw.loss_and_gradients()
         assert abs(loss_a - loss_b) <= forward * float(np.max(np.abs(output))) + \
@@ -178,7 +186,8 @@ def test_nchw_layout_computes_the_same_function(adapter, monkeypatch, name):
         nchw.close()
 
 
-@pytest.mark.parametrize("name", ["googlenet_tiny", "lstm_tiny", "sae_tiny_ae2"])
+@pytest.mark.parametrize("name", ["googlenet_tiny", "alexnet_bvlc_tiny", "lstm_tiny",
+                                  "sae_tiny_ae2"])
 def test_eager_computes_what_jit_computes(adapter, name):
     jit, eager = prepare(adapter, name), prepare(adapter, name, variant="eager")
     try:
@@ -188,6 +197,11 @@ def test_eager_computes_what_jit_computes(adapter, name):
         forward, gradient = forward_rtol(name), gradient_rtol(name, batch=4)
         output = jit.forward_output()
         assert_fp32_close(eager.forward_output(), output, forward)
+        if name in FORWARD_ONLY:
+            # Op by op, googlenet_tiny's gradient took 49 s on two cores (its jit twice
+            # that of alexnet_bvlc_tiny, which checks the same op kinds' gradients eagerly
+            # but the concatenation).
+            return
         (loss_j, grads_j), (loss_e, grads_e) = jit.loss_and_gradients(), \
             eager.loss_and_gradients()
         # The mean loss moves by at most the largest change of an output (|∂loss/∂y| ≤ 1).
