@@ -200,8 +200,10 @@ class Prepared(abc.ABC):
         raise Unsupported("no gradient step in this framework")
 
     def step_train(self) -> Callable[[], Any]:
-        """``gradient`` plus the SGD-with-momentum update (models/measures.py), on a copy
-        of the network whose weights ``trained_weights`` returns."""
+        """``gradient`` plus the update of the network's declared optimizer
+        (models/optimizers.py ``optimizer_for``) as the framework implements it, on a copy
+        of the network whose weights ``trained_weights`` returns; sets
+        ``extra["optimizer"]``, the optimizer in words."""
         raise Unsupported("no train_step in this framework")
 
     def step_grad_input(self) -> Callable[[], Any]:
@@ -321,6 +323,11 @@ class Adapter(abc.ABC):
     # adapter's cases run on one; a stand-in that puts nothing on the GPU (the harness's
     # tests) has no GPU state to report.
     monitors_gpu: ClassVar[bool] = True
+    # Whether this framework's AdamW adds epsilon to sqrt(v) before the bias correction
+    # (Kingma & Ba's "efficient" order; models/optimizers.py AdamW.update's
+    # ``epsilon_hat``) rather than after it: the conformance kit's float64 reference of
+    # train_step follows the form the framework computes.
+    adamw_epsilon_hat: ClassVar[bool] = False
 
     def __init__(self, config: RunConfig):
         self.config = config

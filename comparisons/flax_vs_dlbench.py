@@ -23,7 +23,7 @@ of use, as the adapter's bf16 does; batch-norm statistics stay float32 in both.
 Flax's gradient is its idiomatic training form: ``mutable=["batch_stats"]`` with the new
 statistics as aux. Its train_step is the Flax examples' training loop: a ``TrainState``
 with ``batch_stats`` whose ``apply_gradients`` runs ``optax.sgd`` at dlbench's rate and
-momentum (models/measures.py), in one ``jax.jit`` that donates the state; dlbench's is
+momentum (models/optimizers.py), in one ``jax.jit`` that donates the state; dlbench's is
 the adapter's (the same optax SGD, parameters and momentum donated). Each trains its own
 copy of the weights, so forward and gradient keep reading the canonical ones.
 Each pair is timed in A-B-B-A order, ``--rounds`` times, so drift favours neither, and
@@ -166,7 +166,7 @@ class FlaxSteps:
         import optax
         from flax.training import train_state
 
-        from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
+        from models.optimizers import SGD
 
         def forward(variables, x):
             return model.apply(variables, x, train=False)
@@ -198,7 +198,7 @@ class FlaxSteps:
         copy = partial(jax.tree.map, lambda a: jnp.array(a, copy=True))
         self.state = TrainState.create(
             apply_fn=model.apply, params=copy(variables["params"]),
-            tx=optax.sgd(SGD_LEARNING_RATE, momentum=SGD_MOMENTUM, nesterov=False),
+            tx=optax.sgd(SGD.learning_rate, momentum=SGD.momentum, nesterov=False),
             batch_stats=copy(variables["batch_stats"]))
         # The step counter as the int32 device array every later call returns: create's
         # Python 0 would have the second call compile the step again.

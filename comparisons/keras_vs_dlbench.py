@@ -42,8 +42,8 @@ settings, input and threads: ``tf.function`` around ``model(x, training=False)``
 forward and around a GradientTape step (Keras loss on float32 logits, ``training=True``)
 for gradient, NHWC (Keras's default channels_last). ``--measures`` (default
 forward,gradient) may add ``train_step``: the gradient step plus the Keras optimizer
-dlbench uses, ``SGD(learning_rate=SGD_LEARNING_RATE, momentum=SGD_MOMENTUM)``
-(models/measures.py), applying the gradients to the model's trainable variables in the
+dlbench uses, ``SGD(learning_rate=SGD.learning_rate, momentum=SGD.momentum)``
+(models/optimizers.py), applying the gradients to the model's trainable variables in the
 same ``tf.function``, as a custom Keras training loop writes it; dlbench's adapter does
 the same on a copy of its network. Training changes the Keras model's weights, so
 train_step is timed last for each reference, after the identity check and the other
@@ -118,7 +118,8 @@ import numpy as np
 from adapters.base import CaseConfig, RunConfig
 from models.families.googlenet import INCEPTION
 from models.inputs import make_batch
-from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
+from models.measures import TRAIN_STEP
+from models.optimizers import SGD
 from models.weights import canonical_weights
 from models.zoo import get_model
 from suites.instruments.environment import limit_cpus
@@ -584,8 +585,8 @@ class KerasSteps:
 
     def train_step(self):
         if self.train is None:
-            self.optimizer = self.keras.optimizers.SGD(learning_rate=SGD_LEARNING_RATE,
-                                                       momentum=SGD_MOMENTUM)
+            self.optimizer = self.keras.optimizers.SGD(learning_rate=SGD.learning_rate,
+                                                       momentum=SGD.momentum)
             with self.tf.device(self.x.device):
                 self.optimizer.build(self.model.trainable_variables)
             self.train = self.compile(self._train)

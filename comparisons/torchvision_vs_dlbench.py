@@ -11,7 +11,7 @@ the torchvision model of the same architecture (shapes checked parameter by para
 check both give the same output, then time forward, gradient and train_step for both with
 the same timer, settings and input: cuDNN autotune, inference mode for forward, training
 mode with cross-entropy and a backward pass for gradient, and for train_step the same
-plus ``torch.optim.SGD`` with dlbench's rate and momentum (models/measures.py) in the
+plus ``torch.optim.SGD`` with dlbench's rate and momentum (models/optimizers.py) in the
 idiomatic loop (zero_grad(set_to_none=True), forward and loss, backward, step): dlbench
 trains a copy of its network, torchvision's model trains itself (train_step is timed
 last). ``--precision`` fp32 is strict (TF32 off); bf16 runs forward and loss under
@@ -45,7 +45,8 @@ from torch import nn
 from adapters.base import CaseConfig, RunConfig
 from adapters.torch import TorchAdapter
 from models.inputs import make_batch
-from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM, TRAIN_STEP
+from models.measures import TRAIN_STEP
+from models.optimizers import SGD
 from models.weights import canonical_weights
 from models.zoo import get_model
 from suites.stats.timer import TimerSettings, measure
@@ -139,8 +140,8 @@ class Reference:
 
     def train_step(self):
         self.model.train()
-        optimizer = torch.optim.SGD(self.model.parameters(), lr=SGD_LEARNING_RATE,
-                                    momentum=SGD_MOMENTUM)
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=SGD.learning_rate,
+                                    momentum=SGD.momentum)
 
         def step():
             optimizer.zero_grad(set_to_none=True)

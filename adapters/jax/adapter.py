@@ -5,7 +5,8 @@ Compilation happens in the first call, which the harness times apart: ``prepare`
 builds the functions and places the arrays. Forward and gradient donate no argument: every
 step reads the same parameters and batch again, and a donated buffer is invalid after one
 call. ``train_step`` donates its training copy's parameters and optimizer state, which each
-call replaces (optax's SGD, as JAX training loops run it).
+call replaces (the network's declared optimizer as optax's ``sgd`` or ``adamw``, as JAX
+training loops run it).
 
 ``epoch_step`` runs the same step functions over a list of batches placed on the device
 beforehand; ``profile`` runs the step under jax.profiler (profile.py), which reduces the
@@ -47,7 +48,7 @@ from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
 from models.analysis import analyse
 from models.inputs import Batch
 from models.ir import Model
-from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
+from models.optimizers import AdamW, Optimizer, SGDMomentum, optimizer_for
 from models.weights import Weights
 from suites.instruments.profiling import WARMUP_RUNS
 
@@ -205,11 +206,24 @@ def _summary_parts(out: jax.Array, examples: int) -> tuple[jax.Array, ...]:
     return out[:examples], sums, centres, jnp.sum(deviation * deviation, axis=1)
 
 
-# The optimizer of train_step (models/measures.py): optax's SGD is heavy-ball momentum
-# b <- m*b + g, w <- w - lr*b (optax.trace, no Nesterov), its momentum buffer in the
-# parameters' dtype (float32, also under bf16 compute).
-OPTIMIZER = None if optax is None else optax.sgd(SGD_LEARNING_RATE, momentum=SGD_MOMENTUM,
-                                                 nesterov=False)
+def make_optimizer(declared: Optimizer) -> tuple[Any, str]:
+    """optax's own optimizer for the declared one (models/optimizers.py), and its
+    description for the row. Its buffers are in the parameters' dtype (float32, also under
+    bf16 compute).
+
+    ``optax.sgd`` is heavy-ball momentum b <- m*b + g, w <- w - lr*b (optax.trace, no
+    Nesterov). ``optax.adamw`` (optax 0.2.8) chains scale_by_adam (m_hat/(sqrt(v_hat +
+    eps_root) + eps), eps_root 0: eps after the bias correction), add_decayed_weights
+    (+ wd*w, the pre-update weights) and the rate: w <- w - lr*(adam + wd*w), the same as
+    models/optimizers.py's ``AdamW``. mask None: every trainable parameter decays."""
+    if isinstance(declared, SGDMomentum):
+        return (optax.sgd(declared.learning_rate, momentum=declared.momentum, nesterov=False),
+                f"{declared.describe()}: optax.sgd")
+    if isinstance(declared, AdamW):
+        return (optax.adamw(declared.learning_rate, b1=declared.beta1, b2=declared.beta2,
+                            eps=declared.eps, weight_decay=declared.weight_decay, mask=None),
+                f"{declared.describe()}: optax.adamw")
+    raise Unsupported(f"no optax optimizer for {declared!r}")
 
 
 class Inputs(NamedTuple):
@@ -249,6 +263,7 @@ class JaxPrepared(Prepared):
         # state (arguments 0 and 1) are donated, so XLA updates them in place.
         self.train_fn = jax.jit(self._train, donate_argnums=(0, 1)) if self.jit else self._train
         self.train_state: tuple[Any, Any] | None = None   # (params, opt_state), made by step
+        self.optimizer: Any = None                        # optax's, made with train_state
         self.measured: tuple[Callable, tuple] | None = None   # for the memory plan
         self.peak_before = self.in_use_before = 0
         self.extra = {"layout": self.num.layout,
@@ -292,12 +307,14 @@ class JaxPrepared(Prepared):
         return loss_value(self.model.loss.kind, out, features, labels)
 
     def _train(self, params, opt_state, fixed, x, labels, lengths):
-        """One training iteration: the gradient pass of ``gradient_fn``, then optax's SGD.
+        """One training iteration: the gradient pass of ``gradient_fn``, then the optax
+        optimizer's update.
         As there, batch norm normalises with the batch's statistics and leaves the running
         statistics canonical in ``fixed`` (momentum 0 in effect), and bf16 computes on
-        float32 parameters, so the gradients, the momentum and the update are float32."""
+        float32 parameters, so the gradients, the optimizer's buffers and the update are
+        float32."""
         loss, grads = jax.value_and_grad(self._loss)(params, fixed, x, labels, lengths)
-        updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
     def step(self, measure: str) -> Callable[[], Any]:
@@ -325,14 +342,15 @@ class JaxPrepared(Prepared):
         handle is the loss: all outputs of one executable become ready together, and the
         donated state of a call is deleted by the next one. Op by op the update is
         dispatched after the loss, so the handle is the whole new state."""
-        if OPTIMIZER is None:
+        if optax is None:
             raise Unsupported("train_step needs optax (adapters/registry.toml pins it)")
         if self.train_state is None:
+            self.optimizer, self.extra["optimizer"] = make_optimizer(optimizer_for(self.model))
             # Copies made on the device: a donated buffer must be the copy's own, never the
             # canonical network's (jax.device_put of a numpy array may alias host memory
             # on the CPU).
             params = jax.tree.map(lambda a: jnp.array(a, copy=True), self.trainable)
-            self.train_state = (params, OPTIMIZER.init(params))
+            self.train_state = (params, self.optimizer.init(params))
             jax.block_until_ready(self.train_state)
         fn, jit, batch = self.train_fn, self.jit, (self.fixed, self.x, self.labels, self.lengths)
         # The memory plan and the profile's HLO lower the step after the timed calls, when

@@ -1,9 +1,10 @@
 """TensorFlow adapter: ``tf.function`` graphs by default (TensorFlow's standard fast path:
 Grappler with oneDNN kernels on CPU, cuDNN on GPU), eager execution and XLA
 (``jit_compile=True``) as variants. Epochs pass their batches to one traced function;
-train_step runs tape and Keras optimizer in one function of the variant, on a copy of the
-body; profiles come from TensorFlow's own profiler (tf.profiler.experimental), read from
-the XPlane trace it writes (profile.py)."""
+train_step runs tape and Keras optimizer (the network's declared one: Keras's SGD or
+AdamW) in one function of the variant, on a copy of the body; profiles come from
+TensorFlow's own profiler (tf.profiler.experimental), read from the XPlane trace it writes
+(profile.py)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ from models.inputs import Batch
 from models.ir import LSTM as IRLSTM
 from models.ir import Conv2d as IRConv2d
 from models.ir import Model, all_nodes
-from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
+from models.optimizers import AdamW, Optimizer, SGDMomentum, optimizer_for
 from models.weights import Weights
 from suites.instruments.profiling import WARMUP_RUNS
 
@@ -266,14 +267,39 @@ class Training:
     variables: list[tf.Variable]
 
 
-def sgd_momentum() -> keras.optimizers.Optimizer:
-    """Keras's SGD keeps v <- m*v - lr*g, w <- w + v: heavy-ball momentum with the buffer
-    scaled by -lr, the same update for a constant rate (models/measures.py). No
-    LossScaleOptimizer under bf16: Keras wraps the optimizer in one only for the
-    "mixed_float16" policy (keras/src/trainers/trainer.py, Trainer.compile); bfloat16
-    has float32's exponent range, and the variables and gradients here are float32."""
-    return keras.optimizers.SGD(learning_rate=SGD_LEARNING_RATE, momentum=SGD_MOMENTUM,
-                                nesterov=False)
+def make_optimizer(declared: Optimizer) -> tuple[keras.optimizers.Optimizer, str]:
+    """Keras's own optimizer for the declared one (models/optimizers.py), and its
+    description for the row. No LossScaleOptimizer under bf16: Keras wraps the optimizer
+    in one only for the "mixed_float16" policy (keras/src/trainers/trainer.py,
+    Trainer.compile); bfloat16 has float32's exponent range, and the variables and
+    gradients here are float32.
+
+    Keras's SGD keeps v <- m*v - lr*g, w <- w + v: heavy-ball momentum with the buffer
+    scaled by -lr, the same update for a constant rate.
+
+    Keras's AdamW (Keras 3.15: keras/src/optimizers/adamw.py, an Adam with weight_decay)
+    first decays every variable, w <- w - w*wd*lr (the TensorFlow backend's
+    ``_apply_weight_decay``, before the update step; no variable is excluded unless
+    ``exclude_from_weight_decay`` is called, so every trainable parameter decays), then
+    takes Adam's step in Kingma & Ba's "efficient" order (keras/src/optimizers/adam.py
+    ``update_step``): alpha = lr*sqrt(1-b2^t)/(1-b1^t), w <- w - alpha*m/(sqrt(v) + eps).
+    That adds eps to sqrt(v) before the bias correction, i.e. it computes
+    m_hat/(sqrt(v_hat) + eps/sqrt(1-b2^t)) where torch.optim.AdamW and optax.adamw compute
+    m_hat/(sqrt(v_hat) + eps): the same hyper-parameters, an epsilon 32 times larger at
+    the first step (1/sqrt(1-0.999)), which matters only where |g| is within a few
+    multiples of 3e-7 (``AdamW.update``'s ``epsilon_hat``; ``TFAdapter.adamw_epsilon_hat``)."""
+    if isinstance(declared, SGDMomentum):
+        return (keras.optimizers.SGD(learning_rate=declared.learning_rate,
+                                     momentum=declared.momentum, nesterov=False),
+                f"{declared.describe()}: keras.optimizers.SGD")
+    if isinstance(declared, AdamW):
+        return (keras.optimizers.AdamW(learning_rate=declared.learning_rate,
+                                       weight_decay=declared.weight_decay,
+                                       beta_1=declared.beta1, beta_2=declared.beta2,
+                                       epsilon=declared.eps, amsgrad=False),
+                f"{declared.describe()}: keras.optimizers.AdamW, epsilon added to sqrt(v) "
+                f"before the bias correction")
+    raise Unsupported(f"no Keras optimizer for {declared!r}")
 
 
 class TFPrepared(Prepared):
@@ -394,7 +420,7 @@ class TFPrepared(Prepared):
                 network = build_network(self.model, {}, **self.build_options,
                                         source=self.network)
                 variables = list(network.params.values())
-                optimizer = sgd_momentum()
+                optimizer, self.extra["optimizer"] = make_optimizer(optimizer_for(self.model))
                 optimizer.build(variables)
             self.training = Training(network, optimizer, variables)
         return self.training
@@ -402,7 +428,7 @@ class TFPrepared(Prepared):
     def _train(self) -> tf.Tensor:
         """One training iteration in one graph, as a custom TensorFlow training loop
         writes it (tf.function around the tape and ``apply_gradients``): forward in
-        training mode, loss, backward, and the SGD update of the copy's variables. Under
+        training mode, loss, backward, and the optimizer's update of the copy's variables. Under
         bf16 the gradients are float32 (the tape differentiates through the casts of the
         float32 variables), so the update runs in float32 on the master weights."""
         training = self.training
@@ -587,6 +613,7 @@ class TFAdapter(Adapter):
         "nchw": "tf.function graph with NCHW activations (cuDNN's native fp32 layout; GPU only)",
         "nhwc": "tf.function graph with NHWC activations (Keras's channels_last)",
     }
+    adamw_epsilon_hat = True   # keras.optimizers.AdamW (make_optimizer)
 
     def __init__(self, config: RunConfig):
         super().__init__(config)

@@ -1,7 +1,8 @@
 """PyTorch adapter: eager execution with cuDNN autotune by default (the framework's
 standard fast path), ``torch.compile``, cuDNN disabled, channels-last and channels-last
 compiled as variants, and ``sdpa_*`` variants that force scaled_dot_product_attention's
-backend. ``train_step`` trains a deep copy of the body with ``torch.optim.SGD``. A model
+backend. ``train_step`` trains a deep copy of the body with the network's declared
+optimizer (models/optimizers.py) as ``torch.optim.SGD`` or ``torch.optim.AdamW``. A model
 with self-attention records in each row which SDPA backend ran (``attention``)."""
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from adapters.torch.network import Lengths, build
 from adapters.torch.profile import profile_steps
 from models.inputs import Batch, head
 from models.ir import Model
-from models.measures import SGD_LEARNING_RATE, SGD_MOMENTUM
+from models.optimizers import AdamW, Optimizer, SGDMomentum, optimizer_for
 from models.weights import Weights
 from suites.instruments.profiling import WARMUP_RUNS
 
@@ -169,6 +170,36 @@ class Training:
     optimizer: torch.optim.Optimizer
 
 
+def make_optimizer(declared: Optimizer,
+                   params: list[nn.Parameter]) -> tuple[torch.optim.Optimizer, str]:
+    """PyTorch's own optimizer for the declared one, and its description for the row.
+
+    The default implementation of torch.optim: foreach (multi-tensor kernels) on CUDA, a
+    for-loop of single-tensor updates on the CPU; both compute the update in the
+    parameters' dtype (float32: bf16 autocast leaves parameters and gradients float32).
+    The torch.optim docs make foreach the default on CUDA and leave fused=True opt-in
+    ("Since the fused implementation is relatively new, we want to give it sufficient
+    bake-in time"); torchvision's reference training script
+    (references/classification/train.py) and Hugging Face's Trainer set neither.
+
+    ``torch.optim.AdamW`` (torch 2.13: ``Adam`` with ``decoupled_weight_decay=True``)
+    computes w <- w*(1 - lr*wd), then the Adam step w <- w - lr*m_hat/(sqrt(v_hat) + eps)
+    (torch/optim/adam.py, _single_tensor_adam and _multi_tensor_adam: eps added after the
+    bias correction of sqrt(v)), as models/optimizers.py's ``AdamW``. One parameter group:
+    every trainable parameter decays."""
+    implementation = "foreach" if params and params[0].is_cuda else "for-loop"
+    if isinstance(declared, SGDMomentum):
+        optimizer = torch.optim.SGD(params, lr=declared.learning_rate,
+                                    momentum=declared.momentum)
+        return optimizer, f"{declared.describe()}: torch.optim.SGD, {implementation}"
+    if isinstance(declared, AdamW):
+        optimizer = torch.optim.AdamW(params, lr=declared.learning_rate,
+                                      betas=(declared.beta1, declared.beta2),
+                                      eps=declared.eps, weight_decay=declared.weight_decay)
+        return optimizer, f"{declared.describe()}: torch.optim.AdamW, {implementation}"
+    raise Unsupported(f"no PyTorch optimizer for {declared!r}")
+
+
 class TorchPrepared(Prepared):
     def __init__(self, adapter: TorchAdapter, model: Model, weights: Weights, batch: Batch,
                  case: CaseConfig, variant: str):
@@ -295,14 +326,9 @@ class TorchPrepared(Prepared):
             # (``torch.compile(model)``), as they compile the body; the optimizer step
             # stays eager: compiling it is a separate beta recipe of the PyTorch
             # tutorials ("Compiling the optimizer with torch.compile"), not the standard
-            # loop. The optimizer is torch.optim.SGD's default implementation: foreach
-            # (multi-tensor kernels) on CUDA, a for-loop on the CPU. The torch.optim docs
-            # make foreach the default on CUDA and leave fused=True opt-in ("Since the
-            # fused implementation is relatively new, we want to give it sufficient
-            # bake-in time"); torchvision's reference training script
-            # (references/classification/train.py) sets neither.
-            optimizer = torch.optim.SGD(list(params.values()), lr=SGD_LEARNING_RATE,
-                                        momentum=SGD_MOMENTUM)
+            # loop.
+            optimizer, self.extra["optimizer"] = make_optimizer(optimizer_for(self.model),
+                                                                list(params.values()))
             self.train_copy = Training(body, torch.compile(body) if self.variant in COMPILED
                                      else body, params, optimizer)
         return self.train_copy
@@ -318,8 +344,8 @@ class TorchPrepared(Prepared):
     def step_train(self) -> Callable[[], torch.Tensor]:
         """One training iteration: forward and loss under the case's autocast (bf16 compute
         over fp32 parameters, so the update is fp32), backward outside it as the AMP docs
-        advise (bf16 needs no GradScaler: it has fp32's exponent range), then the SGD
-        update. The frozen prefix runs without gradients, as in ``_gradient``."""
+        advise (bf16 needs no GradScaler: it has fp32's exponent range), then the
+        optimizer's update. The frozen prefix runs without gradients, as in ``_gradient``."""
         training = self._training()
         inputs = self.inputs
 

@@ -4,10 +4,12 @@ Convention (stated in the report): FLOPs = forward FLOPs per example (``models.a
 2 × multiply-accumulates) × batch; a gradient step counts 3 × forward (one forward, two
 backward products: w.r.t. inputs and weights — the usual training estimate, as in
 Kaplan et al. 2020's 6N vs 2N). A training step (``train_step``: forward, backward and the
-SGD-with-momentum update, models/measures.py) counts 3 × forward as well: the update adds
-4 FLOPs per parameter (b ← m·b + g, w ← w − lr·b), about 0.1 GFLOP for ResNet-50's 25.6 M
-parameters against 3 × 8.2 GFLOP per example, under 0.5% at batch 1 and 0.002% at batch
-256, so it is left out as the usual training estimate leaves it out. grad_input and
+optimizer's update, models/measures.py; SGD with momentum, or AdamW for the transformers:
+models/optimizers.py) counts 3 × forward as well: SGD's update adds 4 FLOPs per parameter
+(b ← m·b + g, w ← w − lr·b), about 0.1 GFLOP for ResNet-50's 25.6 M parameters against
+3 × 8.2 GFLOP per example, under 0.5% at batch 1 and 0.002% at batch 256; AdamW's about 15
+per parameter, under 0.1% of GPT-2 small's step at 8 × 1024 tokens; so it is left out as
+the usual training estimate leaves it out. grad_input and
 grad_weight are each one backward product, 1 × forward. Transfers have no FLOPs. The peak
 is the datasheet figure for the row's precision (fp32, tf32 or bf16) from
 ``data/device_peaks.csv``; CPUs have none (blank). The share is the model FLOP utilisation

@@ -249,7 +249,8 @@ def test_train_step_updates_a_copy_in_one_traced_step(adapter, name, variant, pr
     case's precision, float32 master weights and momentum buffers; the optimizer's
     variables exist before the first call, which traces the step once (XLA-compiled under
     the xla variant); the canonical network and the running statistics stay as they were."""
-    from models.measures import SGD_LEARNING_RATE, TRAIN_STEP
+    from models.measures import TRAIN_STEP
+    from models.optimizers import SGD
 
     model = get_model(name)
     weights = canonical_weights(model)
@@ -288,7 +289,7 @@ def test_train_step_updates_a_copy_in_one_traced_step(adapter, name, variant, pr
     u = 2.0 ** -24
     for n in trained:
         np.testing.assert_array_equal(initial[n], weights[n])
-        update = SGD_LEARNING_RATE * grads[n]
+        update = SGD.learning_rate * grads[n]
         error = np.linalg.norm(trained[n] - (weights[n] - update))
         assert error <= 1e-5 * np.linalg.norm(update) + 2 * u * np.linalg.norm(weights[n]), n
 
@@ -788,7 +789,8 @@ def test_gpu_train_step_runs_the_lstm_as_the_gradient_does(gpu_adapter, precisio
     pass runs it (in bf16 only where the build has the kernel), the copy and its momentum
     buffers on the GPU, and a first step of w - lr*g (cuDNN's weight gradients may sum in
     another order from one call to the next)."""
-    from models.measures import SGD_LEARNING_RATE, TRAIN_STEP
+    from models.measures import TRAIN_STEP
+    from models.optimizers import SGD
 
     weights = canonical_weights(get_model("lstm_tiny"))
     prepared = prepare(gpu_adapter, "lstm_tiny", precision=precision)
@@ -806,7 +808,7 @@ def test_gpu_train_step_runs_the_lstm_as_the_gradient_does(gpu_adapter, precisio
     finally:
         prepared.close()
     for name, grad in grads.items():
-        update = SGD_LEARNING_RATE * grad
+        update = SGD.learning_rate * grad
         error = np.linalg.norm(trained[name] - (weights[name] - update))
         assert error <= {"fp32": 1e-4, "bf16": 1e-2}[precision] * np.linalg.norm(update), name
 

@@ -310,10 +310,11 @@ def test_train_step_is_two_sgd_momentum_updates(adapter, entry, name):
     wrong rate, or an update of the canonical network itself all fail), and the canonical
     network the fingerprint reads is left as it was."""
     from models import reference_grad
-    from models.measures import SGD_LEARNING_RATE as lr
-    from models.measures import SGD_MOMENTUM as m
     from models.measures import TRAIN_STEP
+    from models.optimizers import SGD, optimizer_for
 
+    lr, m = SGD.learning_rate, SGD.momentum
+    assert optimizer_for(get_model(name)) is SGD
     if TRAIN_STEP not in entry.measures:
         pytest.skip(f"{entry.name} has no training step")
     model, weights, batch, prepared = prepare(adapter, name)
@@ -349,6 +350,131 @@ def test_train_step_is_two_sgd_momentum_updates(adapter, entry, name):
             f"{name}: {n} after two steps differs from SGD with momentum by "
             f"{np.linalg.norm(got - expected):.3e} (allowed {allowed:.3e}; "
             f"update norm {np.linalg.norm(expected):.3e})")
+
+
+ADAMW_MODELS = ["gpt2_tiny", "bert_tiny", "vit_tiny"]
+
+
+def _adamw_enclosure(opt, w, g0, d0, g1, d1, step, epsilon_hat):
+    """Where the weights after AdamW's step ``step`` (1 or 2) from ``w`` lie, element by
+    element, for any gradients within ``g0 ± d0`` (step 1's) and ``g1 ± d1`` (step 2's),
+    in exact arithmetic: [lo, hi]. The update u = m_hat/(sqrt(v_hat) + eps) is
+    g/(|g| + eps) at step 1 (increasing in g: its range is at the interval's ends), and at
+    step 2 m_hat = (b1*g0 + g1)/(1 + b1), v_hat = (b2*g0^2 + g1^2)/(1 + b2), enclosed by
+    interval arithmetic (the denominator is positive)."""
+    lr, b1, b2 = opt.learning_rate, opt.beta1, opt.beta2
+    eps = opt.eps / np.sqrt(1 - b2 ** step) if epsilon_hat else opt.eps
+    if step == 1:
+        u_lo = (g0 - d0) / (np.abs(g0 - d0) + eps)
+        u_hi = (g0 + d0) / (np.abs(g0 + d0) + eps)
+    else:
+        def square(lo, hi):
+            low = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(lo * lo, hi * hi))
+            return low, np.maximum(lo * lo, hi * hi)
+        n_lo = (b1 * (g0 - d0) + g1 - d1) / (1 + b1)
+        n_hi = (b1 * (g0 + d0) + g1 + d1) / (1 + b1)
+        s0, s1 = square(g0 - d0, g0 + d0), square(g1 - d1, g1 + d1)
+        den_lo = np.sqrt((b2 * s0[0] + s1[0]) / (1 + b2)) + eps
+        den_hi = np.sqrt((b2 * s0[1] + s1[1]) / (1 + b2)) + eps
+        u_lo = np.where(n_lo < 0, n_lo / den_lo, n_lo / den_hi)
+        u_hi = np.where(n_hi < 0, n_hi / den_hi, n_hi / den_lo)
+    decayed = w * (1 - lr * opt.weight_decay)
+    return decayed - lr * u_hi, decayed - lr * u_lo
+
+
+@pytest.mark.parametrize("name", ADAMW_MODELS)
+def test_train_step_is_two_adamw_updates(adapter, entry, name):
+    """The transformers train with AdamW (models/optimizers.py, issue #60). Two
+    ``train_step`` iterations from the canonical weights, each checked element by element
+    against the float64 AdamW update (``AdamW.update``, in the epsilon order the framework
+    computes: ``Adapter.adamw_epsilon_hat``) from the float64 reference's gradients: step 1
+    from w0 with g0; step 2 from the framework's own w1 with g1 taken there (so step 1's
+    rounding does not travel into step 2's check) and the moments of g0.
+
+    The tolerance follows from the arithmetic. AdamW's update m_hat/(sqrt(v_hat) + eps) is
+    about sign(g) where |g| >> eps (exactly g/(|g| + eps) at step 1): it does not scale
+    with the gradient, so a gradient's fp32 error moves it little where |g| is well above
+    that error, and up to ±lr where |g| is within it (the sign is then undecided). Each
+    tensor's fp32 gradient error is bounded as models/error_bounds.py bounds it, in 2-norm
+    relative to the gradient's norm (4 standard deviations of the accumulated rounding of
+    the network's reductions), and no element's error exceeds the tensor's error norm:
+    d = bound * ||g||. The weights after each step must lie in the range the update takes
+    for gradients within g ± d (``_adamw_enclosure``), widened by the rounding of the
+    fp32 update itself: the decay's product and the scalar 1 - lr*wd, and the final
+    subtraction, 3u|w| (u = 2^-24); and a relative error of the step lr*|u_t|: 16u for its
+    few fp32 operations (moments, square root, division), and the bias corrections'. A
+    framework that takes beta^t in fp32 (Keras's ``ops.power(cast(beta_2))``, optax's
+    ``decay**count``) rounds beta to fp32 (0.999 -> 0.99900001) and the cancellation in
+    1 - beta^t magnifies that: t*beta^t/(1 - beta^t) units u (999u for beta2 at t = 1),
+    halved by v_hat's square root. The test checks its own power: most
+    elements' ranges are far narrower than lr, and narrow enough that a missing decay
+    (lr*wd*|w| per step) or a wrong rate fails."""
+    from models import error_bounds, reference_grad
+    from models.measures import TRAIN_STEP
+    from models.optimizers import AdamW, optimizer_for
+
+    if TRAIN_STEP not in entry.measures:
+        pytest.skip(f"{entry.name} has no training step")
+    opt = optimizer_for(get_model(name))
+    assert isinstance(opt, AdamW)
+    eps_hat = type(adapter).adamw_epsilon_hat
+    model, weights, batch, prepared = prepare(adapter, name)
+    try:
+        before = prepared.forward_output()
+        initial = prepared.trained_weights()
+        step = prepared.step(TRAIN_STEP)
+        prepared.sync(step())
+        # Copied now: PyTorch's CPU arrays share the training copy's memory, which the
+        # next step updates in place.
+        after_one = {n: np.array(a, copy=True) for n, a in prepared.trained_weights().items()}
+        prepared.sync(step())
+        after_two = prepared.trained_weights()
+        after = prepared.forward_output()
+        described = prepared.extra.get("optimizer", "")
+    finally:
+        prepared.close()
+    np.testing.assert_array_equal(before, after, err_msg="train_step changed the canonical network")
+    assert described.startswith(opt.describe()) and "adamw" in described.split(":", 1)[1].lower()
+    trainable = analyse(model).trainable_names
+    assert set(after_two) == set(after_one) == set(initial) == trainable
+    bound = error_bounds.bounds(model, batch.x.shape[0], "fp32").grad
+    w0 = {n: np.asarray(weights[n], np.float64) for n in trainable}
+    w1 = {n: np.asarray(after_one[n], np.float64) for n in trainable}
+    w2 = {n: np.asarray(after_two[n], np.float64) for n in trainable}
+    _, g0 = reference_grad.loss_and_gradients(model, weights, batch)
+    _, g1 = reference_grad.loss_and_gradients(model, {**weights, **w1}, batch)
+    e1, state = opt.update(w0, {n: g0[n] for n in trainable}, None, 1, epsilon_hat=eps_hat)
+    e2, _ = opt.update(w1, {n: g1[n] for n in trainable}, state, 2, epsilon_hat=eps_hat)
+    u, lr = 2.0 ** -24, opt.learning_rate
+    narrow = decay_seen = total = 0
+    for n in sorted(trainable):
+        np.testing.assert_array_equal(initial[n], weights[n], err_msg=f"{name}: {n} does not start canonical")
+        d0, d1 = bound * np.linalg.norm(g0[n]), bound * np.linalg.norm(g1[n])
+        for k, (w, got, expected, (lo, hi)) in enumerate((
+                (w0[n], w1[n], e1[n], _adamw_enclosure(opt, w0[n], g0[n], d0, 0, 0, 1, eps_hat)),
+                (w1[n], w2[n], e2[n], _adamw_enclosure(opt, w1[n], g0[n], d0, g1[n], d1, 2, eps_hat))),
+                start=1):
+            b1t, b2t = opt.beta1 ** k, opt.beta2 ** k
+            relative = 16 + k * b1t / (1 - b1t) + k * b2t / (2 * (1 - b2t))
+            rounding = 3 * u * np.abs(w) + relative * u * np.maximum(np.abs(lo - w), np.abs(hi - w))
+            assert np.all((lo - 1e-15 <= expected) & (expected <= hi + 1e-15)), n
+            outside = (got < lo - rounding) | (got > hi + rounding)
+            if outside.any():
+                i = np.flatnonzero(outside)[0]
+                pytest.fail(f"{name}: {n}[{i}] after step {k} is {got.flat[i]!r}, AdamW gives "
+                            f"{expected.flat[i]!r}, within [{lo.flat[i]!r}, {hi.flat[i]!r}] "
+                            f"± {rounding.flat[i]:.2e} for gradients {g0[n].flat[i]:.3e} ± "
+                            f"{d0:.2e} (step 1), {g1[n].flat[i]:.3e} ± {d1:.2e} (step 2); "
+                            f"{int(outside.sum())} of {got.size} elements outside")
+            width = hi - lo + 2 * rounding
+            narrow += int((width < 0.1 * lr).sum())
+            decay_seen += int((width < lr * opt.weight_decay * np.abs(w)).sum())
+            total += w.size
+    # The check's power: a wrong rate or moment moves nearly every element by a good part
+    # of lr, and a missing decay moves an element by lr*wd*|w|.
+    assert narrow >= 0.8 * total, f"{name}: only {narrow} of {total} element ranges below lr/10"
+    assert decay_seen >= 0.25 * total, (f"{name}: only {decay_seen} of {total} element ranges "
+                                        f"could tell a missing weight decay")
 
 
 def test_train_step_refused_with_a_reason_where_unlisted(adapter, entry):
