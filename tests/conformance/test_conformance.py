@@ -352,7 +352,10 @@ def test_train_step_is_two_sgd_momentum_updates(adapter, entry, name):
             f"update norm {np.linalg.norm(expected):.3e})")
 
 
-ADAMW_MODELS = ["gpt2_tiny", "bert_tiny", "vit_tiny"]
+# The optimizer is the same code for every transformer; GPT-2's tied head (one table,
+# gradients from both uses) and its embeddings, LayerNorms and attention give AdamW every
+# kind of transformer parameter. One network: under JAX each costs 17 s of compiling.
+ADAMW_MODELS = ["gpt2_tiny"]
 
 
 def _adamw_enclosure(opt, w, g0, d0, g1, d1, step, epsilon_hat):
