@@ -28,12 +28,14 @@ SMOKE = {
                "--min-samples", "1"]),
     "tf": ("comparisons.keras_vs_dlbench", "tf_keras",
            ["--device", "cpu", "--threads", "2", "--batch", "2", "--models", "resnet50",
-            "--budget", "0.01", "--min-samples", "1"]),
+            "--references", "tf_keras", "--budget", "0", "--warmup", "0", "--min-samples", "1",
+            "--max-samples", "1"]),
     # Not the gradient's timing (its function still runs in the identity check): each
     # measure times ResNet-50 on two CPU cores.
     "jax": ("comparisons.flax_vs_dlbench", "flax",
             ["--device", "cpu", "--batches", "2", "--tolerance", "1", "--rounds", "1",
-             "--measures", "forward,train_step"]),
+             "--measures", "forward,train_step",
+             "--suite", str(ROOT / "tests" / "data" / "comparison-smoke.toml")]),
     "ort": ("comparisons.ort_iobinding_vs_dlbench", "onnxruntime",
             ["--device", "cpu", "--model", "lenet", "--batch", "2", "--rounds", "1",
              "--iterations", "2"]),
