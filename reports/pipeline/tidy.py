@@ -87,7 +87,7 @@ STRING_COLUMNS = ("suite", "measured_in", "model", "measure", "status", "reason"
                   "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline",
                   "profile_conv_family", "profile_conv_families", "framework_profile_tool",
                   "counters_tool", "counters_measure", "counters_top_kernels", "device_times",
-                  "attention",
+                  "attention", "optimizer",
                   *CONDITION_TEXT, *ENERGY_TEXT)
 # The counters measure's values (suites/instruments/ncu_metrics.py keys: Li et al.'s nvprof names).
 COUNTER_KEYS = ("achieved_occupancy", "ipc", "warp_execution_efficiency", "gld_efficiency",
@@ -224,6 +224,10 @@ def flatten(raw) -> dict:
         # a profiled forward, JAX's implementation argument, TensorFlow's and ONNX
         # Runtime's graphs); "" elsewhere and on rows written before it.
         "attention": _text(timing.get("attention")),
+        # train_step's optimizer as the adapter built it (Prepared.extra "optimizer":
+        # models/optimizers.py's declaration and the framework's class); "" elsewhere and
+        # on rows written before it.
+        "optimizer": _text(timing.get("optimizer")),
         "samples_ms": json.dumps(timing.get("samples_ms") or []),
         "peak_bytes": (float(memory["peak_bytes"]) if memory.get("peak_bytes") is not None
                        else float("nan")),

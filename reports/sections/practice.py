@@ -318,6 +318,11 @@ def _notes(rows: list[dict], printed: list[dict | None]) -> tuple[str, ...]:
     skipped = sorted({_errors(p).get("skipped", "") for p in printed
                       if p is not None and p["status"] == "ok"} - {""})
     notes += [f"pairwise: {s}" for s in skipped]
+    optimizers = sorted({f"{r['framework']}: {r['optimizer']}" for r in rows
+                         if r["measure"] == "train_step" and r.get("optimizer")})
+    if optimizers:
+        notes.append("Training step's optimizer (models/optimizers.py): "
+                     + "; ".join(optimizers) + ".")
     if any(r["memory_kind"] == "rss" for r in rows):
         notes.append("Peak memory on a CPU is the process's resident set (RSS), on a GPU the "
                      "framework allocator's peak.")

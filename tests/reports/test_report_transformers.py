@@ -18,6 +18,7 @@ GPU = "NVIDIA H100 80GB HBM3"
 H100_BF16_PEAK = 989.5                            # reports/data/device_peaks.csv, H100 SXM
 COUNTER = "NVML total energy counter over 4.10 s of the case running"
 FLASH = "flash (aten::_scaled_dot_product_flash_attention)"
+ADAMW = "AdamW lr=0.0001 (decoupled, every parameter): torch.optim.AdamW, foreach"
 
 
 def info(model: str, seq_len: int | None = None) -> dict:
@@ -43,8 +44,10 @@ def row(model, batch, measure, device, median, *, seq_len=None, energy_j=None,
 def report(tmp_path_factory):
     root = tmp_path_factory.mktemp("transformers") / "results"
     root.mkdir()
-    rows = [row("gpt2", 8, "train_step", "gpu", 100.0, seq_len=1024, energy_j=30.0,
-                attention=FLASH, peak_bytes=40 * 2**30),
+    gpt2_train = row("gpt2", 8, "train_step", "gpu", 100.0, seq_len=1024, energy_j=30.0,
+                     attention=FLASH, peak_bytes=40 * 2**30)
+    gpt2_train["timing"]["optimizer"] = ADAMW
+    rows = [gpt2_train,
             row("vit_b16", 128, "forward", "gpu", 50.0, energy_j=20.0, attention=FLASH),
             row("gpt2:s=4096", 2, "forward", "gpu", None, seq_len=4096, status="oom",
                 reason="CUDA out of memory. Tried to allocate 12.00 GiB"),
@@ -117,3 +120,11 @@ def test_a_padded_batch_counts_the_tokens_and_flops_of_its_padded_length(report)
 
 def test_transformer_rows_stay_out_of_the_practice_section(report):
     assert all(s.key != "practice" for s in report.sections)
+
+
+def test_the_training_steps_optimizer_is_named(report):
+    """The optimizer the row records reaches the tidy frame and the table's notes."""
+    assert frame_row(report, "gpt2")["optimizer"] == ADAMW
+    assert frame_row(report, "vit_b16")["optimizer"] == ""
+    notes = [t.notes for t in section(report).tables if t.title.startswith("gpt2 ")]
+    assert any(f"torch: {ADAMW}" in note for group in notes for note in group)
