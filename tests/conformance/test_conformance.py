@@ -491,3 +491,34 @@ def test_train_step_refused_with_a_reason_where_unlisted(adapter, entry):
             prepared.step(TRAIN_STEP)
     finally:
         prepared.close()
+
+
+@pytest.mark.parametrize("name", ["lenet_tiny", "lstm_tiny"])
+def test_serve_answers_other_samples_and_leaves_the_prepared_batch(adapter, entry, name):
+    """``serve`` (suites/serving/) runs the forward on the batch it is handed, not on the
+    prepared one: the prepared samples in reverse order (the shapes the serving harness
+    hands it: one query set, one padded length) come back as float64 computes them, and
+    the prepared batch's forward is unchanged after (ONNX Runtime's CPU binding once wrote
+    the served batch into the caller's arrays)."""
+    from models.inputs import Batch
+    from models.measures import SERVE
+
+    if SERVE not in entry.measures:
+        pytest.skip(f"{entry.name} does not list {SERVE}")
+    model, weights, batch, prepared = prepare(adapter, name)
+    other = Batch(batch.x[::-1].copy(), None,
+                  None if batch.lengths is None else batch.lengths[::-1].copy())
+    sent = other.x.copy()
+    try:
+        before = prepared.forward_output()
+        served = prepared.serve(other)
+        after = prepared.forward_output()
+    finally:
+        prepared.close()
+    np.testing.assert_array_equal(other.x, sent, err_msg="serve wrote into its input")
+    np.testing.assert_array_equal(after, before)
+    expected = reference_numpy.forward(model, weights, other, train=False)
+    assert served.shape == expected.shape
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-4 * scale)
+    assert not np.allclose(served, before), "served the prepared batch, not the one handed"
