@@ -118,8 +118,9 @@ threads = [1]
 
 
 def test_ctrl_c_keeps_finished_rows_and_resume_completes(tmp_path, framework):
-    models = ["lenet_tiny", "sae_tiny_se", "resnet_tiny", "vgg_tiny", "alexnet_tiny",
-              "overfeat_tiny", "conv_tiny", "lstm_tiny"]
+    # Enough cases that Ctrl-C after the second row leaves most undone; the quickest to
+    # build (under JAX each network's compile is the case's cost).
+    models = ["lenet_tiny", "sae_tiny_se", "alexnet_tiny", "conv_tiny", "lstm_tiny"]
     suite = suite_file(tmp_path, "interrupt", models, [4])
     out = tmp_path / "out"
     # SIGINT at its default, as under a terminal: a shell's background job (a CI script
