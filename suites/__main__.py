@@ -138,8 +138,15 @@ def main(argv: list[str] | None = None) -> int:
                                          args.resume, args.seed, args.case_timeout), args.rounds,
                               earlier)
         if args.command == "run":
-            return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
-                                     args.resume, args.seed, args.case_timeout)).run()
+            # The matrix's worker pool, so that a GPU suite's device phase goes on in the
+            # wall phase's worker on the jobs it kept built (suites/harness/pool.py), as the
+            # published folders were measured, and not in a fresh process that builds them
+            # again.
+            from suites.harness.pool import WorkerPool
+            with WorkerPool() as pool:
+                return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
+                                         args.resume, args.seed, args.case_timeout),
+                              pool=pool).run()
         if args.command == "interleave":
             from suites.harness.interleave import run_interleaved
             if args.blocks < 1:

@@ -275,6 +275,7 @@ def run_rounds(request: RunRequest, rounds: int,
                earlier: EarlierRuns = NO_EARLIER_RUNS) -> int:
     """A suite in ``rounds`` rounds; one round through the round file too where earlier
     runs are given, so that its rows are written with their widened intervals."""
-    if rounds > 1 or earlier.centres:
-        return RoundsRunner(request, rounds, earlier=earlier).run()
-    return Runner(request).run()
+    with WorkerPool() as pool:      # as suites/__main__.py's run, for the same reason
+        if rounds > 1 or earlier.centres:
+            return RoundsRunner(request, rounds, pool=pool, earlier=earlier).run()
+        return Runner(request, pool=pool).run()

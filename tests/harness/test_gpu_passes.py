@@ -82,6 +82,26 @@ def test_the_device_phase_goes_on_in_the_wall_workers_process_and_no_gpu_worker_
         assert "the stand-in GPU is held by process" in second.fatal
 
 
+def test_suites_run_measures_the_device_phase_as_the_matrix_does(tmp_path, stand_in_gpu):
+    """`python -m suites run` (what every nox session types) pools its workers as the
+    matrix does: the device phase goes on in the wall phase's worker, on the jobs it kept
+    built, and no job is built again. Without the pool each device row would say "in a
+    process of its own ... on the job built again"."""
+    from suites.__main__ import main
+
+    suite = write_suites(tmp_path)[0]
+    assert main(["run", str(suite), "--framework", "fake", "--device", "gpu",
+                 "--out", str(tmp_path / "out")]) == 0
+    rows = rows_of(tmp_path / "out", "gpu-a")
+    device = [r for r in rows if r["measure"] == "device_time"]
+    assert len(device) == 4 and all(r["status"] == "ok" for r in device)
+    assert len({r["env"]["worker_pid"] for r in rows}) == 1
+    assert all("in the wall phase's process after its last wall sample" in r["device_times"]["method"]
+               and "kept built" in r["device_times"]["method"] for r in device)
+    events = [line.split() for line in (tmp_path / "events").read_text().splitlines()]
+    assert [e[1] for e in events] == ["gpu"] * 4 + ["reapply"] * 4
+
+
 def test_a_runner_runs_the_phases_it_is_asked_for_and_counts_only_theirs(tmp_path,
                                                                          stand_in_gpu):
     from suites.harness.runner import Runner, RunRequest
