@@ -515,6 +515,19 @@ class JaxPrepared(Prepared):
         return self.canonical_output(np.asarray(
             self.forward_fn(self.trainable, self.fixed, self.x, self.lengths), dtype=np.float32))
 
+    def serve(self, batch: Batch) -> np.ndarray:
+        # The host arrays onto the device (_place, as prepare places the seeded batch),
+        # the variant's forward in inference mode (with jit the forward step's executable:
+        # compiled for the batch's shapes at its first call, found in jit's cache by every
+        # later one), the output back to the host: np.asarray waits for it. A batch of
+        # other shapes is refused: jit would trace and compile anew inside a timed query.
+        inputs = self._place(batch)
+        if (inputs.x.shape, inputs.x.dtype) != (self.x.shape, self.x.dtype):
+            raise ValueError(f"serve: input {inputs.x.shape} {inputs.x.dtype} is not the "
+                             f"batch prepared, {self.x.shape} {self.x.dtype}")
+        return self.canonical_output(np.asarray(
+            self.forward_fn(*self._arguments("forward", inputs)), dtype=np.float32))
+
     def output_summary(self, examples: int) -> OutputSummary:
         """A large output is reduced on its device, the head alone fetched
         (adapters/summary.py): float32 sums and squared deviations per example there (JAX

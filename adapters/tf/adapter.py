@@ -350,6 +350,7 @@ class TFPrepared(Prepared):
         # holds a second copy of the weights.
         self.training: Training | None = None
         self.run_train: Callable | None = None
+        self.run_serve: Callable | None = None   # serve's computation, made at its first call
 
     # --- the computations, on a batch placed by place_batch ---------------------------
     def _context(self, training: bool, inputs: dict[str, Any]) -> Context:
@@ -559,6 +560,26 @@ class TFPrepared(Prepared):
         out = tf.cast(self.run_forward(), tf.float32).numpy()
         return self.layout.to_nchw(out) if out.ndim == 4 else out  # -> canonical NCHW
 
+    def serve(self, batch: Batch) -> np.ndarray:
+        # The host arrays onto the device (place_batch, as prepare places the seeded
+        # batch), the variant's forward on them in inference mode, the output back to the
+        # host: .numpy() waits for it. The function takes the batch as its argument, with
+        # the prepared batch's shapes as its input signature: graph mode traces once and
+        # XLA compiles once, at the first serve, and no later call retraces. A batch of
+        # other shapes is refused (the signature would refuse it less clearly).
+        inputs = place_batch(self.model, batch, self.device, self.layout)
+        inputs.pop("labels", None)   # inference needs none
+        x = inputs["x"]
+        if (x.shape, x.dtype) != (self.x.shape, self.x.dtype):
+            raise ValueError(f"serve: input {tuple(x.shape)} {x.dtype.name} is not the batch "
+                             f"prepared, {tuple(self.x.shape)} {self.x.dtype.name}")
+        if self.run_serve is None:
+            prepared = {name: value for name, value in self.inputs.items() if name != "labels"}
+            self.run_serve = COMPILE[self.variant](
+                self._forward_on, input_signature=[epoch_signature([prepared])])
+        out = tf.cast(self.run_serve(inputs), tf.float32).numpy()
+        return self.layout.to_nchw(out) if out.ndim == 4 else out  # -> canonical NCHW
+
     def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:
         loss, grads = self.run_gradient()
         # An embedding's gradient is IndexedSlices (rows touched); made dense here only.
@@ -601,7 +622,7 @@ class TFPrepared(Prepared):
     def close(self) -> None:
         del self.frozen, self.body, self.params, self.variables, self.x, self.host_x
         del self.inputs, self.run_forward, self.run_gradient, self.epoch_runs
-        del self.network, self.training, self.run_train
+        del self.network, self.training, self.run_train, self.run_serve
 
 
 class TFAdapter(Adapter):

@@ -353,15 +353,18 @@ def test_bf16_train_step_computes_in_bfloat16_and_updates_float32(adapter):
 # --- epochs -----------------------------------------------------------------------------------
 
 class CompileCounter:
-    """XLA compilations while it is open, as jax.monitoring reports them."""
+    """XLA compilations (and jaxpr traces) while it is open, as jax.monitoring reports them."""
 
     EVENT = "/jax/core/compile/backend_compile_duration"
+    TRACE = "/jax/core/compile/jaxpr_trace_duration"
 
     def __init__(self):
         self.count = 0
+        self.traces = 0
 
     def _listen(self, event, duration, **kwargs):
         self.count += event == self.EVENT
+        self.traces += event == self.TRACE
 
     def __enter__(self):
         jax.monitoring.register_event_duration_secs_listener(self._listen)
@@ -417,6 +420,40 @@ def test_a_device_output_summary_compiles_one_program_per_shape(adapter, monkeyp
     finally:
         prepared.close()
     assert (first.count, again.count) == (1, 0), (first.count, again.count)
+
+
+@pytest.mark.parametrize("name", ["lenet_tiny", "lstm_tiny"])
+def test_serve_compiles_the_forward_once_and_never_again(adapter, name):
+    """``serve`` (suites/serving/) runs the jitted forward step: its first call traces and
+    compiles it for the batch's shapes, the forward step then finds that executable (the
+    same answer, bit for bit), and later batches of those shapes trace and compile nothing,
+    each answered as float64 computes it. A batch of other shapes is refused rather than
+    compiled inside a timed query."""
+    from models.inputs import Batch
+
+    model = get_model(name)
+    weights = canonical_weights(model)
+    samples = make_batch(model, 12)
+    batches = [Batch(samples.x[i:i + 4], None,
+                     None if samples.lengths is None else samples.lengths[i:i + 4])
+               for i in (0, 4, 8)]
+    prepared = adapter.prepare(model, weights, batches[0], CaseConfig("fp32", "jit"))
+    try:
+        with CompileCounter() as first:
+            served = [prepared.serve(batches[0])]
+        with CompileCounter() as later:
+            np.testing.assert_array_equal(prepared.forward_output(), served[0])
+            served += [prepared.serve(batch) for batch in batches[1:]]
+        with pytest.raises(ValueError, match="not the batch prepared"):
+            prepared.serve(Batch(samples.x[:3], None,
+                                 None if samples.lengths is None else samples.lengths[:3]))
+    finally:
+        prepared.close()
+    assert (first.count, later.count, later.traces) == (1, 0, 0), (first.count, later.count,
+                                                                   later.traces)
+    for batch, out in zip(batches, served):
+        assert_fp32_close(out, reference_numpy.forward(model, weights, batch, train=False),
+                          forward_rtol(name))
 
 
 @pytest.mark.parametrize("name", ["lstm_tiny", "conv_tiny"])

@@ -55,6 +55,7 @@ from models.weights import canonical_weights  # noqa: E402
 from models.zoo import get_model  # noqa: E402
 from suites.instruments.profiling import device_timeline  # noqa: E402
 from tests.adapters.thread_probe import thread_shares  # noqa: E402
+from tests.tolerance import assert_fp32_close, forward_rtol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FP32 = Context(False, tf.float32)
@@ -218,6 +219,38 @@ def test_tracing_happens_in_the_first_call_not_in_prepare(adapter, variant):
             assert step.experimental_get_tracing_count() == 1
     finally:
         prepared.close()
+
+
+@pytest.mark.parametrize("variant", ["graph", "eager", "xla"])
+def test_serve_traces_once_in_the_variant_and_refuses_other_shapes(adapter, variant):
+    """``serve`` (suites/serving/) runs the variant's own execution: graph and XLA a
+    tf.function (jit_compile under XLA) of the batch, with the prepared batch's shapes as
+    its signature, traced at the first serve and never for a later batch; eager the
+    Python function itself. Each batch is answered as float64 computes it (the sequence
+    lengths travel with it), and a batch of other shapes is refused."""
+    model = get_model("lstm_tiny")
+    weights = canonical_weights(model)
+    samples = make_batch(model, 12)
+    batches = [Batch(samples.x[i:i + 4], None, samples.lengths[i:i + 4]) for i in (0, 4, 8)]
+    prepared = adapter.prepare(model, weights, batches[0], CaseConfig(variant=variant))
+    try:
+        assert prepared.run_serve is None                 # nothing traced before serving
+        served = [prepared.serve(batch) for batch in batches]
+        compiled = isinstance(prepared.run_serve, tf.types.experimental.PolymorphicFunction)
+        assert compiled == (variant != "eager")
+        if compiled:
+            assert prepared.run_serve.experimental_get_tracing_count() == 1
+        if variant == "xla":
+            inputs = place_batch(model, batches[0], prepared.device, prepared.layout)
+            assert "HloModule" in prepared.run_serve.experimental_get_compiler_ir(inputs)(
+                stage="hlo")
+        with pytest.raises(ValueError, match="not the batch prepared"):
+            prepared.serve(Batch(samples.x[:3], None, samples.lengths[:3]))
+    finally:
+        prepared.close()
+    for batch, out in zip(batches, served):
+        assert_fp32_close(out, reference_numpy.forward(model, weights, batch, train=False),
+                          forward_rtol("lstm_tiny"))
 
 
 # --- train_step: a copy of the network, one traced step with Keras's SGD -------------------
