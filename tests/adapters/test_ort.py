@@ -484,13 +484,13 @@ def test_fp16_conversion_keeps_float32_io_and_stays_within_the_fp16_bound(name):
     inputs = graph_inputs(model, batch)
     proto = build(model, weights, inputs["input"].shape, "lengths" in inputs,
                   fused_attention=True)
-    io_types = [value.type.tensor_type.elem_type for value in (*proto.graph.input,
-                                                                *proto.graph.output)]
+    io_types = [(value.name, value.type.tensor_type.elem_type)
+                for value in (*proto.graph.input, *proto.graph.output)]
     fused = optimise_transformer(model, proto, float16=True)
     graph = fused.proto.graph
     assert fused.float16 and fused.not_fused == ()
-    assert [value.type.tensor_type.elem_type for value in (*graph.input, *graph.output)] \
-        == io_types
+    assert [(value.name, value.type.tensor_type.elem_type)
+            for value in (*graph.input, *graph.output)] == io_types
     kinds = {init.data_type for init in graph.initializer}
     assert onnx.TensorProto.FLOAT16 in kinds and onnx.TensorProto.FLOAT not in kinds, kinds
     session = ort.InferenceSession(fused.proto.SerializeToString(),
