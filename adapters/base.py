@@ -328,6 +328,15 @@ class Adapter(abc.ABC):
     # ``epsilon_hat``) rather than after it: the conformance kit's float64 reference of
     # train_step follows the form the framework computes.
     adamw_epsilon_hat: ClassVar[bool] = False
+    # The precisions (models.measures.PRECISIONS) this adapter knows; the worker makes any
+    # other an unsupported row before ``prepare`` (fp16 is ONNX Runtime's alone: its
+    # transformer optimizer's float16 conversion; the others run bf16 mixed precision).
+    precisions: ClassVar[tuple[str, ...]] = ("fp32", "tf32", "bf16")
+
+    def check_precision(self, case: CaseConfig) -> None:
+        if case.precision not in self.precisions:
+            raise Unsupported(f"{self.name} has no {case.precision} precision here "
+                              f"(has: {', '.join(self.precisions)})")
 
     def __init__(self, config: RunConfig):
         self.config = config

@@ -21,7 +21,8 @@ bound is derived from the network's reduction lengths and depth, not measured:
   probability below 1e-4 per quantity, and it leaves a factor of a few for algorithms
   whose error constant is larger than plain summation's (Winograd transforms, split-K).
 * **Operand rounding**: TF32 rounds both operands of every product to 10 explicit
-  mantissa bits (u = 2^-11), bf16 to 7 and stores results in bf16 (u = 2^-8), fp32
+  mantissa bits (u = 2^-11), bf16 to 7 and stores results in bf16 (u = 2^-8), fp16 (ONNX
+  Runtime's float16 graph) stores operands and results in fp16 (u = 2^-11), fp32
   stores each layer's output in fp32 (u = 2^-24). Each matrix-product layer then adds a
   relative error of order u, independent from layer to layer, so L such layers give about
   sqrt(L)·u; the bound takes 2·u·sqrt(L) (two rounded operands).
@@ -64,7 +65,7 @@ from models.analysis import analyse
 
 U_FP32 = 2.0 ** -24
 # Unit roundoff of the values each precision multiplies (and, for bf16, stores).
-OPERAND_U = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "bf16": 2.0 ** -8}
+OPERAND_U = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
 @dataclass(frozen=True)
 class Bounds:
     precision: str

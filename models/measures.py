@@ -129,7 +129,9 @@ def unknown_measures(names) -> list[str]:
     return [name for name in names if name not in BY_NAME]
 
 
-PRECISIONS = ("fp32", "tf32", "bf16")
+# fp16: ONNX Runtime's ort_fused variant only, its graph converted to float16 by the
+# transformer optimizer (adapters/ort); other adapters make it an unsupported row.
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 # A measure whose device blocks CUPTI received nothing in, while it received the job's

@@ -59,6 +59,9 @@ class SimulatedAdapter:
     def describe(self, case) -> str:
         return "simulated"
 
+    def check_precision(self, case) -> None:
+        pass
+
     def prepare(self, model, weights, batch, case) -> SimulatedPrepared:
         return self.prepared
 

@@ -1,6 +1,8 @@
 """ONNX Runtime adapter: the IR as an ONNX graph (network.py) in an InferenceSession with
 full graph optimisation and IOBinding (device-resident input and output), ONNX Runtime's
-standard fast path; lower optimisation levels and cuDNN algorithm searches as variants.
+standard fast path; lower optimisation levels and cuDNN algorithm searches as variants;
+for transformers, ``ort_fused``: the graph through ONNX Runtime's own transformer optimizer
+(fused attention, SkipLayerNormalization, GELU), in fp32 or, on the GPU, fp16.
 
 ONNX Runtime's training API ships in other packages (onnxruntime-training), so this
 adapter times forward, the host-to-device copy and an epoch of forward passes, and profiles
@@ -32,7 +34,16 @@ from adapters.base import (
     require_device_memory,
 )
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.ort.network import ATTENTION, INPUT, LENGTHS, OUTPUT, build
+from adapters.ort.network import (
+    ATTENTION,
+    FUSED_ATTENTION,
+    INPUT,
+    LENGTHS,
+    OUTPUT,
+    FusedGraph,
+    build,
+    optimise_transformer,
+)
 from adapters.ort.profile import profile_steps
 from adapters.ort.summary import summarise_bound_output
 from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
@@ -66,6 +77,9 @@ class VariantSettings:
     optimization: ort.GraphOptimizationLevel
     conv_algo_search: str = "EXHAUSTIVE"
     gpu_only: bool = False
+    # The graph goes through onnxruntime.transformers' optimizer before the session
+    # (network.optimise_transformer); transformers only.
+    transformer_optimizer: bool = False
 
 
 VARIANT_SETTINGS = {
@@ -77,12 +91,32 @@ VARIANT_SETTINGS = {
                                        "HEURISTIC", gpu_only=True),
     "cudnn_default_algo": VariantSettings(ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
                                           "DEFAULT", gpu_only=True),
+    "ort_fused": VariantSettings(ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                                 transformer_optimizer=True),
 }
 
+NOT_A_TRANSFORMER = (
+    "ort_fused runs ONNX Runtime's transformer optimizer (onnxruntime.transformers), whose "
+    "fusions are self-attention, LayerNorm and GELU patterns; this network has no "
+    "self-attention, so ort_fused would time ort_all's graph under another name")
 
-def check_precision(precision: str, on_gpu: bool) -> None:
+
+def check_precision(precision: str, on_gpu: bool, variant: str) -> None:
     if precision == "tf32" and not on_gpu:
         raise Unsupported("tf32 is a GPU tensor-core mode; CPUs have no TF32")
+    if precision == "fp16":
+        if not VARIANT_SETTINGS[variant].transformer_optimizer:
+            raise Unsupported("fp16 is ort_fused's: the transformer optimizer's float16 "
+                              "conversion of the fused graph; other ONNX Runtime variants "
+                              "run the fp32 graph")
+        if not on_gpu:
+            # onnxruntime.transformers.optimizer's own warning (1.31.1): "Most operators
+            # have no float16 implementation in CPU, so Cast nodes are added to compute
+            # them in float32".
+            raise Unsupported("fp16 runs on the CUDA execution provider only: ONNX "
+                              "Runtime's CPU provider has no float16 kernels for most ops "
+                              "and computes them in float32 behind Cast nodes, so the row "
+                              "would time casts, not fp16 arithmetic")
     if precision == "bf16":
         raise Unsupported("ONNX Runtime has no automatic mixed precision: bf16 would need a "
                           "graph rewritten to bf16 tensors, not the bf16-compute/fp32-weights "
@@ -204,7 +238,9 @@ class OrtPrepared(Prepared):
         # Kept to build more sessions of the same graph, options and providers: one per
         # input shape of an epoch, and a profiled one.
         self.model, self.weights = model, weights
-        self.config, self.variant = adapter.config, variant
+        self.config, self.variant, self.precision = adapter.config, variant, case.precision
+        # What the transformer optimizer did (ort_fused), from the first session's graph.
+        self.fused: FusedGraph | None = None
         self.providers = [(CUDA, cuda_provider_options(variant, case.precision)), CPU] \
             if self.on_gpu else [CPU]
         self.inputs = graph_inputs(model, batch)
@@ -226,8 +262,16 @@ class OrtPrepared(Prepared):
             "inter_op_threads": adapter.config.interop_threads,
         }
         if has_attention(model):
-            self.extra["attention"] = (f"{ATTENTION}, "
-                                       f"{VARIANT_SETTINGS[variant].optimization.name}")
+            self.extra["attention"] = (
+                f"{FUSED_ATTENTION if self.fused else ATTENTION}, "
+                f"{VARIANT_SETTINGS[variant].optimization.name}")
+        if self.fused is not None:
+            # The row names the fusions that happened and those that did not.
+            self.extra["transformer_optimizer"] = {
+                "model_type": self.fused.model_type, "fusions": self.fused.fusions,
+                "written_by_builder": self.fused.written,
+                "not_fused": list(self.fused.not_fused) or None,
+                "float16": self.fused.float16}
         if self.on_gpu:
             applied = self.session.get_provider_options().get(CUDA, {})
             self.extra["cuda_provider_options"] = {
@@ -239,7 +283,13 @@ class OrtPrepared(Prepared):
                     options: ort.SessionOptions | None = None) -> ort.InferenceSession:
         """A session of the graph built for these inputs' shapes, with this case's options
         (or ``options``, made by ``session_options``) and providers."""
-        proto = build(self.model, self.weights, inputs[INPUT].shape, LENGTHS in inputs)
+        fused = VARIANT_SETTINGS[self.variant].transformer_optimizer
+        proto = build(self.model, self.weights, inputs[INPUT].shape, LENGTHS in inputs,
+                      fused_attention=fused)
+        if fused:
+            graph = optimise_transformer(self.model, proto, self.precision == "fp16")
+            self.fused = self.fused or graph
+            proto = graph.proto
         return ort.InferenceSession(proto.SerializeToString(),
                                     options if options is not None
                                     else session_options(self.config, self.variant),
@@ -409,7 +459,11 @@ class OrtAdapter(Adapter):
                            "(cudnnGetConvolutionForwardAlgorithm_v7; GPU only)",
         "cudnn_default_algo": "as ort_all, cuDNN conv algorithm search DEFAULT: always "
                               "IMPLICIT_PRECOMP_GEMM, no search (GPU only)",
+        "ort_fused": "transformers: com.microsoft Attention and onnxruntime.transformers' "
+                     "optimizer (SkipLayerNormalization, GELU fusions; fp16 by its float16 "
+                     "conversion, inputs and outputs float32), then as ort_all, IOBinding",
     }
+    precisions = ("fp32", "tf32", "bf16", "fp16")
 
     def __init__(self, config: RunConfig):
         super().__init__(config)
@@ -454,9 +508,11 @@ class OrtAdapter(Adapter):
                 case: CaseConfig) -> Prepared:
         variant = self.resolve_variant(case.variant)
         on_gpu = self.config.device == "gpu"
-        check_precision(case.precision, on_gpu)
+        check_precision(case.precision, on_gpu, variant)
         if VARIANT_SETTINGS[variant].gpu_only and not on_gpu:
             raise Unsupported("cuDNN exists on GPU only")
+        if VARIANT_SETTINGS[variant].transformer_optimizer and not has_attention(model):
+            raise Unsupported(NOT_A_TRANSFORMER)
         return OrtPrepared(self, model, weights, batch, case, variant)
 
     def is_out_of_memory(self, error: BaseException) -> bool:

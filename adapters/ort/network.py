@@ -26,6 +26,12 @@ from models.weights import Weights
 # What self_attention (below) writes, recorded in each row of a model with attention with
 # the session's graph optimisation level.
 ATTENTION = "ONNX MatMul Q·Kᵀ, Where mask, Softmax, MatMul P·V (opset 21: no Attention op)"
+# What self_attention writes where the builder is asked for ONNX Runtime's fused op.
+FUSED_ATTENTION = "com.microsoft Attention (QKV projection, scaled dot product, mask: one kernel)"
+# ONNX Runtime's contrib operators (Attention, and those its transformer optimizer writes:
+# SkipLayerNormalization, FastGelu, BiasGelu ...) live in this domain, version 1
+# (onnxruntime docs/ContribOperators.md).
+MS_DOMAIN = "com.microsoft"
 
 # Opset 21 with IR version 10 is ONNX 1.16's pairing (onnx docs/Versioning.md); ONNX
 # Runtime implements it from release 1.18 on (onnxruntime docs/Versioning.md, version
@@ -73,8 +79,9 @@ class Builder:
     """Turns IR nodes into ONNX nodes; every value name is unique in the graph."""
 
     def __init__(self, weights: Weights, layers: dict[str, LayerInfo], lengths: Value | None,
-                 steps: int):
+                 steps: int, fused_attention: bool = False):
         self.weights = weights
+        self.fused_attention = fused_attention
         self.layers = layers        # per-example shapes of every node, from models.analysis
         self.lengths = lengths
         self.steps = steps          # sequence length of a token batch (static)
@@ -102,10 +109,11 @@ class Builder:
         """A canonical weight, under its canonical name."""
         return self.initializer(name, self.weights[name])
 
-    def op(self, op_type: str, inputs: list[str], name: str, **attributes) -> str:
+    def op(self, op_type: str, inputs: list[str], name: str, domain: str | None = None,
+           **attributes) -> str:
         output = self.fresh(name)
         self.nodes.append(helper.make_node(op_type, inputs, [output], name=output,
-                                           **attributes))
+                                           domain=domain, **attributes))
         return output
 
     def sequence(self, nodes: tuple[ir.Node, ...], x: Value) -> Value:
@@ -248,6 +256,8 @@ class Builder:
         # Softmax over the keys (Softmax-13 normalises the one axis given), MatMul with V.
         # From ORT_ENABLE_EXTENDED on, ORT folds the Kᵀ transpose and the 1/√d scale into
         # one com.microsoft FusedMatMul (seen in its optimised graph).
+        if self.fused_attention:
+            return self.contrib_attention(node, x)
         n, heads = node.name, node.heads
         head = node.dim // heads
         qkv = self.affine(f"{n}.qkv", x, self.param(f"{n}.qkv.weight"),
@@ -318,6 +328,25 @@ class Builder:
 
 
     # --- helpers ---------------------------------------------------------------------
+    def contrib_attention(self, node: ir.SelfAttention, x: Value) -> Value:
+        """ONNX Runtime's fused com.microsoft Attention (contrib op, version 1;
+        onnxruntime docs/ContribOperators.md): input (N, T, dim), weights (dim, 3·dim) with
+        columns q | k | v and heads contiguous inside each, the IR's own packed layout
+        (models/ir.py), bias (3·dim), scale 1/√d by default. ``unidirectional`` is the
+        causal mask; the padding mask is the 1-D ``mask_index`` form, each sequence's
+        valid length (keys at or past it are masked), which is the graph's ``lengths``
+        input as it is. Masked scores get ``mask_filter_value`` (-10000) rather than -inf:
+        after the row maximum is subtracted their exponent underflows to 0 in fp32 as -inf's
+        does, since every row keeps at least its first key."""
+        n = node.name
+        inputs = [x.name, self.param(f"{n}.qkv.weight"), self.param(f"{n}.qkv.bias")]
+        if node.padding and self.lengths is not None:
+            inputs.append(self.lengths.name)
+        attended = self.op("Attention", inputs, f"{n}.fused", domain=MS_DOMAIN,
+                           num_heads=node.heads, unidirectional=int(node.causal))
+        return self.affine(n, Value(attended, 3), self.param(f"{n}.out.weight"),
+                           self.param(f"{n}.out.bias"), transpose=False)
+
     def gelu(self, node: ir.Activation, x: str) -> str:
         """GELU as the formula of models/ops/activation.py in standard ops (Erf or Tanh),
         as torch.onnx.export writes it below opset 20. The node order is the one ORT's
@@ -424,10 +453,12 @@ _TABLE = builder_table(Builder)
 
 
 def build(model: ir.Model, weights: Weights, x_shape: tuple[int, ...],
-          with_lengths: bool) -> onnx.ModelProto:
+          with_lengths: bool, fused_attention: bool = False) -> onnx.ModelProto:
     """The frozen prefix and the body as one checked ONNX model with inputs ``input``
     (and ``lengths`` where ``with_lengths``) and output ``output``. The frozen prefix
-    needs no separate graph: an inference graph has no gradients to stop."""
+    needs no separate graph: an inference graph has no gradients to stop.
+    ``fused_attention``: self-attention as ONNX Runtime's com.microsoft Attention
+    (``Builder.contrib_attention``) instead of standard ops."""
     tokens = model.input.kind == "tokens"
     x_type = TensorProto.INT32 if tokens else TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info(INPUT, x_type, list(x_shape))]
@@ -437,7 +468,7 @@ def build(model: ir.Model, weights: Weights, x_shape: tuple[int, ...],
         lengths = Value(LENGTHS, 1)
     stats = analyse(model)
     builder = Builder(weights, {layer.name: layer for layer in stats.layers}, lengths,
-                      x_shape[1] if tokens else 0)
+                      x_shape[1] if tokens else 0, fused_attention)
     x = builder.sequence(model.frozen + model.body, Value(INPUT, len(x_shape)))
     last = builder.nodes[-1] if builder.nodes else None
     if last is not None and last.output[0] == x.name:
@@ -454,9 +485,121 @@ def build(model: ir.Model, weights: Weights, x_shape: tuple[int, ...],
                               [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT,
                                                              out_shape)],
                               builder.initializers)
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              ir_version=IR_VERSION, producer_name="dlbench")
+    contrib = any(node.domain == MS_DOMAIN for node in builder.nodes)
+    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(MS_DOMAIN, 1)]
+                                                 if contrib else [])
+    proto = helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION,
+                              producer_name="dlbench")
     # full_check adds strict shape inference, which costs little next to serialising the
-    # weights that every check does.
-    onnx.checker.check_model(proto, full_check=True)
+    # weights that every check does. ONNX's checker knows no com.microsoft schema, so a
+    # graph with contrib ops is checked without it (ONNX Runtime checks it when it loads).
+    onnx.checker.check_model(proto, full_check=not contrib)
     return proto
+
+
+# --- ONNX Runtime's transformer optimizer (the ort_fused variant) --------------------------
+
+# The optimizer's fused op types per pattern (onnxruntime.transformers, 1.31:
+# fusion_layernorm.py, fusion_skiplayernorm.py, fusion_gelu.py, fusion_fastgelu.py,
+# fusion_biasgelu.py, fusion_attention.py). A fused op type the builder wrote itself
+# (Attention; LayerNormalization, a standard op from opset 17 on) proves no fusion: the
+# row lists those apart (FusedGraph.written).
+FUSED_KINDS = {
+    "attention": ("Attention", "MultiHeadAttention"),
+    "gelu": ("Gelu", "FastGelu", "BiasGelu", "GemmFastGelu"),
+    "skip_layer_norm": ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization"),
+}
+
+
+@dataclass(frozen=True)
+class FusedGraph:
+    """The graph ONNX Runtime's transformer optimizer returned, and what it fused: its own
+    statistics (``get_fused_operator_statistics``, op type -> count) less the ops of those
+    types that the graph had before (``written``: the builder's, not fusions) and, per kind
+    of fusion the IR calls for, what the graph still lacks (empty when nothing)."""
+
+    proto: onnx.ModelProto
+    model_type: str
+    fusions: dict[str, int]
+    written: dict[str, int]
+    not_fused: tuple[str, ...]
+    float16: bool
+
+
+def optimizer_model_type(model: ir.Model) -> str:
+    """The optimizer's model type (onnxruntime.transformers.optimizer MODEL_TYPES) whose
+    fusions fit the IR: ViT's patch embedding, GPT-2's causal attention, else BERT's."""
+    nodes = list(ir.all_nodes(model))
+    if any(isinstance(node, ir.PatchEmbedding) for node in nodes):
+        return "vit"
+    if any(isinstance(node, ir.SelfAttention) and node.causal for node in nodes):
+        return "gpt2"
+    return "bert"
+
+
+def expected_fusions(model: ir.Model) -> dict[str, int]:
+    """The least number of each fused op the IR calls for: one Attention per
+    self-attention, one fused GELU per GELU, and a SkipLayerNormalization per residual add
+    that a LayerNorm reads next (post-LN: the block's own LayerNorm; pre-LN: the next
+    block's first one, or the final one). The optimizer may fuse more (an embedding's Add
+    before a LayerNorm)."""
+    nodes = list(ir.all_nodes(model))
+
+    def starts_with_norm(node: ir.Node) -> bool:
+        return isinstance(node, ir.LayerNorm) or (
+            isinstance(node, ir.Residual) and isinstance(node.body[0], ir.LayerNorm))
+
+    body = model.frozen + model.body
+    return {"attention": sum(isinstance(node, ir.SelfAttention) for node in nodes),
+            "gelu": sum(isinstance(node, ir.Activation) and node.kind.startswith("gelu")
+                        for node in nodes),
+            "skip_layer_norm": sum(isinstance(node, ir.Residual) and starts_with_norm(after)
+                                   for node, after in zip(body, body[1:]))}
+
+
+def optimise_transformer(model: ir.Model, proto: onnx.ModelProto, float16: bool) -> FusedGraph:
+    """``proto`` (built with ``fused_attention``) through ONNX Runtime's transformer
+    optimizer, ``optimize_model`` (onnxruntime.transformers.optimizer, 1.31.1), with the
+    model's heads and width; then, for ``float16``, its ``convert_float_to_float16`` with
+    ``keep_io_types`` (float32 input and output, so the IOBinding path is unchanged;
+    LayerNorm-like ops kept in float32 by its default block list).
+
+    opt_level 0: the optimizer's Python fusions alone. Its levels 1 and up first run an
+    InferenceSession over the graph, which the session does here anyway at ORT_ENABLE_ALL,
+    and in 1.31.1 ``optimize_by_onnxruntime`` imports torch for its version string, which
+    this venv does not have. The Python fusions need sympy (symbolic shape inference).
+
+    Attention is written by the builder as com.microsoft Attention: the optimizer's
+    attention fusions match the node patterns torch.onnx.export writes for Hugging Face's
+    modules (separate Q, K, V projections; GPT-2's Split), not this graph's packed QKV
+    Gather, so left to them attention stayed unfused (seen on the tiny models)."""
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+    except ImportError as error:
+        raise Unsupported(f"onnxruntime.transformers cannot be imported: {error}") from None
+    attention = next(node for node in ir.all_nodes(model) if isinstance(node, ir.SelfAttention))
+    model_type = optimizer_model_type(model)
+    # Counted first: at opt_level 0 the optimizer rewrites ``proto`` itself.
+    before: dict[str, int] = {}
+    for node in proto.graph.node:
+        before[node.op_type] = before.get(node.op_type, 0) + 1
+    try:
+        optimizer = optimize_model(proto, model_type=model_type, num_heads=attention.heads,
+                                   hidden_size=attention.dim, opt_level=0)
+        statistics = optimizer.get_fused_operator_statistics()
+        if float16:
+            optimizer.convert_float_to_float16(keep_io_types=True)
+    except ImportError as error:   # sympy, for symbolic shape inference
+        raise Unsupported("ONNX Runtime's transformer optimizer needs a package this "
+                          f"environment lacks: {' '.join(str(error).split())}") from None
+    fusions = {op: int(count) - before.get(op, 0) for op, count in statistics.items()
+               if int(count) > before.get(op, 0)}
+    written = {op: before[op] for op in statistics if before.get(op)}
+    in_graph = {op: int(count) for op, count in statistics.items()}
+
+    def present(kind: str) -> int:
+        return sum(in_graph.get(op, 0) for op in FUSED_KINDS[kind])
+
+    not_fused = tuple(f"{kind}: {present(kind)} of {count} in the graph"
+                      for kind, count in expected_fusions(model).items() if present(kind) < count)
+    return FusedGraph(optimizer.model, model_type, fusions, written, not_fused, float16)

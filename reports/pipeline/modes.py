@@ -28,9 +28,11 @@ MODES = {
     "tf": {"graph": "graph", "eager": "eager", "xla": COMPILED, "nchw": "graph",
            "nhwc": "graph"},
     "jax": {"jit": COMPILED, "eager": "eager"},
+    # ort_fused too: its fusions are rewrites of the graph the session then runs kernel
+    # by kernel (ONNX Runtime's contrib kernels), not code generated for the graph.
     "ort": {variant: "session" for variant in ("ort_all", "ort_extended", "ort_basic",
                                                "ort_disabled", "cudnn_heuristic",
-                                               "cudnn_default_algo")},
+                                               "cudnn_default_algo", "ort_fused")},
 }
 
 

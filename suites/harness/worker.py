@@ -322,6 +322,7 @@ class Worker:
                 batch = make_batch(model, job.batch, self.plan.seed)
                 if batch.lengths is not None:
                     info["seq_len"] = int(batch.x.shape[1])
+                self.adapter.check_precision(case)
                 prepared = self.adapter.prepare(model, weights, batch, case)
                 del weights
         except BaseException as error:  # the whole job fails the same way

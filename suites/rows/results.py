@@ -50,7 +50,7 @@ class Settings:
 
     framework: str
     device: str                 # "cpu" or "gpu"
-    precision: str              # "fp32" (strict, TF32 off), "tf32" or "bf16"
+    precision: str              # "fp32" (strict, TF32 off), "tf32", "bf16" or "fp16" (ORT)
     variant: str                # the framework's execution mode, e.g. "eager", "compile"
     threads: int                # CPU intra-op threads (host threads for a GPU run)
     interop_threads: int

@@ -34,7 +34,17 @@ from adapters.ort.adapter import (  # noqa: E402
     nodes_on_cpu,
     session_options,
 )
-from adapters.ort.network import IR_VERSION, OPSET, Builder, Value, build, lstm_weights  # noqa: E402
+from adapters.ort.network import (  # noqa: E402
+    FUSED_KINDS,
+    IR_VERSION,
+    OPSET,
+    Builder,
+    Value,
+    build,
+    expected_fusions,
+    lstm_weights,
+    optimise_transformer,
+)
 from adapters.ort.profile import profile_from_trace  # noqa: E402
 from adapters.registry import load_registry  # noqa: E402
 from models import ir  # noqa: E402
@@ -288,6 +298,9 @@ def test_trace_with_other_runs_than_asked_is_refused():
     (CaseConfig("bf16"), "no automatic mixed precision"),
     (CaseConfig("fp32", "cudnn_heuristic"), "GPU only"),
     (CaseConfig("fp32", "cudnn_default_algo"), "GPU only"),
+    (CaseConfig("fp32", "ort_fused"), "no self-attention"),
+    (CaseConfig("fp16", "ort_fused"), "CUDA execution provider only"),
+    (CaseConfig("fp16", "ort_all"), "fp16 is ort_fused's"),
 ])
 def test_unsupported_cases_give_reasons(cpu_adapter, case, reason):
     with pytest.raises(Unsupported, match=reason):
@@ -418,6 +431,93 @@ def test_gelu_forms_run_as_fused_kernels(tmp_path):
         fused_count = sum(count for op, count in extended.items()
                           if op.split(":")[-1] == fused.split(":")[-1])
         assert fused_count == gelus and formula not in extended, extended
+
+
+# --- ort_fused: ONNX Runtime's transformer optimizer ----------------------------------------
+
+TRANSFORMERS = ("gpt2_tiny", "bert_tiny", "vit_tiny")
+
+
+@pytest.mark.parametrize("name", TRANSFORMERS)
+def test_fused_variant_names_its_fusions_and_stays_within_the_fp32_bound(
+        cpu_adapter, name, tmp_path, monkeypatch):
+    """ort_fused runs com.microsoft Attention and the optimizer's SkipLayerNormalization and
+    GELU fusions, says so in the row (fusions apart from what the builder wrote, nothing
+    left unfused), and its fingerprint (the worker's path) is within the fp32 bound of
+    float64, like the default graph's in the conformance kit."""
+    from models.error_bounds import bounds
+    from suites.truth.check import fingerprint_fields
+    from tests.conformance import goldens
+
+    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
+    model = get_model(name)
+    prepared = prepare(cpu_adapter, name, CaseConfig("fp32", "ort_fused"), goldens.BATCH)
+    try:
+        row = prepared.extra["transformer_optimizer"]
+        errors = fingerprint_fields(prepared, model, goldens.BATCH, 0, Unsupported)["vs_f64"]
+        graph = prepared.fused.proto.graph   # what the session was given
+    finally:
+        prepared.close()
+    expected = expected_fusions(model)
+    assert row["not_fused"] is None and row["float16"] is False, row
+    assert row["written_by_builder"]["Attention"] == expected["attention"] > 0, row
+    assert row["fusions"]["SkipLayerNormalization"] >= expected["skip_layer_norm"] > 0, row
+    assert sum(row["fusions"].get(op, 0) for op in FUSED_KINDS["gelu"]) == expected["gelu"]
+    assert row["model_type"] == {"gpt2_tiny": "gpt2", "bert_tiny": "bert",
+                                 "vit_tiny": "vit"}[name]
+    assert prepared.extra["attention"].startswith("com.microsoft Attention")
+    # The session runs the optimized graph: no unfused attention or GELU formula left.
+    ops = {node.op_type for node in graph.node}
+    assert "Softmax" not in ops and "Erf" not in ops and "Tanh" not in ops, ops
+    assert errors["output"] <= bounds(model, goldens.BATCH, "fp32").output, errors
+
+
+@pytest.mark.parametrize("name", TRANSFORMERS)
+def test_fp16_conversion_keeps_float32_io_and_stays_within_the_fp16_bound(name):
+    """The GPU's fp16 graph, checked here on the CPU provider (which runs its float16 ops
+    behind casts): weights float16, inputs and output as before (IOBinding binds the
+    same arrays), the output within the fp16 bound of float64."""
+    from models.error_bounds import bounds
+
+    model = get_model(name)
+    weights, batch = canonical_weights(model), make_batch(model, 4)
+    inputs = graph_inputs(model, batch)
+    proto = build(model, weights, inputs["input"].shape, "lengths" in inputs,
+                  fused_attention=True)
+    io_types = [(value.name, value.type.tensor_type.elem_type)
+                for value in (*proto.graph.input, *proto.graph.output)]
+    fused = optimise_transformer(model, proto, float16=True)
+    graph = fused.proto.graph
+    assert fused.float16 and fused.not_fused == ()
+    assert [(value.name, value.type.tensor_type.elem_type)
+            for value in (*graph.input, *graph.output)] == io_types
+    kinds = {init.data_type for init in graph.initializer}
+    assert onnx.TensorProto.FLOAT16 in kinds and onnx.TensorProto.FLOAT not in kinds, kinds
+    session = ort.InferenceSession(fused.proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    output = session.run(None, inputs)[0]
+    expected = reference_numpy.forward(model, weights, batch, train=False)
+    error = float(np.abs(output - expected).max() / np.abs(expected).max())
+    assert bounds(model, 4, "fp32").output < error <= bounds(model, 4, "fp16").output, error
+
+
+def test_a_fusion_that_did_not_happen_is_named():
+    """The standard-op attention (ort_all's graph) is a pattern the optimizer does not
+    fuse: the result says so rather than passing as fused."""
+    model = get_model("gpt2_tiny")
+    proto = build(model, canonical_weights(model), (2, 16), False)
+    fused = optimise_transformer(model, proto, float16=False)
+    assert fused.not_fused == ("attention: 0 of 2 in the graph",), fused.not_fused
+    assert "Attention" not in fused.fusions and "Attention" not in fused.written
+
+
+def test_only_ort_knows_fp16():
+    """The worker asks the adapter before prepare: fp16 is an unsupported row elsewhere."""
+    assert "fp16" in OrtAdapter.precisions
+    OrtAdapter(RunConfig("cpu", 1, 1)).check_precision(CaseConfig("fp16", "ort_fused"))
+    from adapters.base import Adapter
+
+    assert "fp16" not in Adapter.precisions
 
 
 def test_lstm_gates_are_reordered_to_onnx_iofc():

@@ -47,7 +47,8 @@ def test_an_interrupt_swallowed_by_a_callback_still_stops_the_worker():
     assert run("default") == "went on"  # the failure the handler exists for
 
 
-def serve(tmp_path: Path, plans: list[tuple[str, str, int]]) -> subprocess.CompletedProcess:
+def serve(tmp_path: Path, plans: list[tuple[str, str, int]],
+          precision: str = "fp32") -> subprocess.CompletedProcess:
     """``python -m suites.harness.worker --serve`` fed one plan per (suite, model, threads), each
     writing ``<suite>.jsonl`` and its log ``<suite>.log`` in ``tmp_path``."""
     from suites.harness.worker import Plan
@@ -57,7 +58,7 @@ def serve(tmp_path: Path, plans: list[tuple[str, str, int]]) -> subprocess.Compl
     paths = []
     for suite, model, threads in plans:
         job = {"model": model, "batch": 2, "device": "cpu", "threads": threads,
-               "interop_threads": 1, "precision": "fp32", "variant": "eager",
+               "interop_threads": 1, "precision": precision, "variant": "eager",
                "measures": ["forward"], "pending": ["forward"], "compile_cache": "",
                "timer": timer}
         plan = Plan(suite, "fake", "cpu", threads, 1, str(tmp_path / f"{suite}.jsonl"), 0,
@@ -154,3 +155,14 @@ def test_a_jobs_release_is_billed_to_the_next_jobs_first_row(tmp_path):
     assert accounted <= ended - began + 0.0005 * len(rows)
     assert accounted > ended - began - release / 2
     assert rows[1]["elapsed_s"] >= release
+
+
+def test_a_precision_the_adapter_does_not_know_is_an_unsupported_row(tmp_path):
+    """fp16 is ONNX Runtime's alone (adapters/base.py Adapter.precisions): elsewhere the
+    worker writes a row saying so instead of running fp32 under the fp16 label."""
+    done = serve(tmp_path, [("half", "lenet_tiny", 1)], precision="fp16")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "half.jsonl").read_text().splitlines()]
+    assert [(row["status"], row["settings"]["precision"]) for row in rows] \
+        == [("unsupported", "fp16")], rows
+    assert "no fp16 precision" in rows[0]["reason"], rows[0]["reason"]
