@@ -3,7 +3,7 @@
     python -m comparisons.flax_vs_dlbench --device gpu                 # fp32, batches 16 and 128
     python -m comparisons.flax_vs_dlbench --device gpu --precision bf16 --batches 256 \\
         --measures forward,train_step --suite practice-gpu     # the practice suite's bf16 twin
-    python -m comparisons.flax_vs_dlbench --device cpu --batches 2 --tolerance 1   # smoke
+    python -m comparisons.flax_vs_dlbench --device cpu --model resnet_tiny --batches 2 --tolerance 1   # smoke
 
 The Flax model is written here in the style of Flax's examples/imagenet/models.py
 (``nn.Module`` blocks, ``partial``'d ``nn.Conv`` and ``nn.BatchNorm``) to dlbench's
@@ -68,10 +68,20 @@ def import_frameworks():
     return JaxAdapter, jax, flax, nn
 
 
-def flax_resnet(nn, jnp, dtype, precision):
+# The zoo's bottleneck ResNets this Flax model is written for: ResNet-50, and the tiny
+# one (models/families/resnet.py resnet_tiny: two stages of widths 4 and 8 after an 8-channel
+# stem, 10 classes) that the CPU smoke run compiles in seconds where ResNet-50 takes minutes.
+FLAX_RESNETS = {"resnet50": {"stage_sizes": (3, 4, 6, 3), "num_filters": 64, "stem_filters": 64,
+                             "num_classes": 1000},
+                "resnet_tiny": {"stage_sizes": (1, 1), "num_filters": 4, "stem_filters": 8,
+                                "num_classes": 10}}
+
+
+def flax_resnet(nn, jnp, dtype, precision, name: str = "resnet50"):
     """ResNet-v1.5 as Flax's examples/imagenet/models.py writes it, with dlbench's
     module names (``layer1_0/conv1_bn`` for ``layer1.0.conv1.bn``). ``dtype`` is the
-    compute dtype; parameters keep Flax's default ``param_dtype``, float32."""
+    compute dtype; parameters keep Flax's default ``param_dtype``, float32; ``name`` one
+    of ``FLAX_RESNETS``."""
 
     class BottleneckResNetBlock(nn.Module):
         filters: int
@@ -100,13 +110,14 @@ def flax_resnet(nn, jnp, dtype, precision):
         stage_sizes: tuple[int, ...]
         num_classes: int = 1000
         num_filters: int = 64
+        stem_filters: int = 64
 
         @nn.compact
         def __call__(self, x, train: bool = True):
             conv = partial(nn.Conv, use_bias=False, dtype=dtype, precision=precision)
             norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9,
                            epsilon=1e-5, dtype=dtype)
-            x = conv(self.num_filters, (7, 7), (2, 2), padding=((3, 3), (3, 3)),
+            x = conv(self.stem_filters, (7, 7), (2, 2), padding=((3, 3), (3, 3)),
                      name="conv1")(x)
             x = nn.relu(norm(name="conv1_bn")(x))
             x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
@@ -119,7 +130,7 @@ def flax_resnet(nn, jnp, dtype, precision):
             return nn.Dense(self.num_classes, dtype=dtype, precision=precision,
                             name="fc")(x)
 
-    return ResNet(stage_sizes=(3, 4, 6, 3))
+    return ResNet(**FLAX_RESNETS[name])
 
 
 # canonical suffix -> (Flax collection, Flax leaf name)
@@ -231,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="gpu", choices=("cpu", "gpu"))
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    parser.add_argument("--model", default="resnet50", choices=sorted(FLAX_RESNETS),
+                        help="resnet_tiny: the CPU smoke run's")
     parser.add_argument("--batches", default="16,128")
     parser.add_argument("--measures", default=",".join(MEASURES),
                         help=f"comma-separated, of {', '.join(MEASURES)}")
@@ -269,11 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"jax {env['framework_version']}, flax {flax.__version__}, optax "
           f"{env['optax_version']} on {env['gpu_model'] or 'CPU'}; {args.precision}; "
           f"timer of {suite}: {settings}")
-    model = get_model("resnet50")
+    model = get_model(args.model)
     weights = canonical_weights(model)
     # The adapter's lax precision and compute dtype for this precision.
     precision, dtype, _ = PRECISIONS[args.precision]
-    flax_model = flax_resnet(nn, jnp, dtype, precision)
+    flax_model = flax_resnet(nn, jnp, dtype, precision, args.model)
     results, worst = [], 0.0
     for batch in (int(b) for b in args.batches.split(",")):
         prepared = adapter.prepare(model, weights, make_batch(model, batch),
@@ -309,10 +322,10 @@ def main(argv: list[str] | None = None) -> int:
             worst = max(worst, abs(ratio - 1))
             verdict = "ok" if abs(ratio - 1) <= args.tolerance else \
                 f"OUTSIDE ±{args.tolerance:.0%}"
-            print(f"resnet50 b{batch:<4} {args.precision} {name:<10} dlbench {ours_ms:9.3f} ms"
+            print(f"{args.model} b{batch:<4} {args.precision} {name:<10} dlbench {ours_ms:9.3f} ms"
                   f"  flax {theirs_ms:9.3f} ms  ratio {ratio:.3f}  {verdict}  "
                   f"(output diff {difference:.1e})", flush=True)
-            results.append({"model": "resnet50", "batch": batch, "precision": args.precision,
+            results.append({"model": args.model, "batch": batch, "precision": args.precision,
                             "measure": name, "dlbench_ms": float(ours_ms),
                             "flax_ms": float(theirs_ms), "ratio": ratio, "runs_ms": medians,
                             "max_rel_output_diff": difference, "losses": losses,

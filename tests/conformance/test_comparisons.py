@@ -30,10 +30,11 @@ SMOKE = {
            ["--device", "cpu", "--threads", "2", "--batch", "2", "--models", "resnet50",
             "--references", "tf_keras", "--budget", "0", "--warmup", "0", "--min-samples", "1",
             "--max-samples", "1"]),
-    # Not the gradient's timing (its function still runs in the identity check): each
-    # measure times ResNet-50 on two CPU cores.
+    # The tiny bottleneck ResNet (the same Flax code as ResNet-50's, two stages), and not
+    # the gradient's timing (its function still runs in the identity check).
     "jax": ("comparisons.flax_vs_dlbench", "flax",
-            ["--device", "cpu", "--batches", "2", "--tolerance", "1", "--rounds", "1",
+            ["--device", "cpu", "--model", "resnet_tiny", "--batches", "2", "--tolerance", "1",
+             "--rounds", "1",
              "--measures", "forward,train_step",
              "--suite", str(ROOT / "tests" / "data" / "comparison-smoke.toml")]),
     "ort": ("comparisons.ort_iobinding_vs_dlbench", "onnxruntime",
