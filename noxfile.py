@@ -146,6 +146,14 @@ FRAMEWORK_CORE_TESTS = {"torch": ["tests/models/test_reference.py", "tests/model
 COMPARISON_REQUIREMENTS = {"torch": ["torchvision==0.28.0"], "jax": ["flax==0.12.8"]}
 
 
+# JAX's kit compiles hundreds of tiny programs, and on the CPU most of its time went to
+# LLVM optimising their machine code (three GoogLeNet tests: 154 s, 59 s at -O0, on 2
+# cores). The tests check what is computed, within bounds derived from fp32 arithmetic,
+# and XLA decides the computation before LLVM runs: its HLO passes are the same at every
+# backend level (and fast math is off, XLA's CPU default). Benchmark sessions keep XLA's
+# default level.
+TEST_ENV = {"jax": {"XLA_FLAGS": "--xla_backend_optimization_level=0"}}
+
 # Two pytest workers (pytest-xdist): most tests hold one core (tiny models' dispatch,
 # compilation, suites run in a subprocess), so one worker leaves half of a 2-core machine
 # idle. ``nox -s tests -- -n 0`` runs them in one process.
@@ -164,6 +172,7 @@ def tests(session: nox.Session, target: str) -> None:
     install(session, *CORE, *REGISTRY[target]["requirements"]["cpu"], *EXTRAS["test"],
             *COMPARISON_REQUIREMENTS.get(target, []),
             without_dependencies=requirements_without_dependencies(target, "cpu"))
+    session.env.update(TEST_ENV.get(target, {}))
     session.run(python(session), "-m", "pytest", "-q", *PYTEST_WORKERS, "tests/conformance",
                 f"tests/adapters/test_{target}.py", *FRAMEWORK_CORE_TESTS.get(target, []),
                 f"--framework={target}", *session.posargs)
