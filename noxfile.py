@@ -142,8 +142,12 @@ FRAMEWORK_CORE_TESTS = {"torch": ["tests/models/test_reference.py", "tests/model
 # What comparisons/ compares with, for their CPU smoke runs (tests/conformance/
 # test_comparisons.py); keras and tf_keras are already among TensorFlow's packages.
 # torchvision 0.28 is the release built against torch 2.13; flax 0.12.8 is the newest
-# that accepts jax 0.10.2 (pip's resolver on both pins).
-COMPARISON_REQUIREMENTS = {"torch": ["torchvision==0.28.0"], "jax": ["flax==0.12.8"]}
+# that accepts jax 0.10.2 (pip's resolver on both pins). transformers 5.17.0 (the GPU test
+# host's) is PyTorch's transformer twin and builds the Hugging Face models whose parameter
+# counts tests/adapters/test_torch.py checks; it adds about 175 MB and 40 s to the torch
+# venv (tokenizers, safetensors, huggingface-hub, pydantic, regex, pyyaml ...).
+COMPARISON_REQUIREMENTS = {"torch": ["torchvision==0.28.0", "transformers==5.17.0"],
+                           "jax": ["flax==0.12.8"]}
 
 
 # JAX's kit compiles hundreds of tiny programs, and on the CPU most of its time went to

@@ -275,3 +275,77 @@ def test_attention_with_causal_and_padding_masks_matches_float64(adapter, varian
     assert set(grads) == set(expected)
     for name, grad in grads.items():
         np.testing.assert_allclose(grad, expected[name], rtol=1e-3, atol=1e-5, err_msg=name)
+
+
+# --- Hugging Face transformers, PyTorch's twin for the transformers (issue 60) -------------
+
+def _transformers():
+    """transformers with its model classes loadable, or the test skipped: it imports
+    lazily, and a model module fails where an installed torchvision cannot load."""
+    transformers = pytest.importorskip("transformers")
+    try:
+        transformers.GPT2LMHeadModel, transformers.BertForMaskedLM  # noqa: B018
+        transformers.ViTForImageClassification  # noqa: B018
+    except (ImportError, RuntimeError) as error:
+        pytest.skip(f"transformers' models do not load here: {str(error).splitlines()[0]}")
+    return transformers
+
+
+def test_parameter_counts_equal_hugging_faces_default_models():
+    """The counts tests/models/test_transformers.py states equal those of the Hugging Face
+    models built from their default configs (on the meta device: no memory, no init),
+    so neither the zoo nor the stated numbers can drift from transformers."""
+    from models.analysis import analyse
+    from tests.models.test_transformers import HF_PARAMETERS
+    transformers = _transformers()
+    with torch.device("meta"):
+        built = {"gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config()),
+                 "bert_base": transformers.BertForMaskedLM(transformers.BertConfig()),
+                 "vit_b16": transformers.ViTForImageClassification(
+                     transformers.ViTConfig(num_labels=1000))}
+    for name, hf in built.items():
+        count = sum(p.numel() for p in hf.parameters())   # tied weights once
+        assert count == HF_PARAMETERS[name] == analyse(get_model(name)).params, name
+
+
+@pytest.mark.parametrize("name", ["gpt2_tiny", "bert_tiny", "vit_tiny"])
+def test_hugging_face_twin_gets_every_weight_and_computes_the_same_function(adapter, name):
+    """The weight table fills every Hugging Face parameter, and the twin's fp32 logits and
+    loss are dlbench's and float64's within the derived bounds; swapping two of the q|k|v
+    blocks (a wrong table row) is caught by the same check."""
+    transformers = _transformers()
+    from comparisons import hf_transformers_vs_dlbench as twin_module
+    model = get_model(name)
+    weights, batch = canonical_weights(model), make_batch(model, 2)
+    prepared = adapter.prepare(model, weights, batch, CaseConfig("fp32", "eager"))
+    shape = twin_module.shape_of(model)
+    twin = twin_module.Twin(twin_module.hf_model(transformers, model, weights, adapter.device),
+                            shape, prepared, adapter.device, "fp32", compiled=False)
+    check = twin_module.identity(model, weights, batch, prepared, twin, "fp32", float64=True)
+    assert check.same, check
+    family = shape.family
+    if family in twin_module.HF_QKV:
+        swapped = twin_module.HF_QKV[family]
+        twin_module.HF_QKV[family] = (swapped[1], swapped[0], swapped[2])
+    else:   # GPT-2's fused c_attn (one table row): its q and k column blocks swapped
+        original, d = weights["h0.attn.qkv.weight"], shape.width
+        weights = {**weights, "h0.attn.qkv.weight": np.concatenate(
+            [original[:, d:2 * d], original[:, :d], original[:, 2 * d:]], axis=1)}
+    try:
+        wrong = twin_module.Twin(twin_module.hf_model(transformers, model, weights, adapter.device),
+                                 shape, prepared, adapter.device, "fp32", compiled=False)
+        assert not twin_module.identity(model, weights, batch, prepared, wrong, "fp32",
+                                        float64=False).same
+    finally:
+        if family in twin_module.HF_QKV:
+            twin_module.HF_QKV[family] = swapped
+    prepared.close()
+
+
+def test_hugging_face_weight_table_refuses_an_unmapped_parameter():
+    from comparisons import hf_transformers_vs_dlbench as twin_module
+    model = get_model("vit_tiny")
+    weights = dict(canonical_weights(model))
+    weights["extra.weight"] = np.zeros(3)
+    with pytest.raises(SystemExit, match="extra.weight"):
+        twin_module.hf_arrays(twin_module.shape_of(model), weights)

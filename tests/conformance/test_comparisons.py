@@ -43,9 +43,33 @@ SMOKE = {
 }
 
 
-def test_the_comparison_script_runs_on_cpu(framework, tmp_path):
-    module, package, args = SMOKE[framework]
-    if importlib.util.find_spec(package) is None:
+# More scripts per framework: the Hugging Face transformers twin (PyTorch), on tiny GPT-2,
+# eager fp32, its command line end to end (tests/adapters/test_torch.py checks the three
+# tiny twins' weights and identity in process, cheaper than a run each here). The
+# package named is the module the script needs to load (transformers imports lazily, so
+# ``import transformers`` alone proves nothing).
+MORE_SMOKE = {
+    "torch": [("comparisons.hf_transformers_vs_dlbench", "transformers.models.gpt2.modeling_gpt2",
+               ["--device", "cpu", "--batch", "2", "--models", "gpt2_tiny",
+                "--variants", "eager", "--precisions", "fp32", "--budget", "0", "--warmup", "0",
+                "--min-samples", "1"])],
+}
+
+
+def _smoke_cases():
+    for framework, case in SMOKE.items():
+        yield pytest.param(framework, case, id=case[0].rsplit(".", 1)[-1])
+    for framework, cases in MORE_SMOKE.items():
+        for case in cases:
+            yield pytest.param(framework, case, id=case[0].rsplit(".", 1)[-1])
+
+
+@pytest.mark.parametrize(("owner", "case"), list(_smoke_cases()))
+def test_the_comparison_script_runs_on_cpu(framework, owner, case, tmp_path):
+    if owner != framework:
+        pytest.skip(f"a {owner} comparison")
+    module, package, args = case
+    if importlib.util.find_spec(package.split(".")[0]) is None:
         pytest.skip(f"{package} is not installed here (nox's tests session installs it)")
     # A package that installs but cannot load (a CUDA torchvision wheel beside a CPU-only
     # torch from a local wheel mirror) is this environment's limit, not the script's.
