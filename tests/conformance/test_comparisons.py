@@ -1,9 +1,10 @@
 """Every comparisons/ script runs end to end on the CPU at tiny settings (one model,
 batch 2, a couple of samples) in its framework's environment, so none can rot unseen.
 Their GPU use (batch 16+, several models) is as their docstrings say; nothing here reads
-the timings. The torchvision and Flax comparisons need those packages (nox's tests
-session installs them: noxfile.COMPARISON_REQUIREMENTS). The Keras comparison's other
-models get their identity check in the TensorFlow session, and its ``--trace``
+the timings. The Flax and Hugging Face comparisons need those packages (nox's tests
+session installs them: noxfile.COMPARISON_REQUIREMENTS); the torchvision one runs where
+torchvision loads beside torch (not in the CPU test session: the noxfile says why).
+The Keras comparison's other models get their identity check in the TensorFlow session, and its ``--trace``
 reduction and table are checked here on recorded kernels and a stand-in CUPTI."""
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def test_the_comparison_script_runs_on_cpu(framework, owner, case, tmp_path):
         pytest.skip(f"a {owner} comparison")
     module, package, args = case
     if importlib.util.find_spec(package.split(".")[0]) is None:
-        pytest.skip(f"{package} is not installed here (nox's tests session installs it)")
+        pytest.skip(f"{package} is not installed here (noxfile.COMPARISON_REQUIREMENTS)")
     # A package that installs but cannot load (a CUDA torchvision wheel beside a CPU-only
     # torch from a local wheel mirror) is this environment's limit, not the script's.
     probe = subprocess.run([sys.executable, "-c", f"import {package}"], cwd=ROOT,
