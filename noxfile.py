@@ -156,11 +156,12 @@ COMPARISON_REQUIREMENTS = {"torch": ["transformers==5.17.0"],
 
 # JAX's kit compiles hundreds of tiny programs, and on the CPU most of its time went to
 # LLVM optimising their machine code (three GoogLeNet tests: 154 s, 59 s at -O0, on 2
-# cores). The tests check what is computed, within bounds derived from fp32 arithmetic,
+# cores); TensorFlow's XLA variants likewise (the Keras twin's bf16 XLA test: 164 s, 50 s).
+# The tests check what is computed, within bounds derived from fp32 arithmetic,
 # and XLA decides the computation before LLVM runs: its HLO passes are the same at every
 # backend level (and fast math is off, XLA's CPU default). Benchmark sessions keep XLA's
 # default level.
-TEST_ENV = {"jax": {"XLA_FLAGS": "--xla_backend_optimization_level=0"}}
+TEST_ENV = {name: {"XLA_FLAGS": "--xla_backend_optimization_level=0"} for name in ("jax", "tf")}
 
 # Two pytest workers (pytest-xdist): most tests hold one core (tiny models' dispatch,
 # compilation, suites run in a subprocess), so one worker leaves half of a 2-core machine
