@@ -93,7 +93,7 @@ def _run_loadgen(lg, issue, flush, settings, samples: int, logs: Path) -> loadge
 def _probe(lg, server: Server, config: ServingConfig, expected_s: float, logs: Path,
            target_qps: float, number: int) -> search.Probe:
     """One LoadGen Server run at ``target_qps`` through a fresh batcher."""
-    folder = logs / f"probe-{number:02d}-{target_qps:.4g}qps"
+    folder = logs / f"probe-{number:02d}-{target_qps:.1f}qps"
     calls, served, padded = server.calls, server.served, server.padded
     with Batcher(server, config.server_batch_timeout_ms / 1e3, loadgen_complete(lg)) as batcher:
         result = _run_loadgen(lg, batcher.issue, batcher.flush,
