@@ -6,7 +6,8 @@ headline line the scenario's figure. The detail log holds the same results as on
 object per line after ``:::MLLOG `` (``{"key": ..., "value": ...}``), which this module
 reads for the numbers: the percentiles (``result_90.00_percentile_latency_ns``; in
 MultiStream, ``result_99.00_percentile_per_query_latency_ns``, a query being 8 samples),
-the throughput and the reasons a run is invalid."""
+the throughput (in Server, the scheduled and the completed samples per second beside the
+target QPS) and the reasons a run is invalid."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ DETAIL = "mlperf_log_detail.txt"
 _MLLOG = ":::MLLOG "
 _PERCENTILE = re.compile(r"result_(\d+\.\d+)_percentile_(per_query_)?latency_ns")
 _VERDICT = re.compile(r"^Result is\s*:\s*(VALID|INVALID)\s*$", re.MULTILINE)
-_HEADLINE = re.compile(r"^(\d+\.\d+th percentile latency \(ns\)|Samples per second)\s*:\s*(\S+)\s*$",
-                       re.MULTILINE)
+_HEADLINE = re.compile(r"^(\d+\.\d+th percentile latency \(ns\)|Samples per second|"
+                       r"Completed samples per second)\s*:\s*(\S+)\s*$", re.MULTILINE)
 NS_PER_MS = 1e6
 
 
@@ -49,6 +50,13 @@ class LoadgenResult:
     query_count: int | None
     samples_per_query: int | None
     version: str
+    # Server: the QPS asked for, the rate LoadGen scheduled and the rate the SUT completed
+    # (result_completed_samples_per_sec, the summary's headline), the queries over the
+    # latency target; None in the other scenarios.
+    target_qps: float | None = None
+    scheduled_samples_per_second: float | None = None
+    completed_samples_per_second: float | None = None
+    overlatency_query_count: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -76,6 +84,8 @@ def _ms(value: Any) -> float | None:
 
 def _invalid_reason(entries: dict[str, Any]) -> str:
     parts = []
+    if entries.get("result_perf_constraints_met") is False:
+        parts.append(_latency_over_target(entries))
     if entries.get("result_min_duration_met") is False:
         parts.append(f"min duration not met ({entries.get('effective_min_duration_ms')} ms)")
     if entries.get("result_min_queries_met") is False:
@@ -88,6 +98,21 @@ def _invalid_reason(entries: dict[str, Any]) -> str:
     if invalid:
         parts.append(invalid)
     return "; ".join(parts) or "LoadGen logged no reason"
+
+
+def _latency_over_target(entries: dict[str, Any]) -> str:
+    """Server's performance constraint: the target percentile's latency above the target
+    latency (LoadGen 5.0.18 logs the verdict, ``result_perf_constraints_met``, and both
+    figures)."""
+    percentile = entries.get("effective_target_latency_percentile")
+    target = _ms(entries.get("effective_target_latency_ns"))
+    if percentile is None or target is None:
+        return "performance constraints not met"
+    key = f"result_{100 * float(percentile):.2f}_percentile_latency_ns"
+    found = _ms(entries.get(key))
+    latency = f"{found:.3g} ms" if found is not None else "not logged"
+    return (f"performance constraints not met (p{100 * float(percentile):g} latency {latency} "
+            f"> target {target:.3g} ms)")
 
 
 def parse(summary: str, detail: str) -> LoadgenResult:
@@ -126,7 +151,12 @@ def parse(summary: str, detail: str) -> LoadgenResult:
         qps=entries.get("result_qps_with_loadgen_overhead"),
         query_count=None if count is None else int(count),
         samples_per_query=None if spq is None else int(spq),
-        version=str(entries.get("loadgen_version", "")))
+        version=str(entries.get("loadgen_version", "")),
+        target_qps=entries.get("effective_target_qps") if "result_completed_samples_per_sec" in entries
+        else None,
+        scheduled_samples_per_second=entries.get("result_scheduled_samples_per_sec"),
+        completed_samples_per_second=entries.get("result_completed_samples_per_sec"),
+        overlatency_query_count=entries.get("result_overlatency_query_count"))
 
 
 def read(folder: Path) -> LoadgenResult:

@@ -8,10 +8,16 @@ then LoadGen runs the scenario in performance mode and writes its logs into the 
 folder beside the results file, where they stay. The checked samples' served outputs
 (the first k, served again after the run if LoadGen never picked one) are compared with
 the float64 reference, against the bound ``models/error_bounds.py`` derives for the
-precision: a wrong answer fails the row however fast it came."""
+precision: a wrong answer fails the row however fast it came.
+
+Server is a search of several LoadGen runs (suites/serving/search.py), each with its logs
+in a folder of its own under the case's (``probe-01-<target>qps``), its samples batched by
+``sut.Batcher``; the row gives every probe and the answer, and its ``result`` is the
+answering probe's."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import datetime
 from pathlib import Path
@@ -26,21 +32,27 @@ from models.inputs import Batch, make_batch
 from models.measures import SERVE
 from models.weights import canonical_weights
 from suites.rows.results import CaseKey, Row, Settings
-from suites.serving import loadgen_log
+from suites.serving import loadgen_log, search
 from suites.serving.scenarios import (
     SCENARIOS,
-    Scenario,
     ServingConfig,
     batch_size,
     loadgen_settings,
     recorded,
     unknown,
 )
-from suites.serving.sut import Server, one_line, select
+from suites.serving.sut import Batcher, Server, loadgen_complete, one_line, select
 from suites.truth.check import output_error
 
 TIMING_NOTE = ("LoadGen's time from issue to completion of each query: the inputs' copy "
                "from host arrays onto the device, the forward and the output's copy back")
+# LoadGen times every sample from its query's scheduled time (loadgen/loadgen.cc,
+# ResponseDelegateDetailed::SampleComplete: latency = complete time - scheduled_time), so a
+# Server sample's wait in the batcher's queue is in it too.
+SERVER_TIMING_NOTE = ("LoadGen's time from each sample's scheduled arrival to its completion: "
+                      "the wait in the batcher's queue (for a batch to fill, its timeout or the "
+                      "previous batch), the inputs' copy onto the device, the forward of the "
+                      "padded batch and the output's copy back")
 
 
 def check(model, config: ServingConfig, samples: Batch, outputs: dict[int, np.ndarray],
@@ -60,8 +72,7 @@ def check(model, config: ServingConfig, samples: Batch, outputs: dict[int, np.nd
             "norm": "max |y - y64| / max |y64|"}
 
 
-def _run_loadgen(lg, server: Server, scenario: Scenario, config: ServingConfig, expected_s: float,
-                 logs: Path) -> loadgen_log.LoadgenResult:
+def _run_loadgen(lg, issue, flush, settings, samples: int, logs: Path) -> loadgen_log.LoadgenResult:
     logs.mkdir(parents=True, exist_ok=True)
     output = lg.LogOutputSettings()
     output.outdir = str(logs)
@@ -69,15 +80,50 @@ def _run_loadgen(lg, server: Server, scenario: Scenario, config: ServingConfig, 
     log_settings = lg.LogSettings()
     log_settings.log_output = output
     log_settings.enable_trace = False
-    sut = lg.ConstructSUT(lambda queries: server.issue(lg, queries), lambda: None)
-    qsl = lg.ConstructQSL(config.samples, config.samples, lambda indices: None, lambda indices: None)
+    sut = lg.ConstructSUT(issue, flush)
+    qsl = lg.ConstructQSL(samples, samples, lambda indices: None, lambda indices: None)
     try:
-        lg.StartTestWithLogSettings(sut, qsl, loadgen_settings(lg, scenario, config, expected_s),
-                                    log_settings)
+        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
     finally:
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
     return loadgen_log.read(logs)
+
+
+def _probe(lg, server: Server, config: ServingConfig, expected_s: float, logs: Path,
+           target_qps: float, number: int) -> search.Probe:
+    """One LoadGen Server run at ``target_qps`` through a fresh batcher."""
+    folder = logs / f"probe-{number:02d}-{target_qps:.1f}qps"
+    calls, served, padded = server.calls, server.served, server.padded
+    with Batcher(server, config.server_batch_timeout_ms / 1e3, loadgen_complete(lg)) as batcher:
+        result = _run_loadgen(lg, batcher.issue, batcher.flush,
+                              loadgen_settings(lg, SCENARIOS["Server"], config, expected_s, target_qps),
+                              config.samples, folder)
+    calls = server.calls - calls
+    batching = {"serve_calls": calls, "samples_served": server.served - served,
+                "padding_samples": server.padded - padded,
+                "mean_batch": (server.served - served) / calls if calls else None,
+                "batch_sizes": dict(sorted(batcher.batch_sizes.items()))}
+    # After serve raised, the rest of the run's samples were completed unserved: LoadGen's
+    # verdict on them says nothing of the SUT.
+    valid, reason = result.valid, result.reason
+    if server.error:
+        valid, reason = False, f"serve raised mid-run: {server.error}"
+    return search.Probe(target_qps, valid, reason,
+                        achieved_qps=result.completed_samples_per_second,
+                        scheduled_qps=result.scheduled_samples_per_second,
+                        p99_ms=result.percentiles_ms.get("99.00"), min_ms=result.min_ms,
+                        query_count=result.query_count, logs=str(folder), batching=batching,
+                        error=server.error)
+
+
+def _no_answer(found: search.Search, bound_ms: float) -> str:
+    """Why a search found no target QPS: the lowest tried, its p99 and LoadGen's reason."""
+    lowest = min(found.probes, key=lambda p: p.target_qps)
+    p99 = "no p99" if lowest.p99_ms is None else f"p99 {lowest.p99_ms:.3g} ms"
+    return (f"no target QPS meets the p99 bound of {bound_ms:g} ms: the lowest tried, "
+            f"{lowest.target_qps:.4g} QPS, had {p99} (LoadGen: INVALID: {lowest.reason}); "
+            f"{found.stopped}")
 
 
 def _warm_up(prepared: Prepared, batch: Batch, runs: int) -> tuple[float, float]:
@@ -112,7 +158,7 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
     scenario = SCENARIOS.get(scenario_name)
     batch = batch_size(scenario, config) if scenario else 0
     key = CaseKey(suite, model_name, batch, SERVE, settings, scenario_name)
-    serving: dict[str, Any] = {"timing": TIMING_NOTE}
+    serving: dict[str, Any] = {"timing": SERVER_TIMING_NOTE if scenario_name == "Server" else TIMING_NOTE}
 
     def row(status: str, reason: str = "") -> Row:
         return Row(key, status, reason, env=env, started_at=started_at,
@@ -136,13 +182,29 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         serving["settings"] = recorded(scenario, config, expected_s)
         server = Server(prepared.serve, samples, batch, config.checked)
         logs = logs_root / key.id().replace("/", "_")
-        result = _run_loadgen(lg, server, scenario, config, expected_s, logs)
         serving["logs"] = str(logs)
-        serving["result"] = result.to_dict()
+        if scenario.name == "Server":
+            floor = search.floor_qps(config.min_query_count, config.max_duration_ms)
+            start = search.START_FRACTION * batch / expected_s
+            serving["settings"].update(search_start_qps=start, search_floor_qps=floor)
+            numbers = itertools.count(1)
+            found = search.search(
+                lambda qps: _probe(lg, server, config, expected_s, logs, qps, next(numbers)),
+                start, config.server_search_runs, config.server_latency_bound_ms, floor)
+            serving["search"] = found.to_dict()
+            result = None
+            if found.answer is not None:
+                result = loadgen_log.read(Path(found.answer.logs))
+                serving["result"] = result.to_dict()
+        else:
+            result = _run_loadgen(lg, lambda queries: server.issue(lg, queries), lambda: None,
+                                  loadgen_settings(lg, scenario, config, expected_s),
+                                  config.samples, logs)
+            serving["result"] = result.to_dict()
         serving["batching"] = {"batch": batch, "serve_calls": server.calls,
                                "samples_served": server.served,
                                "padding_samples": server.padded,
-                               "padding": "a short last batch is padded with copies of its last "
+                               "padding": "a short batch is padded with copies of its last "
                                           "sample; their outputs are dropped"}
         if server.error:
             return row("failed", f"serve raised mid-run: {server.error}")
@@ -163,6 +225,8 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         return row("failed", found.get("problem") or
                    f"served outputs are {found['error']:.3g} from float64, above the "
                    f"{config.precision} bound {found['bound']:.3g}")
+    if result is None:
+        return row("failed", _no_answer(found, config.server_latency_bound_ms))
     if not result.valid:
         return row("failed", f"LoadGen: INVALID: {result.reason}")
     return row("ok")

@@ -4,8 +4,13 @@ Scenario semantics are LoadGen's (mlcommons/inference loadgen/loadgen_settings.h
 sends one sample and the next when it completes (headline: the 90th percentile latency);
 MultiStream sends 8 samples per query, one query after another (headline: the 99th
 percentile of the query latency); Offline sends every sample in one query (headline:
-samples per second). Server (Poisson arrivals, a QPS search under a p99 bound) is not run
-yet: an unknown name is refused with the known ones (``unknown``)."""
+samples per second); Server sends single-sample queries at Poisson arrival times at a
+target QPS, and a run is VALID when the 99th percentile of the sample latencies stays under
+the target latency (with LoadGen's minimums and early stopping). The harness batches
+Server's samples itself (suites/serving/sut.py Batcher) and searches the target QPS
+(suites/serving/search.py): the headline is the largest target QPS whose run is VALID
+under ``server_latency_bound_ms``. An unknown name is refused with the known ones
+(``unknown``)."""
 
 from __future__ import annotations
 
@@ -27,13 +32,20 @@ SCENARIOS = {s.name: s for s in (
     Scenario("SingleStream", 1, "p90 latency per sample", "90.00"),
     Scenario("MultiStream", 8, "p99 latency per 8-sample query", "99.00"),
     Scenario("Offline", 0, "samples per second", ""),
+    Scenario("Server", 1, "largest target QPS whose p99 latency is under the bound", "99.00"),
 )}
+# Server's latency percentile (LoadGen's server_target_latency_percentile; MLPerf's rules
+# bound the 99th percentile for every datacenter vision and language model).
+SERVER_PERCENTILE = 0.99
 
 # LoadGen sizes Offline's one query from the expected QPS: 1.1 x expected QPS x min
 # duration samples (seen with 5.0.18: 100 QPS expected, 300 ms, 33 samples). A run faster
 # than expected then ends before the min duration and is INVALID, so the measured QPS of
-# the warm-up is raised by this factor: a run longer than the minimum, never shorter.
-OFFLINE_QPS_HEADROOM = 2.0
+# the warm-up is raised by this factor: a run longer than the minimum, never shorter. 2
+# was not enough on a busy 2-core host: JAX's lstm_tiny served its fastest warm-up batch in
+# 3.09 ms, then ran about 3x faster in the run, which LoadGen called INVALID ("min duration
+# not met"); at 4 such a run lasts up to 4x the minimum, well within max_duration_ms.
+OFFLINE_QPS_HEADROOM = 4.0
 # SingleStream and MultiStream likewise: LoadGen pre-generates about min duration /
 # expected latency queries, and a run whose queries come back faster than expected runs out
 # of them before the min duration ("INVALID: min duration not met ... Decrease the expected
@@ -47,7 +59,7 @@ def unknown(name: str) -> str:
     """Why ``name`` is no scenario this harness runs ("" if it is one)."""
     if name in SCENARIOS:
         return ""
-    return f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)}; Server is not run yet)"
+    return f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})"
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,14 @@ class ServingConfig:
     ``min_query_count``: LoadGen's minimums, ``max_duration_ms`` its cap (a run it cuts
     short is INVALID, with the reason); ``checked``: the first samples whose served outputs
     are compared with float64 (``models/truth.py``'s k); ``warmup``: untimed serves of one
-    batch before LoadGen starts, whose median sets LoadGen's expected latency."""
+    batch before LoadGen starts, whose fastest sets LoadGen's expected latency.
+
+    Server: ``server_max_batch``, the most samples the batcher serves in one call (every
+    call is padded to it, one prepared shape); ``server_batch_timeout_ms``, how long the
+    oldest pending sample waits for more before a short batch goes; ``server_latency_bound_ms``,
+    LoadGen's target latency for the 99th percentile (15 ms is MLPerf Inference's bound for
+    ResNet-50 in Server); ``server_search_runs``, the most LoadGen runs of the QPS search,
+    each lasting ``min_duration_ms`` or ``min_query_count`` queries, whichever is longer."""
 
     samples: int = 64
     offline_batch: int = 16
@@ -70,12 +89,18 @@ class ServingConfig:
     precision: str = "fp32"
     variant: str = "default"
     seed: int = 0
+    server_max_batch: int = 8
+    server_batch_timeout_ms: float = 1.0
+    server_latency_bound_ms: float = 15.0
+    server_search_runs: int = 6
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(value, int) or value < (0 if f.name == "seed" else 1)):
+            if f.type == "int" and (type(value) is not int or value < (0 if f.name == "seed" else 1)):
                 raise ValueError(f"serving setting {f.name} = {value!r}: expected a positive integer")
+            if f.type == "float" and (type(value) not in (int, float) or not value > 0):
+                raise ValueError(f"serving setting {f.name} = {value!r}: expected a positive number")
         if self.checked > self.samples:
             raise ValueError(f"checked ({self.checked}) exceeds samples ({self.samples})")
         if self.max_duration_ms < self.min_duration_ms:
@@ -92,12 +117,15 @@ class ServingConfig:
 
 def batch_size(scenario: Scenario, config: ServingConfig) -> int:
     """How many samples the SUT serves in one call of ``Prepared.serve``."""
+    if scenario.name == "Server":
+        return config.server_max_batch
     return scenario.samples_per_query or config.offline_batch
 
 
-def loadgen_settings(lg: Any, scenario: Scenario, config: ServingConfig, expected_s: float) -> Any:
+def loadgen_settings(lg: Any, scenario: Scenario, config: ServingConfig, expected_s: float,
+                     target_qps: float = 0.0) -> Any:
     """LoadGen's TestSettings for ``scenario``, in performance mode; ``expected_s``: the
-    warm-up's seconds per served batch."""
+    warm-up's seconds per served batch; ``target_qps``: Server's arrival rate."""
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, scenario.name)
     settings.mode = lg.TestMode.PerformanceOnly
@@ -111,6 +139,10 @@ def loadgen_settings(lg: Any, scenario: Scenario, config: ServingConfig, expecte
     elif scenario.name == "MultiStream":
         settings.multi_stream_samples_per_query = scenario.samples_per_query
         settings.multi_stream_expected_latency_ns = expected_ns
+    elif scenario.name == "Server":
+        settings.server_target_qps = target_qps
+        settings.server_target_latency_ns = int(config.server_latency_bound_ms * 1e6)
+        settings.server_target_latency_percentile = SERVER_PERCENTILE
     else:
         settings.offline_expected_qps = OFFLINE_QPS_HEADROOM * batch_size(scenario, config) / expected_s
     return settings
@@ -128,4 +160,10 @@ def recorded(scenario: Scenario, config: ServingConfig, expected_s: float) -> di
         out["expected_latency_ms"] = expected_s * 1e3 / LATENCY_HEADROOM
     if scenario.name == "Offline":
         out["offline_expected_qps"] = OFFLINE_QPS_HEADROOM * batch_size(scenario, config) / expected_s
+    if scenario.name == "Server":
+        out.update(server_max_batch=config.server_max_batch,
+                   server_batch_timeout_ms=config.server_batch_timeout_ms,
+                   server_target_latency_ms=config.server_latency_bound_ms,
+                   server_target_latency_percentile=SERVER_PERCENTILE,
+                   server_search_runs=config.server_search_runs)
     return out

@@ -4,6 +4,7 @@ The runs use LoadGen's minimums of a few hundred milliseconds: seconds in all.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import mlperf_loadgen as lg
@@ -59,18 +60,22 @@ def test_logs_without_a_verdict_or_disagreeing_are_refused():
 
 
 class NumpyPrepared(Prepared):
-    """Serves the float64 reference in float32, optionally off by ``shift`` or raising."""
+    """Serves the float64 reference in float32, optionally off by ``shift``, raising after
+    ``fail_after`` calls or sleeping ``sleep_s`` per call (a server of known capacity)."""
 
-    def __init__(self, model, weights, batch: int, shift: float, fail_after: int | None):
+    def __init__(self, model, weights, batch: int, shift: float, fail_after: int | None,
+                 sleep_s: float = 0.0):
         super().__init__()
         self.model, self.weights, self.batch = model, weights, batch
-        self.shift, self.fail_after, self.calls = shift, fail_after, 0
+        self.shift, self.fail_after, self.calls, self.sleep_s = shift, fail_after, 0, sleep_s
 
     def serve(self, batch: Batch) -> np.ndarray:
         assert batch.size == self.batch
         self.calls += 1
         if self.fail_after is not None and self.calls > self.fail_after:
             raise RuntimeError("the server fell over")
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
         out = reference.forward(self.model, self.weights, batch).astype(np.float32)
         return out + np.float32(self.shift) * np.abs(out).max()
 
@@ -86,15 +91,15 @@ class NumpyAdapter(Adapter):
     name = "numpy"
     variants = {"float32": "the float64 reference rounded to float32"}
 
-    def __init__(self, shift: float = 0.0, fail_after: int | None = None):
+    def __init__(self, shift: float = 0.0, fail_after: int | None = None, sleep_s: float = 0.0):
         super().__init__(RunConfig("cpu", 1, 1))
-        self.shift, self.fail_after = shift, fail_after
+        self.shift, self.fail_after, self.sleep_s = shift, fail_after, sleep_s
 
     def environment(self) -> dict: return {}
     def is_out_of_memory(self, error) -> bool: return False
 
     def prepare(self, model, weights, batch: Batch, case: CaseConfig) -> NumpyPrepared:
-        return NumpyPrepared(model, weights, batch.size, self.shift, self.fail_after)
+        return NumpyPrepared(model, weights, batch.size, self.shift, self.fail_after, self.sleep_s)
 
 
 QUICK = ServingConfig(samples=8, offline_batch=4, min_duration_ms=200, max_duration_ms=5000,

@@ -1,0 +1,117 @@
+"""Server's QPS search: the largest target QPS whose LoadGen run is VALID under the latency
+bound, found in a bounded number of LoadGen runs (probes), every probe kept.
+
+LoadGen has a search of its own (``TestMode.FindPeakPerformance``, 5.0.18), but it writes
+one summary for the whole search, its last run's, so the probes' p99 latencies and verdicts
+are not in the logs; its number of runs is set only indirectly by a precision; and in a
+trial its first 144-query run, which PerformanceOnly calls INVALID for early stopping, was
+taken as a pass. Here each probe is one PerformanceOnly run with its own logs, and the rule
+is LoadGen's verdict: VALID (the 99th percentile under the target latency, the minimums
+met, early stopping met) passes, anything else fails.
+
+The search starts at ``START_FRACTION`` of the warm-up's throughput at the full batch (the
+Offline-like capacity), doubles while probes pass and divides by four while they fail,
+then bisects (geometrically) between the largest passing and the smallest failing target
+until they are within ``RESOLUTION`` of each other or the runs are used. Every passing
+target is below every failing one by construction, so the answer is the largest passing
+target. It stops early when a probe's fastest sample already missed the bound (no lower
+load can help: a sample alone still takes that long) or when the floor, the lowest target
+whose ``min_query_count`` queries fit in ``max_duration_ms``, failed, and when ``serve``
+raised."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+START_FRACTION = 0.5
+UP = 2.0
+DOWN = 4.0
+RESOLUTION = 1.1
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One LoadGen run of the search. ``valid``: LoadGen's verdict; ``reason``: why INVALID;
+    ``error``: what ``serve`` raised (the search stops); latencies in ms, rates per second."""
+
+    target_qps: float
+    valid: bool
+    reason: str = ""
+    achieved_qps: float | None = None    # LoadGen's completed samples per second
+    scheduled_qps: float | None = None
+    p99_ms: float | None = None
+    min_ms: float | None = None
+    query_count: int | None = None
+    logs: str = ""
+    batching: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Search:
+    """The probes in the order run, the answer (the passing probe with the largest target,
+    None when none passed) and why the search stopped."""
+
+    probes: tuple[Probe, ...]
+    answer: Probe | None
+    stopped: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"probes": [p.to_dict() for p in self.probes],
+                "answer_qps": None if self.answer is None else self.answer.target_qps,
+                "stopped": self.stopped}
+
+
+# Poisson arrivals at exactly n = min_query_count per max_duration fall short of n about
+# half the time (seen: 655 of 662 queries in 5 s at 132.4 QPS, LoadGen 5.0.18); at twice
+# that rate n lies sqrt(n / 2) standard deviations below the mean 2n (18 for n = 662).
+FLOOR_HEADROOM = 2.0
+
+
+def floor_qps(min_query_count: int, max_duration_ms: int) -> float:
+    """The lowest target worth a run: below about min_query_count / max_duration LoadGen's
+    max duration cuts the run before its minimum query count, and the run is INVALID
+    whatever the latency."""
+    return FLOOR_HEADROOM * min_query_count / (max_duration_ms / 1e3)
+
+
+def search(probe: Callable[[float], Probe], start_qps: float, runs: int, bound_ms: float,
+           floor: float) -> Search:
+    """Run at most ``runs`` probes (``probe(target_qps)``) from ``start_qps``."""
+    probes: list[Probe] = []
+    passed: Probe | None = None      # the largest passing target so far
+    failed: Probe | None = None      # the smallest failing target so far
+    target = max(start_qps, floor)
+    while True:
+        if len(probes) == runs:
+            return Search(tuple(probes), passed, f"the {runs} runs of the search were used")
+        found = probe(target)
+        probes.append(found)
+        if found.error:
+            return Search(tuple(probes), passed, f"serve raised: {found.error}")
+        if found.valid:
+            passed = found if passed is None or found.target_qps > passed.target_qps else passed
+        else:
+            failed = found if failed is None or found.target_qps < failed.target_qps else failed
+        if passed is None:
+            if found.min_ms is not None and found.min_ms > bound_ms:
+                return Search(tuple(probes), None,
+                              f"the fastest sample took {found.min_ms:.3g} ms, over the "
+                              f"{bound_ms:g} ms bound: no lower QPS can meet it")
+            if failed.target_qps <= floor:
+                return Search(tuple(probes), None, f"the floor of {floor:.4g} QPS failed")
+            target = max(failed.target_qps / DOWN, floor)
+        elif failed is None:
+            target = passed.target_qps * UP
+        elif failed.target_qps <= passed.target_qps * RESOLUTION:
+            return Search(tuple(probes), passed,
+                          f"bracketed within {RESOLUTION:g}x: {passed.target_qps:.4g} passed, "
+                          f"{failed.target_qps:.4g} failed")
+        else:
+            target = math.sqrt(passed.target_qps * failed.target_qps)
