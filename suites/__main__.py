@@ -1,6 +1,7 @@
 """``python -m suites``: run, validate and list benchmark suites.
 
     python -m suites run default-cpu --framework torch --device cpu [--resume] [--out results]
+    python -m suites run serving-cpu --framework torch [--device cpu] [--out results]   # LoadGen
     python -m suites validate suites/my_suite.toml
     python -m suites list
     python -m suites compare RUN1 RUN2 [RUN3]   # do two or three runs agree? (suites/stats/compare.py)
@@ -11,11 +12,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+import tomllib
 from pathlib import Path
 
 from adapters.registry import load_registry
-from suites.harness.runner import Runner, RunRequest
+from suites.harness.runner import Runner, RunRequest, framework_entry
 from suites.harness.spec import SUITES_DIR, SuiteError, check_case_timeout, load_suite, resolve_suite_path
 from suites.rows.results import OutputError, RowsFileError
 from suites.stats.between_runs import load_earlier
@@ -29,6 +32,77 @@ def check_earlier(folders: list[Path]) -> None:
     for folder in folders:
         if not folder.exists():
             raise SuiteError(f"--earlier: no such folder or file: {folder}")
+
+
+# The serving suites (suites/serving/*.toml) run under MLPerf LoadGen in this process, by
+# their own runner (python -m suites.serving).
+SERVING_DIR = Path(__file__).resolve().parent / "serving"
+
+
+def is_serving_suite(name_or_path: str) -> bool:
+    """A bundled serving suite's name, or a suite file whose [[cases]] name LoadGen
+    scenarios (suites/serving/__main__.py load)."""
+    if (SERVING_DIR / f"{name_or_path}.toml").is_file():
+        return True
+    path = Path(name_or_path)
+    try:
+        cases = tomllib.loads(path.read_text()).get("cases") if path.suffix == ".toml" else None
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(cases, list) and any(isinstance(c, dict) and "scenarios" in c for c in cases)
+
+
+def run_serving(args: argparse.Namespace) -> int:
+    """``run`` of a serving suite: the checks every suite's run makes (the framework, its
+    device), then the serving harness in this process, which needs the framework importable
+    here (its nox session's venv: ``nox -s torch_cpu -- serving-cpu``). Its rows go where
+    every suite's go (DIR/<suite>/<host>/<framework>_<device>.jsonl, LoadGen's logs in
+    DIR/<suite>/<host>/loadgen/), so ``python -m reports DIR`` reads them."""
+    refused = [flag for flag, given in (
+        ("--resume", args.resume), ("--rounds", args.rounds != 1), ("--earlier", args.earlier),
+        ("--case-timeout", args.case_timeout is not None), ("--seed", args.seed != 0)) if given]
+    try:
+        if refused:
+            raise SuiteError(f"a serving suite takes no {', '.join(refused)} (its "
+                             "[cases.serving] tables set the seed and the durations)")
+        entry = framework_entry(args.framework, args.device)
+        if entry.package and importlib.util.find_spec(entry.package) is None:
+            raise SuiteError(f"serving runs in this process, and {entry.package} is not "
+                             f"importable by {sys.executable}: run it in {args.framework}'s "
+                             f"venv (nox -s {args.framework}_{args.device} -- {args.suite})")
+    except SuiteError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from suites.serving.__main__ import main as serve_suite
+    return serve_suite([args.suite, "--framework", args.framework, "--device", args.device,
+                        "--out", str(args.out)])
+
+
+def validate_serving(name_or_path: str) -> str:
+    """A serving suite's settings (suites/serving/scenarios.py ServingConfig), models and
+    scenarios checked, as one line; ``SuiteError`` naming the problem. (Run, it would make
+    an unknown model or scenario a failed row and go on; validating says so first.)"""
+    from models.zoo import UnknownModel, get_model
+    from suites.serving.__main__ import SuiteError as ServingSuiteError
+    from suites.serving.__main__ import load as load_serving
+    from suites.serving.scenarios import unknown
+    try:
+        suite = load_serving(name_or_path)
+    except ServingSuiteError as error:
+        raise SuiteError(str(error)) from None
+    problems = []
+    for models, _, _ in suite["groups"]:
+        for model in models:
+            try:
+                get_model(model)
+            except UnknownModel as error:
+                problems.append(str(error))
+    problems += [unknown(s) for _, scenarios, _ in suite["groups"] for s in scenarios if unknown(s)]
+    if problems:
+        raise SuiteError(f"serving suite {suite['name']}: {'; '.join(dict.fromkeys(problems))}")
+    cases = sum(len(models) * len(scenarios) for models, scenarios, _ in suite["groups"])
+    return f"{name_or_path}: ok, serving suite {suite['name']}, {len(suite['groups'])} case " \
+           f"tables, {cases} cases"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_scaling(["run", args.suite, "--framework", args.framework, "--device",
                                 args.device, "--out", str(args.out), "--seed", str(args.seed),
                                 *(["--resume"] if args.resume else [])])
+        if is_serving_suite(args.suite):   # LoadGen scenarios have their own runner
+            return run_serving(args)
     try:
         if args.command in ("run", "matrix") and args.rounds < 1:
             raise SuiteError(f"--rounds must be at least 1, got {args.rounds}")
@@ -176,12 +252,19 @@ def main(argv: list[str] | None = None) -> int:
             from suites.stats.compare import main as compare_runs
             return compare_runs(args.runs)
         if args.command == "validate":
+            if is_serving_suite(args.suite):
+                print(validate_serving(args.suite))
+                return 0
             suite = load_suite(resolve_suite_path(args.suite), load_registry())
             print(f"{suite.path}: ok, {len(suite.groups)} case tables")
             return 0
         for path in sorted(SUITES_DIR.glob("*.toml")):
             suite = load_suite(path, load_registry())
             print(f"{suite.name:<24} {suite.description}")
+        for path in sorted(SERVING_DIR.glob("*.toml")):
+            validate_serving(str(path))
+            description = tomllib.loads(path.read_text()).get("description", "")
+            print(f"{path.stem:<24} {description} (serving, MLPerf LoadGen)")
         return 0
     except (SuiteError, OutputError, RowsFileError) as error:
         print(f"error: {error}", file=sys.stderr)

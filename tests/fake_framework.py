@@ -23,6 +23,9 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
   (default 0), which decides whether a job is kept built for the device phase
   (suites/harness/kept_jobs.py); ``FAKE_EVENTS`` shows which jobs were built again, and a
   kept job's settings set again (``<pid> reapply <precision> <variant>``).
+* ``serve`` (the serving harness's one call, suites/serving/) answers with the float64
+  reference rounded to float32, so a serving suite runs under the real LoadGen and its
+  served outputs pass the float64 check.
 * ``FAKE_OOM=<model>``: preparing that model raises an out-of-memory error.
   ``FAKE_OOM_AFTER_OTHERS=<model>``: only in a process that prepared another model
   before, as an allocator fragmented by earlier jobs refuses what a fresh process grants.
@@ -78,11 +81,16 @@ class HostClock(DeviceClock):
 
 
 class FakePrepared(Prepared):
-    def __init__(self, batch: int, device: str):
+    def __init__(self, batch: int, device: str, model=None, weights=None):
         super().__init__()
         self.batch = batch
         self.device = device
+        self.model, self.weights = model, weights
         self.a = np.ones((8, 8), dtype=np.float32)
+
+    def serve(self, batch) -> np.ndarray:
+        from models import reference
+        return reference.forward(self.model, self.weights, batch, train=False).astype(np.float32)
 
     def step_forward(self):
         return lambda: self.a @ self.a
@@ -164,7 +172,7 @@ class FakeAdapter(Adapter):
             folder = Path(os.environ["FAKE_CACHE_DIR"])
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{model.name}.bin").write_bytes(b"compiled")
-        return FakePrepared(batch.size, self.config.device)
+        return FakePrepared(batch.size, self.config.device, model, weights)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, FakeOutOfMemory)

@@ -1,0 +1,79 @@
+"""``python -m suites run`` of a serving suite (suites/__main__.py run_serving): dispatched to
+the serving harness with the stand-in framework (tests/fake_framework.py, whose ``serve``
+answers with the float64 reference in float32) under the real LoadGen, its rows and logs
+where every suite's go and where the report reads them; bad input is one line and exit 2.
+One SingleStream run of LoadGen's minimum of 100 ms: about a second."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reports.pipeline.load import load
+from suites.__main__ import is_serving_suite, main
+from suites.instruments.environment import host_id
+from tests.fake_framework import REGISTRY
+
+SUITE = """name = "serving-fake"
+description = "one quick SingleStream case and an unknown scenario"
+[[cases]]
+models = ["lenet_tiny"]
+scenarios = ["SingleStream", "Bursty"]
+[cases.serving]
+samples = 8
+min_duration_ms = 100
+max_duration_ms = 5000
+min_query_count = 32
+warmup = 1
+"""
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setenv("DLBENCH_REGISTRY", str(REGISTRY))
+
+
+def test_a_serving_suite_runs_into_the_results_folder_the_report_reads(tmp_path, fake, capsys):
+    suite = tmp_path / "serving-fake.toml"
+    suite.write_text(SUITE)
+    assert is_serving_suite(str(suite)) and is_serving_suite("serving-cpu")
+    assert not is_serving_suite("default-cpu")
+    out = tmp_path / "results"
+    assert main(["run", str(suite), "--framework", "fake", "--out", str(out)]) == 0
+    folder = out / "serving-fake" / host_id()
+    rows = [json.loads(line) for line in (folder / "fake_cpu.jsonl").read_text().splitlines()]
+    assert [(r["scenario"], r["status"]) for r in rows] == [("SingleStream", "ok"),
+                                                           ("Bursty", "failed")]
+    served = rows[0]["serving"]
+    assert served["result"]["valid"] and served["check"]["passed"]
+    assert "unknown scenario 'Bursty'" in rows[1]["reason"]
+    logs = folder / "loadgen" / "fake"
+    assert any(p.name == "mlperf_log_summary.txt" for p in logs.rglob("*"))
+    assert served["logs"].startswith(str(logs))
+    loaded = load([out])
+    assert sorted(raw.data["scenario"] for raw in loaded.rows) == ["Bursty", "SingleStream"]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, fake, capsys, monkeypatch):
+    assert main(["run", "serving-cpu", "--framework", "nosuch"]) == 2
+    assert main(["run", "serving-cpu", "--framework", "fake", "--resume"]) == 2
+    cpu_only = tmp_path / "registry.toml"
+    cpu_only.write_text(REGISTRY.read_text().replace('devices = ["cpu", "gpu"]', 'devices = ["cpu"]'))
+    monkeypatch.setenv("DLBENCH_REGISTRY", str(cpu_only))
+    assert main(["run", "serving-cpu", "--framework", "fake", "--device", "gpu"]) == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text(SUITE.replace('"lenet_tiny"', '"lenet_tinyy"'))
+    assert main(["validate", str(bad)]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 4 and all(line.startswith("error: ") for line in errors)
+    assert "unknown framework 'nosuch'" in errors[0]
+    assert "takes no --resume" in errors[1]
+    assert "fake has no 'gpu' device" in errors[2]
+    assert "unknown model 'lenet_tinyy'" in errors[3] and "unknown scenario 'Bursty'" in errors[3]
+    assert not (tmp_path / "results").exists()
+
+
+def test_validate_knows_the_bundled_serving_suite(capsys):
+    assert main(["validate", "serving-cpu"]) == 0
+    assert "serving-cpu: ok, serving suite serving-cpu" in capsys.readouterr().out
