@@ -73,12 +73,14 @@ SETTING_KEY = (*SETTING_FIELDS, "host", "cpu_model", "gpu_model", "framework_ver
 # measurements, neither of which replaces the other. A matrix run's copy of a case measured
 # for an earlier suite (suites/harness/reuse.py, ``reused_from``) is that suite's
 # measurement: ``measured_in`` names the suite that took it.
-IDENTITY = ("measured_in", "model", "batch", "measure", *SETTING_KEY)
+# A "serve" row's LoadGen scenario (suites/serving/) is part of it too: MultiStream and
+# Server both serve batches of 8, and neither is a rerun of the other.
+IDENTITY = ("measured_in", "model", "batch", "measure", "scenario", *SETTING_KEY)
 # A table cell: one setting's measure of one model and batch. Where two suites measured it
 # (default-gpu's timer and float64-gpu's shorter one), a table shows the latest of those
 # measurements and the overview says how many it left out; every one stays in the tidy CSV.
 # The practice suites' rows are never shown in a strict cell, nor the other way round.
-CELL = ("model", "batch", "measure", *SETTING_KEY, "practice")
+CELL = ("model", "batch", "measure", "scenario", *SETTING_KEY, "practice")
 STRING_COLUMNS = ("suite", "measured_in", "model", "measure", "status", "reason", "framework", "device",
                   "precision", "variant", "layout", "execution", "unstable_reason",
                   "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
@@ -87,7 +89,7 @@ STRING_COLUMNS = ("suite", "measured_in", "model", "measure", "status", "reason"
                   "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline",
                   "profile_conv_family", "profile_conv_families", "framework_profile_tool",
                   "counters_tool", "counters_measure", "counters_top_kernels", "device_times",
-                  "attention", "optimizer",
+                  "attention", "optimizer", "scenario", "serving",
                   *CONDITION_TEXT, *ENERGY_TEXT)
 # The counters measure's values (suites/instruments/ncu_metrics.py keys: Li et al.'s nvprof names).
 COUNTER_KEYS = ("achieved_occupancy", "ipc", "warp_execution_efficiency", "gld_efficiency",
@@ -201,6 +203,11 @@ def flatten(raw) -> dict:
         "practice": _text(data.get("suite")) in PRACTICE_SUITES,
         "model": _text(data.get("model")), "batch": int(data.get("batch") or 0),
         "measure": _text(data.get("measure")),
+        # The serve measure's LoadGen scenario and its whole ``serving`` block (settings,
+        # LoadGen's result, a Server search's probes, the float64 check) as JSON, which the
+        # Serving section reads (reports/sections/serving.py); "" on every other row.
+        "scenario": _text(data.get("scenario")),
+        "serving": json.dumps(data["serving"]) if data.get("serving") else "",
         **{k: _text(settings.get(k)) for k in ("framework", "device", "precision", "variant",
                                                "layout", "execution", "compile_cache")},
         "threads": int(settings.get("threads") or 0),

@@ -25,6 +25,7 @@ from reports.sections import models as tmod
 from reports.sections import practice
 from reports.sections import profiles as tp
 from reports.sections import scaling as ts
+from reports.sections import serving as tsv
 from reports.sections import timeline as ttl
 
 CONVENTIONS = (
@@ -140,9 +141,11 @@ class Judged:
 
     @property
     def core(self) -> pd.DataFrame:
-        """Every row but the practice suites' (bf16 / TF32, large batches): those have a
-        section of their own and never enter the strict-fp32 tables, rankings or ratios."""
-        return self.frame[~self.frame["practice"]].reset_index(drop=True)
+        """Every row but the practice suites' (bf16 / TF32, large batches) and the serving
+        suites' (LoadGen's percentiles, no median): those have sections of their own and
+        never enter the strict-fp32 tables, rankings or ratios."""
+        return self.frame[~self.frame["practice"]
+                          & (self.frame["measure"] != tsv.SERVE)].reset_index(drop=True)
 
     @property
     def steady(self) -> pd.DataFrame:
@@ -160,6 +163,11 @@ class Judged:
         frame = self.frame
         return frame[frame["practice"] & (frame["compile_cache"] == "")
                      & (frame["family"] != practice.TRANSFORMER)].reset_index(drop=True)
+
+    @property
+    def serving(self) -> list[dict]:
+        """The serve rows (section "Serving"), each scenario's apart."""
+        return tsv.serve_rows(self.frame)
 
     @property
     def transformers(self) -> pd.DataFrame:
@@ -182,7 +190,9 @@ def judge(loaded: Loaded) -> Judged:
     frame = frame.assign(practice=frame["practice"].astype(bool))
     # Strict-fp32 suites and practice suites are judged apart: a practice fingerprint never
     # decides a strict table's verdict, nor the other way round.
-    equiv = _equivalence(frame[~frame["practice"]])
+    # Serve rows carry no fingerprint: their float64 check is their own (reports/sections/
+    # serving.py).
+    equiv = _equivalence(frame[~frame["practice"] & (frame["measure"] != tsv.SERVE)])
     practice_equiv = _equivalence(frame[frame["practice"]])
     rows = {**equiv.rows, **practice_equiv.rows}
 
@@ -305,6 +315,11 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
                                 tables=tuple(t for t in (scaling_table, ts.loss_table(scaling))
                                              if t is not None),
                                 plots=(scaling_plot,) if scaling_plot else ()))
+    serving = judged.serving
+    if serving:
+        sections.append(Section("serving", tsv.TITLE, tsv.PARAGRAPHS,
+                                tables=tuple(tsv.serving_tables(serving)),
+                                plots=tuple(tsv.serving_plots(serving))))
     failures = tm.failure_tables(core)
     if failures:
         sections.append(Section("failures", "Failures", tables=tuple(failures)))

@@ -1,0 +1,314 @@
+"""Serving under MLPerf LoadGen (``python -m suites run serving-cpu``, suites/serving/): per
+device, model and scenario a table of each framework's headline, the settings that decide
+it and the float64 check of the served outputs; a latency CDF per framework for
+SingleStream and p99 latency against target QPS for Server's search.
+
+The figures are LoadGen's, read from its logs into each ``serve`` row's ``serving`` block
+(suites/serving/loadgen_log.py): SingleStream's p90 latency per sample, MultiStream's p99
+per 8-sample query, Offline's samples per second, and Server's answer, the largest target
+QPS whose run LoadGen called VALID under the p99 bound (suites/serving/search.py), with
+every probe of the search. A failed or unsupported row keeps its place in the table with
+its reason; a run LoadGen called INVALID says why in its LoadGen column.
+
+The CDF is drawn through the points LoadGen reports (minimum, p50, p90, p95, p97, p99,
+p99.9, maximum): the rows hold no per-query latencies (LoadGen writes those only in its
+trace, which the harness leaves off), so between two points the line is a straight join,
+not a measurement."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from models.measures import SERVE  # noqa: E402
+from reports.pipeline.cells import MISSING, failure_cell, fmt_ms  # noqa: E402
+from reports.render.plots import Plot, _png, _safe, slug  # noqa: E402
+from reports.render.table import Cell, Table  # noqa: E402
+from suites.serving.scenarios import SCENARIOS  # noqa: E402  (plain data: no LoadGen)
+
+TITLE = "Serving (MLPerf LoadGen)"
+PARAGRAPHS = (
+    "Each framework serves the model under MLPerf Inference's LoadGen (suites/serving/): "
+    "SingleStream sends one sample at a time (headline: the 90th percentile latency), "
+    "MultiStream 8 samples per query (the 99th percentile of the query latency), Offline "
+    "every sample at once (samples per second), Server single samples at Poisson arrival "
+    "times (the largest target QPS whose 99th percentile latency LoadGen found under the "
+    "bound, searched over several LoadGen runs). Latencies in ms, as LoadGen measured them "
+    "from issue (Server: from each sample's scheduled arrival) to completion.",
+    "LoadGen: VALID, or INVALID with LoadGen's reasons (a duration or query count too short, "
+    "early stopping not met, the latency bound missed). float64: the served outputs of the "
+    "checked samples against the float64 reference, max |y − y64| / max |y64| ≤ the "
+    "precision's bound (✓) or above it (✗); a wrong answer fails the row however fast it "
+    "came. Queries: LoadGen's query count (its minimum), duration: LoadGen's minimum and cap.",
+)
+# LoadGen's percentiles as it names them (loadgen_log.LoadgenResult.percentiles_ms) and
+# where each sits on a CDF.
+PERCENTILES = ("50.00", "90.00", "95.00", "97.00", "99.00", "99.90")
+CDF_NOTE = ("The curve is drawn through LoadGen's reported points only (minimum, p50, p90, "
+            "p95, p97, p99, p99.9, maximum); between them the line is a join, not a "
+            "measurement.")
+
+
+def serve_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The tidy frame's ``serve`` rows (reports/pipeline/tidy.py keeps each scenario apart),
+    each with its ``serving`` block parsed (``{}`` where a row has none)."""
+    if "measure" not in frame or not (frame["measure"] == SERVE).any():
+        return []
+    rows = []
+    for row in frame[frame["measure"] == SERVE].to_dict("records"):
+        text = row.get("serving") or ""
+        rows.append({**row, "serving": json.loads(text) if text else {}})
+    return rows
+
+
+def _order(scenario: str) -> tuple[int, str]:
+    names = list(SCENARIOS)
+    return (names.index(scenario) if scenario in names else len(names), scenario)
+
+
+def _result(row: dict[str, Any]) -> dict[str, Any]:
+    return row["serving"].get("result") or {}
+
+
+def _settings(row: dict[str, Any]) -> dict[str, Any]:
+    return row["serving"].get("settings") or {}
+
+
+def _percentile(row: dict[str, Any], key: str) -> str:
+    return fmt_ms((_result(row).get("percentiles_ms") or {}).get(key))
+
+
+def _number(value: Any, digits: str = ".4g") -> str:
+    return MISSING if value is None else f"{value:{digits}}"
+
+
+def probes(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Server row's search probes (suites/serving/search.py Probe.to_dict: target_qps,
+    valid, reason, achieved_qps, p99_ms, ...), those without a target left out."""
+    found = (row["serving"].get("search") or {}).get("probes") or []
+    return [p for p in found if isinstance(p, dict) and p.get("target_qps") is not None]
+
+
+def _server_answer(row: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The largest passing target QPS (the search's answer) and the bound."""
+    search = row["serving"].get("search") or {}
+    answer = search.get("answer_qps")
+    if answer is None:
+        passing = [p["target_qps"] for p in probes(row) if p.get("valid")]
+        answer = max(passing) if passing else None
+    return answer, _settings(row).get("server_target_latency_ms")
+
+
+def headline(row: dict[str, Any]) -> tuple[str, ...]:
+    """The scenario's headline cells (``HEADLINE_COLUMNS``) for one row."""
+    scenario, result = row["scenario"], _result(row)
+    if scenario == "SingleStream":
+        return tuple(_percentile(row, k) for k in ("90.00", "50.00", "99.00", "99.90"))
+    if scenario == "MultiStream":
+        return tuple(_percentile(row, k) for k in ("99.00", "50.00", "90.00"))
+    if scenario == "Offline":
+        return (_number(result.get("samples_per_second"), ".1f"), _number(row["batch"], "d"))
+    if scenario == "Server":
+        answer, bound = _server_answer(row)
+        tried = probes(row)
+        return ("none" if answer is None else f"{answer:.4g}", _number(bound, "g"),
+                _percentile(row, "99.00") if answer is not None else MISSING,
+                _number(result.get("completed_samples_per_second") if answer is not None
+                        else None, ".4g"),
+                f"{sum(bool(p.get('valid')) for p in tried)} of {len(tried)}" if tried else MISSING)
+    return ()
+
+
+HEADLINE_COLUMNS = {
+    "SingleStream": ("p90 ms", "p50 ms", "p99 ms", "p99.9 ms"),
+    "MultiStream": ("p99 ms / query", "p50 ms", "p90 ms"),
+    "Offline": ("samples/s", "batch"),
+    "Server": ("QPS at p99 ≤ bound", "bound ms", "p99 ms there", "completed samples/s",
+               "probes VALID"),
+}
+
+
+def _validity(row: dict[str, Any]) -> Cell:
+    result = _result(row)
+    if "valid" not in result:
+        return Cell(MISSING)
+    if result["valid"]:
+        return Cell("VALID")
+    reason = " ".join(str(result.get("reason") or "").split())
+    return Cell(f"INVALID: {reason}" if reason else "INVALID", kind="fail", title=reason)
+
+
+def check_cell(row: dict[str, Any]) -> Cell:
+    """The float64 check of the served outputs: ✓ / ✗ with the error and the bound."""
+    check = row["serving"].get("check")
+    if not check:
+        return Cell(MISSING)
+    if check.get("problem"):
+        return Cell(f"✗ {check['problem']}", kind="fail", title=check["problem"])
+    error, bound = check.get("error"), check.get("bound")
+    text = f"{error:.2g} ≤ {bound:.2g}" if check.get("passed") else f"{error:.2g} > {bound:.2g}"
+    return Cell(("✓ " if check.get("passed") else "✗ ") + text,
+                kind="" if check.get("passed") else "fail",
+                title=f"{check.get('norm', '')} over samples {check.get('samples')}")
+
+
+def _queries(row: dict[str, Any]) -> str:
+    """LoadGen's query count and the minimum asked for; Offline's one query, its samples."""
+    count, least = _result(row).get("query_count"), _settings(row).get("min_query_count")
+    per_query = _result(row).get("samples_per_query")
+    if row["scenario"] == "Offline" and count is not None and per_query is not None:
+        return f"{count} × {per_query} samples"
+    if count is None and least is None:
+        return MISSING
+    return f"{_number(count, 'd')} (≥ {_number(least, 'd')})"
+
+
+def _duration(row: dict[str, Any]) -> str:
+    settings = _settings(row)
+    low, high = settings.get("min_duration_ms"), settings.get("max_duration_ms")
+    if low is None:
+        return MISSING
+    return f"{low / 1e3:g}–{high / 1e3:g} s" if high is not None else f"≥ {low / 1e3:g} s"
+
+
+def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
+    device, hardware, model, scenario = key
+    heads = HEADLINE_COLUMNS.get(scenario, ())
+    body = []
+    for row in sorted(rows, key=lambda r: (r["framework"], r["variant"], r["precision"],
+                                           r["threads"])):
+        status = Cell("ok") if row["status"] == "ok" else failure_cell(row)
+        threads = str(row["threads"]) if device == "cpu" else MISSING
+        values = headline(row)
+        body.append((Cell(row["framework"]), Cell(row["variant"]), Cell(row["precision"]),
+                     Cell(threads), *(Cell(v) for v in values), Cell(_queries(row)),
+                     Cell(_duration(row)), _validity(row), check_cell(row), status))
+    notes = sorted({row["serving"]["timing"] for row in rows if row["serving"].get("timing")})
+    if scenario == "Server":
+        notes += sorted({
+            f"Server's batcher: up to {s['server_max_batch']} samples per serve call, a short "
+            f"batch sent after {s['server_batch_timeout_ms']:g} ms; the search: at most "
+            f"{s['server_search_runs']} LoadGen runs" for s in map(_settings, rows)
+            if {"server_max_batch", "server_batch_timeout_ms", "server_search_runs"} <= set(s)})
+    if scenario not in HEADLINE_COLUMNS:
+        notes.append(f"{scenario!r} is no scenario the serving harness runs.")
+    columns = ("Framework", "Variant", "Precision", "Threads", *heads, "Queries", "Duration",
+               "LoadGen", "float64", "Status")
+    numeric = (False, False, False, True, *(True for _ in heads), True, False, False, False,
+               False)
+    what = SCENARIOS[scenario].headline if scenario in SCENARIOS else "no headline"
+    return Table(slug(f"serving-{device}-{hardware}-{model}-{scenario}"),
+                 f"{model} — {scenario} ({what}) — {device.upper()} {hardware}",
+                 columns, tuple(body), numeric, tuple(notes))
+
+
+def _groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["device"], row["hardware"], row["model"], row["scenario"])].append(row)
+    return dict(sorted(groups.items(), key=lambda kv: (*kv[0][:3], _order(kv[0][3]))))
+
+
+def serving_tables(rows: list[dict[str, Any]]) -> list[Table]:
+    return [_table(found, key) for key, found in _groups(rows).items()]
+
+
+def _label(row: dict[str, Any]) -> str:
+    threads = f" {row['threads']}t" if row["device"] == "cpu" else ""
+    return _safe(f"{row['framework']} {row['variant']} {row['precision']}{threads}")
+
+
+def cdf_points(row: dict[str, Any]) -> list[tuple[float, float]]:
+    """(latency ms, fraction of samples at or below it): LoadGen's minimum (0), its
+    percentiles and its maximum (1)."""
+    result = _result(row)
+    found = result.get("percentiles_ms") or {}
+    points = [(float(found[k]), float(k) / 100) for k in PERCENTILES if found.get(k) is not None]
+    if result.get("min_ms") is not None:
+        points.insert(0, (float(result["min_ms"]), 0.0))
+    if result.get("max_ms") is not None:
+        points.append((float(result["max_ms"]), 1.0))
+    return points
+
+
+def _figure_groups(rows: list[dict[str, Any]], scenario: str):
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["scenario"] == scenario:
+            groups[(row["device"], row["hardware"], row["model"])].append(row)
+    return sorted(groups.items())
+
+
+def cdf_plots(rows: list[dict[str, Any]]) -> list[Plot]:
+    """SingleStream's latency CDF, one figure per device and model, a line per framework."""
+    out = []
+    for (device, hardware, model), found in _figure_groups(rows, "SingleStream"):
+        lines = [(r, cdf_points(r)) for r in found]
+        lines = [(r, p) for r, p in lines if len(p) >= 2]
+        if not lines:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for row, points in sorted(lines, key=lambda rp: _label(rp[0])):
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", ms=3,
+                    label=_label(row) + ("" if _result(row).get("valid") else " (INVALID)"))
+        ax.set_xscale("log")
+        ax.set_xlabel("latency per sample (ms, log scale)")
+        ax.set_ylabel("fraction of samples")
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, which="both", lw=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+        ax.set_title(_safe(f"{model} SingleStream, {device} {hardware}"), fontsize=9)
+        out.append(Plot(slug(f"serving-cdf-{device}-{hardware}-{model}"),
+                        f"{model}: SingleStream latency CDF ({device} {hardware})", _png(fig),
+                        f"LoadGen's per-sample latency of each framework. {CDF_NOTE}"))
+    return out
+
+
+def server_plots(rows: list[dict[str, Any]]) -> list[Plot]:
+    """Server's search: each probe's p99 latency against its target QPS, a line per
+    framework (filled markers: VALID, hollow: INVALID), the bound as a dashed line."""
+    out = []
+    for (device, hardware, model), found in _figure_groups(rows, "Server"):
+        series = [(r, sorted((p["target_qps"], p["p99_ms"], bool(p.get("valid")))
+                             for p in probes(r) if p.get("p99_ms") is not None)) for r in found]
+        series = [(r, s) for r, s in series if s]
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for i, (row, points) in enumerate(sorted(series, key=lambda rs: _label(rs[0]))):
+            colour = palette[i % len(palette)]
+            ax.plot([p[0] for p in points], [p[1] for p in points], color=colour, lw=1,
+                    label=_label(row))
+            for qps, p99, valid in points:
+                ax.plot([qps], [p99], marker="o", color=colour,
+                        markerfacecolor=colour if valid else "none")
+        for bound in sorted({b for b in (_settings(r).get("server_target_latency_ms")
+                                         for r, _ in series) if b is not None}):
+            ax.axhline(bound, color="grey", ls="--", lw=0.8)
+            ax.annotate(f"p99 bound {bound:g} ms", (0.01, bound), xycoords=("axes fraction", "data"),
+                        fontsize=7, color="grey", va="bottom")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("target QPS (log scale)")
+        ax.set_ylabel("p99 latency ms (log scale)")
+        ax.grid(True, which="both", lw=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+        ax.set_title(_safe(f"{model} Server, {device} {hardware}"), fontsize=9)
+        out.append(Plot(slug(f"serving-server-{device}-{hardware}-{model}"),
+                        f"{model}: Server p99 latency against target QPS ({device} {hardware})",
+                        _png(fig),
+                        "Each point one LoadGen run of the QPS search (filled: VALID, hollow: "
+                        "INVALID), its p99 latency per sample from the scheduled arrival."))
+    return out
+
+
+def serving_plots(rows: list[dict[str, Any]]) -> list[Plot]:
+    return cdf_plots(rows) + server_plots(rows)

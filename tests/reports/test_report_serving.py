@@ -1,0 +1,110 @@
+"""The Serving section (reports/sections/serving.py) on real serve rows (tests/data/
+serving_rows, README there): a table per scenario with each framework's headline, LoadGen's
+verdict and the float64 check, the CDF and Server figures written, and the tidy step
+keeping each scenario's row (MultiStream and Server both serve batches of 8) apart. No
+framework, no LoadGen run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reports.pipeline import tidy
+from reports.pipeline.load import load
+from reports.render.build import build
+from reports.sections.serving import cdf_points, serve_rows
+
+ROWS = Path(__file__).resolve().parents[1] / "data" / "serving_rows"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One report of the rows, written (a build costs seconds: built once)."""
+    out = tmp_path_factory.mktemp("report")
+    report, _ = build([ROWS], out)
+    return report, out
+
+
+def serving_section(report):
+    return next(s for s in report.sections if s.key == "serving")
+
+
+def test_tidy_keeps_every_scenario_s_row_apart_and_reruns_still_supersede(tmp_path):
+    merged = tidy.tidy(load([ROWS]))
+    serve = merged.frame[merged.frame["measure"] == "serve"]
+    assert merged.superseded == 0 and len(serve) == 10
+    assert sorted(serve.loc[serve["framework"] == "torch", "scenario"]) == [
+        "Bursty", "MultiStream", "Offline", "Server", "SingleStream"]
+    # MultiStream and Server share model and batch: only the scenario tells them apart.
+    assert set(serve.loc[serve["batch"] == 8, "scenario"]) == {"MultiStream", "Server"}
+    assert all(json.loads(text)["timing"] for text in serve["serving"])
+    # A rerun of one scenario is still a rerun: the later row stands.
+    source = next(ROWS.rglob("torch_cpu.jsonl"))
+    first = json.loads(source.read_text().splitlines()[0])
+    again = {**first, "started_at": "2099-01-01T00:00:00"}
+    copy = tmp_path / "rows"
+    shutil.copytree(ROWS, copy)
+    (copy / "rerun.jsonl").write_text(json.dumps(again) + "\n")
+    merged = tidy.tidy(load([copy]))
+    assert merged.superseded == 1 and merged.superseded_ids == (first["case_id"],)
+
+
+def test_the_serving_section_gives_each_scenario_s_headline_and_why_rows_failed(built):
+    report, _ = built
+    section = serving_section(report)
+    tables = {t.title.split(" — ")[1].split(" (")[0]: t for t in section.tables}
+    assert list(tables) == ["SingleStream", "MultiStream", "Offline", "Server", "Bursty"]
+
+    def rows(scenario):
+        table = tables[scenario]
+        return {r[0].text: dict(zip(table.columns, (c.text for c in r))) for r in table.rows}
+
+    # The numbers are the rows' LoadGen figures, formatted (reports/pipeline/cells.fmt_ms).
+    single = rows("SingleStream")
+    raw = {json.loads(line)["settings"]["framework"]: json.loads(line)
+           for path in ROWS.rglob("*.jsonl") for line in path.read_text().splitlines()
+           if json.loads(line)["scenario"] == "SingleStream"}
+    p90 = raw["ort"]["serving"]["result"]["percentiles_ms"]["90.00"]
+    assert single["ort"]["p90 ms"] == f"{p90:.2f}"
+    assert single["ort"]["LoadGen"] == "VALID" and single["ort"]["float64"].startswith("✓ ")
+    assert single["torch"]["Threads"] == "2" and single["torch"]["Queries"] == "662 (≥ 662)"
+    assert rows("MultiStream")["ort"]["p99 ms / query"] == "29.10"
+    assert rows("Offline")["ort"]["samples/s"] == "12204.1"
+    assert rows("Offline")["ort"]["Queries"].startswith("1 × ")
+    server = rows("Server")
+    assert server["ort"]["QPS at p99 ≤ bound"] == "9718" and server["ort"]["bound ms"] == "15"
+    assert server["ort"]["probes VALID"] == "1 of 4" and server["ort"]["Status"] == "ok"
+    assert server["torch"]["QPS at p99 ≤ bound"] == "none"
+    assert server["torch"]["Status"].startswith("failed (no target QPS meets the p99 bound")
+    # The unknown scenario's failures share one reason: said once, under the table.
+    assert any("unknown scenario 'Bursty'" in note for note in tables["Bursty"].notes)
+    # Serve rows stay out of the timing tables and the failures section.
+    failures = [t for s in report.sections if s.key == "failures" for t in s.tables]
+    assert not any("serve" in c.text for t in failures for r in t.rows for c in r)
+    assert [p.key.split("-")[1] for p in section.plots] == ["cdf", "server"]
+
+
+def test_the_cdf_runs_through_loadgen_s_points_and_the_figures_are_written(built):
+    loaded = load([ROWS])
+    ort = next(r.data for r in loaded.rows if r.data["scenario"] == "SingleStream"
+               and r.data["settings"]["framework"] == "ort")
+    points = cdf_points({"serving": ort["serving"]})
+    assert [q for _, q in points] == pytest.approx([0.0, 0.5, 0.9, 0.95, 0.97, 0.99, 0.999, 1.0])
+    assert [ms for ms, _ in points] == sorted(ms for ms, _ in points)
+    report, out = built
+    pngs = sorted(p.name for p in (out / "plots").glob("serving-*.png"))
+    assert pngs == sorted(f"{p.key}.png" for p in serving_section(report).plots)
+    assert len(pngs) == 2 and all((out / "plots" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    text = (out / "report.md").read_text()
+    assert "## Serving (MLPerf LoadGen)" in text and "drawn through LoadGen's reported points" in text
+
+
+def test_no_serve_rows_no_serving_rows(tmp_path):
+    """The section is built only where serve rows exist (reports/render/build.py)."""
+    from tests import report_fixtures as fx
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(fx.make_row("lenet_tiny", 1, "forward", "torch", "cpu", 1.0)) + "\n")
+    assert serve_rows(tidy.tidy(load([path])).frame) == []
