@@ -23,6 +23,8 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
   (default 0), which decides whether a job is kept built for the device phase
   (suites/harness/kept_jobs.py); ``FAKE_EVENTS`` shows which jobs were built again, and a
   kept job's settings set again (``<pid> reapply <precision> <variant>``).
+* ``serve`` answers with the float64 reference's output rounded to float32 (a correct
+  server, for the serving harness's tests).
 * ``FAKE_OOM=<model>``: preparing that model raises an out-of-memory error.
   ``FAKE_OOM_AFTER_OTHERS=<model>``: only in a process that prepared another model
   before, as an allocator fragmented by earlier jobs refuses what a fresh process grants.
@@ -47,6 +49,7 @@ from adapters.base import (
     RunConfig,
     Unsupported,
 )
+from models import reference
 
 REGISTRY = Path(__file__).with_name("data") / "fake_registry.toml"
 CRASH = "FAKE_CRASH"
@@ -78,10 +81,12 @@ class HostClock(DeviceClock):
 
 
 class FakePrepared(Prepared):
-    def __init__(self, batch: int, device: str):
+    def __init__(self, batch: int, device: str, model=None, weights=None):
         super().__init__()
         self.batch = batch
         self.device = device
+        self.model = model
+        self.weights = weights
         self.a = np.ones((8, 8), dtype=np.float32)
 
     def step_forward(self):
@@ -89,6 +94,11 @@ class FakePrepared(Prepared):
 
     def step_gradient(self):
         return lambda: self.a @ self.a
+
+    def serve(self, batch) -> np.ndarray:
+        # The float64 reference's answer rounded to float32: a correct server, so that the
+        # serving harness's checks (suites/serving/cold_start.py) pass unless a test breaks them.
+        return reference.forward(self.model, self.weights, batch).astype(np.float32)
 
     def sync(self, handle) -> None:
         pass
@@ -164,7 +174,7 @@ class FakeAdapter(Adapter):
             folder = Path(os.environ["FAKE_CACHE_DIR"])
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{model.name}.bin").write_bytes(b"compiled")
-        return FakePrepared(batch.size, self.config.device)
+        return FakePrepared(batch.size, self.config.device, model, weights)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, FakeOutOfMemory)
