@@ -44,7 +44,9 @@ libraries may come from disk on the first repeat and from the page cache after (
 the page cache needs root, ``/proc/sys/vm/drop_caches``, and is not done), so the first
 repeat may be the slowest: each repeat's figures are kept beside the median. Each child's
 compile caches (the registry's ``compile_cache`` environment, ``adapters/registry.toml``)
-point at an empty folder of its own, so nothing compiled by an earlier repeat is reused.
+point at an empty folder of its own, so nothing compiled by an earlier repeat is reused
+(JAX, whose cache that environment turns on, also writes its compiled program there, in
+its first answer's time, as a replica that keeps a cache would).
 
 Failures are records: a framework not installed in this interpreter, a variant or precision
 it lacks, a device it cannot see are ``unsupported``; a child that crashes, hangs past
