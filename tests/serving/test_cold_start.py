@@ -2,12 +2,13 @@
 whose ``serve`` answers with the float64 reference rounded to float32): the phases in order,
 the answer checked, and a child that crashes, hangs, answers wrongly or says nothing as a
 ``failed`` record with its reason (``DLBENCH_INJECT_COLD_START``). No duration is asserted.
-About six child processes of a fraction of a second each and one 2 s time limit."""
+About six child processes of a fraction of a second each and one 3 s time limit."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -80,18 +81,24 @@ def test_a_child_that_crashes_says_nothing_or_answers_wrongly_is_a_failed_record
 def test_a_child_that_hangs_is_killed_with_its_process_group(monkeypatch, tmp_path):
     monkeypatch.setenv(INJECT, "hang")
     cold_start.write_inputs(SETTING, tmp_path)
-    record = cold_start.run_child(SETTING, tmp_path, 1, timeout_s=2)
+    record = cold_start.run_child(SETTING, tmp_path, 1, timeout_s=3)
     assert record.status == "failed"
-    assert "no answer within the time limit of 2 s" in record.reason
+    assert "no answer within the time limit of 3 s" in record.reason
     assert "with its process group" in record.reason
     assert record.reached() == "interpreter" and record.total_s is None
-    # The grandchild the hang waits on is gone too (or a zombie awaiting its reaper).
+    # The grandchild the hang waits on got the SIGKILL too: it dies (or is a zombie awaiting
+    # its reaper) once scheduled, which on a busy host may take a moment.
     [stdout] = tmp_path.glob("repeat1-*/stdout")
     pids = [json.loads(line[len(cold_start.PREFIX):])["pid"] for line in stdout.read_text().splitlines()
             if '"hang"' in line]
     assert len(pids) == 1
     status = Path(f"/proc/{pids[0]}/status")
-    assert not status.exists() or "\nState:\tZ" in status.read_text()
+    for _ in range(100):
+        if not status.exists() or "\nState:\tZ" in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"process {pids[0]} outlived its group's SIGKILL by 10 s")
 
 
 def test_a_framework_not_installed_is_unsupported_without_a_child(monkeypatch):
