@@ -2,9 +2,9 @@
 test_matrix_runs.py) stop a run: at a point drawn over the length of an uninterrupted run,
 or once the run has written a drawn number of rows. The stand-in framework
 (tests/fake_framework.py) spends most of a run starting the runner and its worker and
-writes its rows in the last fifth or so, so points drawn over the run's length alone
-would seldom land between two rows; a drawn row count lands there whatever the host's
-load."""
+writes its rows in the last quarter or less (a second of a four-second run, here), so
+points drawn over the run's length alone would seldom land between two rows; a drawn row
+count lands there whatever the host's load."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def lines_on_disk(out: Path, pattern: str) -> int:
 def wait_for_lines(proc: subprocess.Popen, out: Path, pattern: str, count: int,
                    limit_s: float = 240.0) -> bool:
     """Wait until the files hold ``count`` lines or more; False if ``proc`` ended first
-    (or ``limit_s`` passed). Polled every 10 ms: a stand-in's row takes 20 ms or more."""
+    (or ``limit_s`` passed). Polled every 10 ms, so a kill that follows lands before the
+    next job's rows (a stand-in job takes a tenth of a second or so)."""
     deadline = time.monotonic() + limit_s
     while proc.poll() is None and time.monotonic() < deadline:
         if lines_on_disk(out, pattern) >= count:
