@@ -146,10 +146,10 @@ def test_killed_at_random_points_then_resumed_gives_the_rows_of_an_uninterrupted
             # Anywhere in an uninterrupted run's length: the start, the rows, the end.
             time.sleep(rng.uniform(0.5, duration))
         workers = psutil.Process(proc.pid).children(recursive=True)
-        alive = proc.poll() is None
+        running = proc.poll() is None
         proc.send_signal(signal.SIGKILL if attempt % 2 == 0 else signal.SIGTERM)
         proc.wait()
-        between_rows += alive and 0 < sum(rows(out).values()) < len(expected)
+        between_rows += running and 0 < sum(rows(out).values()) < len(expected)
         # No worker outlives its runner (it would go on writing beside the resumed run).
         gone, alive = psutil.wait_procs(workers, timeout=15)
         assert not alive, alive
@@ -242,11 +242,11 @@ def test_rounds_killed_and_resumed_merge_every_case_once(tmp_path, suites):
     # (tests/kill_points.py).
     lines = lines_on_disk(clean, RESULTS_AND_ROUNDS)
     wait_for_lines(proc, out, RESULTS_AND_ROUNDS, random.Random(20261124).randint(1, lines - 3))
-    alive = proc.poll() is None
+    running = proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     # The kill landed mid-run: a stand-in too fast for it would test nothing.
-    assert alive and 0 < lines_on_disk(out, RESULTS_AND_ROUNDS) < lines
+    assert running and 0 < lines_on_disk(out, RESULTS_AND_ROUNDS) < lines
     done = run(suites, out, "--rounds", "2")
     assert done.returncode == 0, done.stderr
     found = rows(out)
