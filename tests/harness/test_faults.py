@@ -1,8 +1,11 @@
-"""Fault injection on the runner with real workers (PyTorch, tiny models, tiny budgets):
-SIGKILL at seeded random points then ``--resume``; a full disk mid-run; a hanging case.
-After each, the results file must hold exactly one readable row per case: none lost,
-none duplicated, no unreadable line (a torn tail is cut off and kept in ``.torn``).
-Nothing here asserts a duration except the time limit under test, with slack."""
+"""Fault injection on the runner with workers of the stand-in framework
+(tests/fake_framework.py, tiny models, tiny budgets): SIGKILL at seeded random points then
+``--resume``; a full disk mid-run; a hanging case. After each, the results file must hold
+exactly one readable row per case: none lost, none duplicated, no unreadable line (a torn
+tail is cut off and kept in ``.torn``). The stand-in is enough: the code under test is the
+runner's, the worker's and the results file's, and the adapter is a plug-in that only
+times a step (PyTorch's would add seconds of ``import torch`` to each start, nothing
+more). Nothing here asserts a duration except the time limit under test, with slack."""
 
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytest.importorskip("torch")
+from tests.fake_framework import REGISTRY
+from tests.kill_points import wait_for_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["lenet_tiny", "sae_tiny_se"]
@@ -44,7 +48,7 @@ KILLS = 20
 
 
 def command(suite: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "suites", "run", str(suite), "--framework", "torch",
+    return [sys.executable, "-m", "suites", "run", str(suite), "--framework", "fake",
             "--out", str(out), *extra]
 
 
@@ -65,6 +69,13 @@ def audit(out: Path) -> dict[str, int]:
             "unreadable": unreadable, "torn_tail": torn}
 
 
+@pytest.fixture(autouse=True)
+def stand_in(monkeypatch) -> None:
+    """The stand-in framework for this process and the runners and workers it starts."""
+    monkeypatch.setenv("DLBENCH_REGISTRY", str(REGISTRY))
+    monkeypatch.setenv("DLBENCH_TRUTH", "off")
+
+
 @pytest.fixture
 def suite(tmp_path) -> Path:
     path = tmp_path / "faults.toml"
@@ -73,24 +84,43 @@ def suite(tmp_path) -> Path:
 
 
 def test_sigkill_at_random_points_then_resume_loses_and_duplicates_nothing(tmp_path, suite):
+    # An uninterrupted run's length on this host: the span the time-drawn kill points cover
+    # (the stand-in's run is a few seconds, most of them the runner's and worker's start).
+    clean = tmp_path / "clean"
+    started = time.monotonic()
+    subprocess.run(command(suite, clean), cwd=ROOT, capture_output=True, timeout=600)
+    run_s = time.monotonic() - started
     out = tmp_path / "out"
     rng = random.Random(20261123)
-    tried = landed = torn_injected = 0
+    tried = landed = between_rows = torn_injected = 0
     for attempt in range(KILLS):
+        before = audit(out)["rows"]
         proc = subprocess.Popen(command(suite, out, "--resume"), cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
-        time.sleep(rng.uniform(0.0, 6.0))
+        if attempt % 3 != 2 and before + 1 <= EXPECTED - 3:
+            # Once this run has written a drawn number of rows more, leaving a job's rows
+            # or more to write: between two rows (tests/kill_points.py).
+            wait_for_lines(proc, out, "**/*.jsonl", rng.randint(before + 1, EXPECTED - 3))
+        else:
+            # Anywhere in an uninterrupted run's length: the start, a torn tail's repair,
+            # the rows, the end.
+            time.sleep(rng.uniform(0.0, run_s))
         tried += 1
-        if proc.poll() is None:
+        alive = proc.poll() is None
+        if alive:
             os.killpg(proc.pid, signal.SIGKILL)   # runner and worker at once, no cleanup
             landed += 1
         proc.wait()
         state = audit(out)
         assert state["duplicated"] == 0 and state["unreadable"] == 0, (attempt, state)
+        if alive and before < state["rows"] < EXPECTED:
+            between_rows += 1                     # killed after a row, with rows to come
         files = list(out.rglob("*.jsonl"))
-        if attempt % 5 == 4 and files:
-            # A write torn by the kill itself is rare (one os.write per row): make some.
+        if files and (attempt % 3 == 1 or state["cases"] == EXPECTED and not torn_injected):
+            # A write torn by the kill itself is rare (one os.write per row): make some,
+            # each before a run killed at a drawn time, which may land before its repair
+            # (and one for the last run to repair, if the loop ends before any).
             with files[0].open("ab") as handle:
                 handle.write(b'{"schema": 1, "case_id": "torn/by/a/kil')
             torn_injected += 1
@@ -102,15 +132,17 @@ def test_sigkill_at_random_points_then_resume_loses_and_duplicates_nothing(tmp_p
     final = audit(out)
     assert final["torn_tail"] == 0
     lost = EXPECTED - final["cases"]
-    figures = (f"kills tried {tried}, landed {landed}, torn tails injected {torn_injected}, "
-               f"rows expected {EXPECTED}, lost {lost}, duplicated {final['duplicated']}, "
-               f"unreadable {final['unreadable']}")
+    figures = (f"kills tried {tried}, landed {landed}, between rows {between_rows}, torn tails "
+               f"injected {torn_injected}, rows expected {EXPECTED}, lost {lost}, duplicated "
+               f"{final['duplicated']}, unreadable {final['unreadable']}")
     print(f"\nfault injection (SIGKILL): {figures}")
     assert lost == 0 and final["duplicated"] == 0 and final["unreadable"] == 0, figures
     assert tried >= KILLS or final["cases"] == EXPECTED
+    # The faults landed mid-run: a stand-in too fast for its kills would test nothing.
+    assert between_rows >= 1, figures
+    assert torn_injected >= 1, figures
     torn = list(out.rglob("*.jsonl.torn"))
-    if torn_injected:
-        assert torn and torn[0].read_bytes().count(b"torn/by/a/kil") >= 1
+    assert torn and torn[0].read_bytes().count(b"torn/by/a/kil") >= torn_injected
 
 
 def full_disk(tmp_path: Path) -> tuple[Path, dict[str, str], callable]:
@@ -171,7 +203,9 @@ def test_out_under_a_regular_file_is_one_line_and_exit_2(tmp_path, suite):
 
 
 def test_a_hanging_case_becomes_a_timeout_row_and_the_suite_goes_on(tmp_path, suite):
-    limit = 8.0
+    # A stand-in case takes a tenth of a second or so (a few samples of a little numpy),
+    # so a limit of 3 s is far above every case but the hung ones, which wait it out.
+    limit = 3.0
     marker = f"b2/gradient/fp32/eager/t1#{os.getpid()}"
     out = tmp_path / "out"
     started = time.monotonic()
