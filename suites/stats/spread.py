@@ -22,7 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+
+# scipy is imported where it is used, not here: this module is on the import path of every
+# `python -m suites` start and every worker (through the harness), and scipy.stats alone
+# took about 2.5 of a runner's 3.2 s of imports on a 2-core host, paid even by runs that
+# never fit a prior.
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ def _trigamma_inverse(value: float) -> float:
         return 1.0 / math.sqrt(value)
     if value < 1e-6:
         return 1.0 / value
+    from scipy import special
     y = 0.5 + 1.0 / value
     for _ in range(50):
         tri = float(special.polygamma(1, y))
@@ -60,6 +65,7 @@ def fit_prior(variances: Sequence[float], df: int) -> Prior:
                         dtype=np.float64)
     if len(values) < 3 or df < 1 or not np.any(values > 0):
         return NO_PRIOR
+    from scipy import special
     # A zero variance (identical medians) has no logarithm; limma offsets it likewise.
     values = np.maximum(values, 1e-5 * float(np.median(values[values > 0])))
     half = df / 2.0
@@ -86,4 +92,7 @@ def moderated(variance: float, df: int, prior: Prior) -> tuple[float, float]:
 
 def t_975(df: float) -> float:
     """The two-sided 95% Student t quantile for (possibly fractional) df."""
-    return 1.959964 if df == math.inf else float(stats.t.ppf(0.975, df))
+    if df == math.inf:
+        return 1.959964
+    from scipy import stats
+    return float(stats.t.ppf(0.975, df))
