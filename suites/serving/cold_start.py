@@ -84,6 +84,8 @@ NOTE = ("seconds from the parent's time.monotonic() just before it started the c
 # process of the same group (the time limit kills the group); "wrong" perturbs the first
 # answer before the check; "silent" exits 0 without printing a result.
 INJECT = "DLBENCH_INJECT_COLD_START"
+# The settings that name a cold start, in every record and summary (``Setting.identity``).
+IDENTITY = ("framework", "device", "model", "batch", "precision", "variant", "threads")
 DEFAULT_TIMEOUT_S = 600.0
 
 
@@ -233,9 +235,11 @@ def _child(args: argparse.Namespace) -> int:
             output = output + np.float32(1.0)
         return _check(args, adapter, case, model, output)
     except unsupported as error:
-        _emit("result", status="unsupported", reason=_one_line(f"{type(error).__name__}: {error}"))
+        from suites.serving.sut import one_line  # here: off the timed path of an answer
+        _emit("result", status="unsupported", reason=one_line(error))
     except Exception as error:   # noqa: BLE001 - a failure is a record, never a traceback
-        _emit("result", status="failed", reason=_one_line(f"{type(error).__name__}: {error}"))
+        from suites.serving.sut import one_line
+        _emit("result", status="failed", reason=one_line(error))
     return 0
 
 
@@ -280,6 +284,10 @@ class Setting:
     threads: int = 2
     seed: int = 0
 
+    def identity(self) -> dict[str, Any]:
+        """The settings every record of this setting carries (``IDENTITY``)."""
+        return {name: getattr(self, name) for name in IDENTITY}
+
 
 def write_inputs(setting: Setting, folder: Path) -> None:
     """The canonical weights (``weights.npz``: ``names`` and ``w<i>``, uncompressed, as a
@@ -316,9 +324,7 @@ def _last_line(text: str) -> str:
 def run_child(setting: Setting, data: Path, repeat: int, timeout_s: float,
               python: str = sys.executable) -> ColdStart:
     """One cold start of ``setting`` on the files in ``data`` (``write_inputs``)."""
-    base = {"framework": setting.framework, "device": setting.device, "model": setting.model,
-            "batch": setting.batch, "precision": setting.precision, "variant": setting.variant,
-            "threads": setting.threads, "repeat": repeat,
+    base = {**setting.identity(), "repeat": repeat,
             "clock": time.get_clock_info("monotonic").implementation}
     from adapters.registry import load_registry
     entry = load_registry()[setting.framework]
@@ -403,9 +409,7 @@ def _unsupported(setting: Setting) -> str:
 def cold_starts(setting: Setting, repeats: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S,
                 python: str = sys.executable) -> list[ColdStart]:
     """``repeats`` cold starts of ``setting``, one fresh child each, on one set of files."""
-    base = {"framework": setting.framework, "device": setting.device, "model": setting.model,
-            "batch": setting.batch, "precision": setting.precision, "variant": setting.variant,
-            "threads": setting.threads}
+    base = setting.identity()
     reason = _unsupported(setting)
     if reason:
         return [ColdStart(**base, repeat=1, status="unsupported", reason=reason)]
@@ -413,8 +417,8 @@ def cold_starts(setting: Setting, repeats: int = 3, timeout_s: float = DEFAULT_T
         try:
             write_inputs(setting, Path(folder))
         except Exception as error:   # noqa: BLE001 - an unknown model is a record too
-            return [ColdStart(**base, repeat=1, status="failed",
-                              reason=_one_line(f"{type(error).__name__}: {error}"))]
+            from suites.serving.sut import one_line
+            return [ColdStart(**base, repeat=1, status="failed", reason=one_line(error))]
         return [run_child(setting, Path(folder), repeat, timeout_s, python)
                 for repeat in range(1, repeats + 1)]
 
@@ -426,11 +430,12 @@ def summarise(records: list[ColdStart]) -> ColdStartSummary:
     bad = next((r for r in records if r.status != "ok"), None)
     status = "ok" if bad is None else ("unsupported" if bad.status == "unsupported" else "failed")
     reason = "" if bad is None else f"repeat {bad.repeat}: {bad.reason}"
-    return ColdStartSummary(first.framework, first.device, first.model, first.batch,
-                            first.precision, ok[0].variant if ok else first.variant,
-                            first.threads, len(records), len(ok), status, reason, medians,
-                            statistics.median(r.answered_s for r in ok) if ok else None,
-                            tuple(r.total_s for r in records), first.total_s)
+    identity = {name: getattr(first, name) for name in IDENTITY}
+    identity["variant"] = ok[0].variant if ok else first.variant
+    return ColdStartSummary(**identity, repeats=len(records), ok=len(ok), status=status,
+                            reason=reason, phases_median_s=medians,
+                            total_median_s=statistics.median(r.answered_s for r in ok) if ok else None,
+                            totals_s=tuple(r.total_s for r in records), first_total_s=first.total_s)
 
 
 def table(summary: ColdStartSummary, records: list[ColdStart]) -> str:
