@@ -173,6 +173,9 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         samples = Batch(samples.x, None, samples.lengths)
         if batch > config.samples:
             return row("failed", f"batch {batch} exceeds the {config.samples} samples")
+        # A precision the adapter lacks is an unsupported row, as the runner's worker
+        # makes it: never the default precision served under the asked one's label.
+        adapter.check_precision(case)
         # Copies (select), never views of the query set: an adapter may keep and write
         # into the arrays it is given.
         prepared = adapter.prepare(model, canonical_weights(model, config.seed),

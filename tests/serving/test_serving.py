@@ -137,6 +137,14 @@ def test_a_wrong_answer_fails_the_float64_check(tmp_path):
     assert row.serving["check"]["error"] == pytest.approx(1e-3, rel=0.01)
 
 
+def test_a_precision_the_adapter_lacks_is_an_unsupported_row(tmp_path):
+    config = ServingConfig(**{**QUICK.__dict__, "precision": "fp16"})
+    row = serve_case(lg, NumpyAdapter(), "lenet_tiny", "SingleStream", config, "serving-test",
+                     tmp_path, {})
+    assert row.status == "unsupported" and "has no fp16 precision" in row.reason
+    assert "result" not in row.serving
+
+
 def test_an_unknown_scenario_is_a_row_with_the_reason(tmp_path):
     row = run(tmp_path, NumpyAdapter(), scenario="Bursty")
     assert row.status == "failed" and "unknown scenario 'Bursty'" in row.reason
