@@ -75,14 +75,36 @@ PRECISIONS = {
 }
 
 
-def numerics(precision: str, device: str) -> Numerics:
+def numerics(precision: str, device: str, attention: str | None = None) -> Numerics:
     if precision == "tf32" and device != "gpu":
         raise Unsupported("tf32 is a GPU tensor-core mode; CPUs have no TF32")
     lax_precision, dtype, default = PRECISIONS[precision]
     # Every conv and dot names its precision; the process default is set as well, so
     # nothing traced without one falls back to TF32.
     jax.config.update("jax_default_matmul_precision", default)
-    return Numerics(LAYOUT[device], lax_precision, dtype)
+    return Numerics(LAYOUT[device], lax_precision, dtype, attention)
+
+
+# The variants that jit the whole step.
+JITTED = ("jit", "cudnn_attention")
+
+
+def attention(variant: str, case: CaseConfig, model: Model, device: str) -> str | None:
+    """jax.nn.dot_product_attention's implementation for a variant, or why it cannot run.
+    cuDNN's fused attention exists on NVIDIA GPUs only and takes float16 or bfloat16
+    operands (jax.nn.dot_product_attention API doc: "cudnn" needs a GPU and fp16/bf16), so
+    an fp32 or TF32 case is unsupported rather than silently run on XLA's attention."""
+    if variant != "cudnn_attention":
+        return None
+    if not has_attention(model):
+        raise Unsupported(f"cudnn_attention chooses self-attention's kernel: {model.name} "
+                          "has no self-attention")
+    if device != "gpu":
+        raise Unsupported("cudnn_attention: cuDNN's fused attention runs on an NVIDIA GPU only")
+    if case.precision != "bf16":
+        raise Unsupported(f"cudnn_attention: cuDNN's fused attention takes bf16 or fp16 operands, "
+                          f"not {case.precision}")
+    return "cudnn"
 
 
 def xla_pool_threads() -> int | None:
@@ -242,7 +264,8 @@ class JaxPrepared(Prepared):
         self.on_gpu = adapter.config.device == "gpu"
         self.model = model
         self.variant = variant
-        self.num = numerics(case.precision, adapter.config.device)
+        self.num = numerics(case.precision, adapter.config.device, attention(variant, case, model,
+                                                                         adapter.config.device))
         self.net = build(model, weights, self.num, analyse(model).trainable_names)
 
         def put(array: Any) -> Any:
@@ -253,7 +276,7 @@ class JaxPrepared(Prepared):
         self.host_x = self._host_x(batch)
         self.x, self.labels, self.lengths = self._place(batch, self.host_x)
         jax.block_until_ready((self.trainable, self.fixed, self.x, self.labels, self.lengths))
-        self.jit = variant == "jit"
+        self.jit = variant in JITTED
         compile_ = jax.jit if self.jit else (lambda fn: fn)
         self.forward_fn = compile_(self._forward)
         # Gradients with respect to the body's trainable parameters only (argument 0).
@@ -269,7 +292,8 @@ class JaxPrepared(Prepared):
         self.extra = {"layout": self.num.layout,
                       "precision_config": self.num.precision.name,
                       "compute_dtype": jnp.dtype(self.num.dtype).name,
-                      **({"attention": ATTENTION} if has_attention(model) else {})}
+                      **({"attention": ATTENTION[self.num.attention]}
+                         if has_attention(model) else {})}
 
     def _host_x(self, batch: Batch) -> np.ndarray:
         """The batch's input in the activation layout, converted once on the host."""
@@ -585,6 +609,8 @@ class JaxAdapter(Adapter):
         "jit": "jax.jit of the whole step (XLA-compiled); NHWC activations; only "
                "train_step donates (its parameters and optimizer state)",
         "eager": "op-by-op dispatch, no jax.jit (each primitive compiled once and cached)",
+        "cudnn_attention": "jax.jit, jax.nn.dot_product_attention on cuDNN's fused attention "
+                           "(implementation='cudnn'; GPU, bf16)",
     }
 
     def __init__(self, config: RunConfig):

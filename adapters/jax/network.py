@@ -29,10 +29,11 @@ from models.weights import Weights
 # jax.nn.dot_product_attention's ``implementation``: "xla", "cudnn", or None, which in jax
 # 0.10.2 (jax/_src/nn/functions.py: "TODO ... Automatically select the best backend
 # (defaults to XLA for now)") runs the XLA implementation, softmax(Q·Kᵀ)·V as XLA fuses
-# it, on the GPU too: cuDNN's fused attention only where "cudnn" is passed. Each row of a
-# model with attention records it.
-ATTENTION_IMPLEMENTATION = None
-ATTENTION = "jax.nn.dot_product_attention, implementation=None (the XLA implementation)"
+# it, on the GPU too: cuDNN's fused attention only where "cudnn" is passed (the adapter's
+# cudnn_attention variant). Each row of a model with attention records which ran.
+ATTENTION = {None: "jax.nn.dot_product_attention, implementation=None (the XLA implementation)",
+             "cudnn": "jax.nn.dot_product_attention, implementation='cudnn' (cuDNN's fused "
+                      "attention)"}
 
 Params = dict[str, jax.Array]
 
@@ -58,6 +59,7 @@ class Numerics:
     layout: str              # activations: "NHWC" or "NCHW"
     precision: lax.Precision  # of every convolution and matrix product
     dtype: Any               # compute dtype: float32, or bfloat16 for mixed precision
+    attention: str | None = None   # jax.nn.dot_product_attention's implementation
 
     @property
     def channel_axis(self) -> int:
@@ -408,17 +410,22 @@ class Builder:
             # Columns q | k | v, the heads contiguous inside each: (N, T, heads, d) each,
             # the (B, T, N, H) layout jax.nn.dot_product_attention takes.
             q, k, v = (part.reshape(n, steps, heads, size) for part in jnp.split(qkv, 3, -1))
-            mask = None
-            if node.padding:
+            padding: dict[str, Any] = {}
+            if node.padding and self.num.attention == "cudnn":
+                # cuDNN's fused attention takes no boolean mask; it masks the keys past each
+                # sequence's length from the lengths themselves (jax.nn.dot_product_attention
+                # API doc, key_value_seq_lengths): the same keys as the mask below.
+                padding = {"key_value_seq_lengths": ctx.lengths.count.astype(jnp.int32)}
+            elif node.padding:
                 # Keys past each sequence's length are masked, for every query row
                 # (padded rows attend to the valid keys): (N, 1, 1, T), True = attend.
-                mask = (ctx.lengths.mask > 0)[:, None, None, :]
-            # JAX's attention, implementation ATTENTION_IMPLEMENTATION (above: None is the
-            # XLA implementation, also on a GPU); its scale is 1/sqrt(d) and its matrix
+                padding = {"mask": (ctx.lengths.mask > 0)[:, None, None, :]}
+            # JAX's attention, implementation self.num.attention (ATTENTION above: None is
+            # the XLA implementation, also on a GPU); its scale is 1/sqrt(d) and its matrix
             # products take the process's jax_default_matmul_precision, which the adapter
             # sets with the precision (jax.nn.dot_product_attention API doc).
-            o = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=node.causal,
-                                             implementation=ATTENTION_IMPLEMENTATION)
+            o = jax.nn.dot_product_attention(q, k, v, is_causal=node.causal,
+                                             implementation=self.num.attention, **padding)
             o = o.reshape(n, steps, node.dim)
             y = jnp.dot(o, self._cast(params, out_w), precision=self.num.precision)
             return y + self._cast(params, out_b)

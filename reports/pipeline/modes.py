@@ -27,7 +27,7 @@ MODES = {
               "sdpa_efficient": "eager", "sdpa_cudnn": "eager"},
     "tf": {"graph": "graph", "eager": "eager", "xla": COMPILED, "nchw": "graph",
            "nhwc": "graph"},
-    "jax": {"jit": COMPILED, "eager": "eager"},
+    "jax": {"jit": COMPILED, "eager": "eager", "cudnn_attention": COMPILED},
     # ort_fused too: its fusions are rewrites of the graph the session then runs kernel
     # by kernel (ONNX Runtime's contrib kernels), not code generated for the graph.
     "ort": {variant: "session" for variant in ("ort_all", "ort_extended", "ort_basic",

@@ -28,6 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from adapters.base import CaseConfig, DeviceUnavailable, RunConfig, Unsupported  # noqa: E402
 from adapters.jax import JaxAdapter  # noqa: E402
+from adapters.jax import adapter as jax_adapter  # noqa: E402
 from adapters.jax.profile import (  # noqa: E402
     HloOp,
     cpu_operation_times,
@@ -108,6 +109,28 @@ def test_bf16_computes_in_bfloat16_with_float32_parameters_and_loss(adapter):
 def test_tf32_is_a_gpu_mode(adapter):
     with pytest.raises(Unsupported, match="GPU tensor-core mode"):
         prepare(adapter, "lenet_tiny", "tf32")
+
+
+@pytest.mark.parametrize("name, device, precision, reason", [
+    ("lenet_tiny", "gpu", "bf16", "has no self-attention"),
+    ("gpt2_tiny", "cpu", "bf16", "NVIDIA GPU only"),
+    ("gpt2_tiny", "gpu", "fp32", "bf16 or fp16 operands, not fp32"),
+    ("bert_tiny", "gpu", "tf32", "bf16 or fp16 operands, not tf32"),
+])
+def test_cudnn_attention_says_where_it_cannot_run(name, device, precision, reason):
+    with pytest.raises(Unsupported, match=reason):
+        jax_adapter.attention("cudnn_attention", CaseConfig(precision, "cudnn_attention"),
+                              get_model(name), device)
+
+
+def test_cudnn_attention_asks_jax_for_cudnn_and_the_default_for_xla():
+    bf16 = CaseConfig("bf16", "cudnn_attention")
+    assert jax_adapter.attention("cudnn_attention", bf16, get_model("bert_tiny"), "gpu") == "cudnn"
+    assert jax_adapter.attention("jit", CaseConfig("bf16", "jit"), get_model("bert_tiny"),
+                                 "gpu") is None
+    with pytest.raises(Unsupported, match="NVIDIA GPU only"):
+        prepare(JaxAdapter(RunConfig("cpu", threads=2, interop_threads=1)), "gpt2_tiny", "bf16",
+                "cudnn_attention")
 
 
 # --- layout, variants, measures -----------------------------------------------------------
@@ -215,7 +238,7 @@ def test_eager_computes_what_jit_computes(adapter, name):
 
 
 def test_variants_are_described():
-    assert list(JaxAdapter.variants) == ["jit", "eager"]
+    assert list(JaxAdapter.variants) == ["jit", "eager", "cudnn_attention"]
     assert "jax.jit" in JaxAdapter.variants["jit"]
 
 
@@ -405,7 +428,6 @@ def test_a_second_epoch_compiles_nothing(adapter, name, variant, measure):
 def test_a_device_output_summary_compiles_one_program_per_shape(adapter, monkeypatch):
     """The fingerprint's device summary (head, sums, squares) is one program: one
     compilation for an output shape, none when the same output is summarised again."""
-    import adapters.jax.adapter as jax_adapter
 
     monkeypatch.setattr(jax_adapter, "DEVICE_SUMMARY_VALUES", 0)
     model = get_model("conv_tiny")
