@@ -25,6 +25,13 @@ ran alone in a fresh process (42.7 GB at the allocator's peak). The worker annou
 and exits with ``FRESH_PROCESS_EXIT``; the runner gives the job's pending measures to a
 fresh worker, where an ``oom`` stands, and its rows say why they were taken there
 (``WorkerJob.fresh_after``).
+
+A worker in which an ``oom`` stood ends after that job, and the next job goes on in a fresh
+one: a framework's device state after a refused allocation is not trusted. In
+transformers-gpu on an H200, TensorFlow's GPT-2 training step at 8192 tokens ran out of
+memory in graph execution, and every later operation of that process failed ("CUDA error:
+Could not synchronize CUDA stream", "Failed copying input tensor from CPU to GPU"): the
+next job and the device phase of 21 jobs that had run well.
 """
 
 from __future__ import annotations
@@ -191,6 +198,7 @@ class Worker:
     # running: an out-of-memory error after others goes to a fresh process.
     jobs_started = 0
     job: WorkerJob | None = None
+    oom_stood = ""                  # an out-of-memory error recorded as oom in this process
     # Jobs built for the wall phase and kept for this process's device phase
     # (suites/harness/kept_jobs.py), and what they held on the device when the running job was
     # built (its rows' peak memory leaves that out).
@@ -272,6 +280,12 @@ class Worker:
             self.build_and_measure(job)
         finally:
             self.release_s = time.perf_counter() - self.last_row
+        if self.oom_stood:
+            # The module's docstring: after a refused allocation the process is retired.
+            raise FreshProcessNeeded(f"{job.model} b{job.batch} {job.precision} {job.variant} "
+                                     f"ran out of device memory in the worker before "
+                                     f"({self.oom_stood}), whose device state is not "
+                                     f"trusted after that")
 
     def build_and_measure(self, job: WorkerJob) -> None:
         from adapters.base import CaseConfig, Unsupported
@@ -568,7 +582,8 @@ class Worker:
                 raise FreshProcessNeeded(
                     f"{one_line(error)}, in a worker that had run {earlier} other "
                     f"job{'s' if earlier > 1 else ''}")
-            return "oom", one_line(error)
+            self.oom_stood = one_line(error)
+            return "oom", self.oom_stood
         traceback.print_exc(file=sys.stderr)
         return "failed", one_line(error)
 

@@ -100,5 +100,13 @@ def test_a_job_refused_as_its_workers_first_is_oom_at_once(tmp_path, stand_in_gp
     assert {row["status"] for row in second.values()} == {"oom"}
     assert not any("fresh process" in row["reason"] for row in second.values())
     # Once in each phase's first process.
-    assert len(preparing_processes(stand_in_gpu)[SECOND]) == 2
-    assert {row["status"] for row in by_measure(rows, FIRST).values()} == {"ok"}
+    processes = preparing_processes(stand_in_gpu)
+    assert len(processes[SECOND]) == 2
+    first = by_measure(rows, FIRST)
+    assert {row["status"] for row in first.values()} == {"ok"}
+    # The worker where the oom stood is retired: the next job runs in a fresh one, saying why.
+    assert processes[FIRST][0] != processes[SECOND][0]
+    assert first["forward"]["env"]["worker_pid"] != second["forward"]["env"]["worker_pid"]
+    note = first["forward"]["timing"]["fresh_process_after"]
+    assert note.startswith(f"{SECOND} b2 fp32 eager ran out of device memory in the worker")
+    assert "not trusted" in note
