@@ -1,0 +1,59 @@
+"""Each framework's greedy generator with a key/value cache (adapters.base.Generator)
+against the float64 reference: GPT-2's tiny variant, an 8-token prompt and 8 new tokens,
+every step's logits within the precision's bound and every token float64's argmax (or
+within the bound of it), through the harness's own check (suites/serving/generate.py). A
+decode step that ignored or misplaced the cache would give other logits from the second
+token on, far beyond the fp32 bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters.base import CaseConfig, Unsupported
+from models import zoo
+from models.inputs import Batch, make_batch
+from models.weights import canonical_weights
+from suites.serving.generate import GenerateConfig, at_length, check, prompts
+
+PROMPT, NEW = 8, 8
+
+
+def prepared_for(adapter, name: str, precision: str = "fp32"):
+    model = zoo.get_model(name)
+    weights = canonical_weights(model, 0)
+    sized = at_length(model, PROMPT + NEW)
+    first = make_batch(sized, 1, 0)
+    return model, sized, weights, adapter.prepare(sized, weights, Batch(first.x, None, first.lengths),
+                                                 CaseConfig(precision, "default"))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_generation_with_the_cache_matches_float64_step_by_step(adapter, entry, precision):
+    if "generate" not in entry.measures:
+        pytest.skip(f"{entry.name} does not generate")
+    if precision not in adapter.precisions:
+        pytest.skip(f"{entry.name} has no {precision}")
+    model, sized, weights, prepared = prepared_for(adapter, "gpt2_tiny", precision)
+    try:
+        generator = prepared.generator(PROMPT + NEW)
+        queries = prompts(model, GenerateConfig(prompt=PROMPT, new_tokens=NEW, prompts=2))
+        for prompt in queries:   # the second prompt reuses the cache the first one filled
+            found = check(sized, weights, generator, prompt, NEW, precision)
+            assert found["passed"], found.get("problem")
+            assert found["steps"] == NEW and len(found["errors"]) == NEW
+            assert max(found["errors"]) <= found["bound"]
+            if precision == "fp32":
+                assert found["greedy_matches"] == NEW, found["mismatches"]
+    finally:
+        prepared.close()
+
+
+def test_a_model_that_is_not_a_decoder_has_no_generator(adapter, entry):
+    if "generate" not in entry.measures:
+        pytest.skip(f"{entry.name} does not generate")
+    _, _, _, prepared = prepared_for(adapter, "bert_tiny")
+    try:
+        with pytest.raises(Unsupported, match="not a decoder-only model"):
+            prepared.generator(PROMPT + NEW)
+    finally:
+        prepared.close()
