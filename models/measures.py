@@ -123,6 +123,9 @@ TRANSFERS = tuple(m.name for m in DECLARED if m.phase == "transfer")
 COUNTERS = "counters"
 SERVE = "serve"
 GENERATE = "generate"
+# The measures MLPerf LoadGen times (suites/serving/): percentiles in ``serving``, no median
+# per step, so they stay out of the step tables, rankings and ratios.
+LOADGEN_MEASURES = tuple(m.name for m in DECLARED if m.driver == "loadgen")
 TRAIN_STEP = "train_step"
 # FLOPs per example relative to the forward pass, for the measures rated in TFLOP/s.
 FLOP_FACTORS = {m.name: m.flop_factor for m in DECLARED if m.flop_factor is not None}
