@@ -99,12 +99,36 @@ def validate_serving(name_or_path: str) -> str:
             except UnknownModel as error:
                 problems.append(str(error))
     problems += [unknown(s) for _, scenarios, _ in suite["groups"] for s in scenarios if unknown(s)]
+    problems += generation_problems(suite["groups"])
     if problems:
         raise SuiteError(f"serving suite {suite['name']}: {'; '.join(dict.fromkeys(problems))}")
     # A generation group ([cases.generate]) is one case per model.
     cases = sum(len(models) * max(len(scenarios), 1) for models, scenarios, _ in suite["groups"])
     return f"{name_or_path}: ok, serving suite {suite['name']}, {len(suite['groups'])} case " \
            f"tables, {cases} cases"
+
+
+def generation_problems(groups) -> list[str]:
+    """A generation group's models that would give no timed row: not a decoder, or a
+    prompt + new tokens beyond the model's position table."""
+    from models.families.transformer import context_length, not_a_decoder
+    from models.zoo import UnknownModel, get_model
+    from suites.serving.generate import GenerateConfig
+    problems = []
+    for models, _, config in groups:
+        if not isinstance(config, GenerateConfig):
+            continue
+        for name in models:
+            try:
+                model = get_model(name)
+            except UnknownModel:
+                continue   # said already
+            if not_a_decoder(model):
+                problems.append(not_a_decoder(model))
+            elif config.length > context_length(model):
+                problems.append(f"{name}: prompt {config.prompt} + {config.new_tokens} new "
+                                f"tokens exceed its context of {context_length(model)}")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:

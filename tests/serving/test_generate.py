@@ -13,52 +13,16 @@ import numpy as np
 import pytest
 
 from adapters.base import Adapter, CaseConfig, Memory, Prepared, RunConfig, Unsupported
-from models import reference, zoo
+from models import zoo
 from models.families.transformer import not_a_decoder
 from models.inputs import Batch
 from models.weights import canonical_weights
 from suites.serving import loadgen_log
 from suites.serving.__main__ import load
 from suites.serving.generate import GenerateConfig, check, generate_case, prompts
+from tests.fake_framework import ReferenceGenerator
 
 QUICK = GenerateConfig(prompt=8, new_tokens=8, prompts=4, warmup=1)
-
-
-class ReferenceGenerator:
-    """The float64 reference over the whole sequence each step (no cache: a stand-in),
-    its logits rounded to float32 and moved by ``shift`` x max |y|; ``runner_up`` returns
-    float64's second-best token at the first step; ``fail_after`` raises after that many
-    prefills."""
-
-    def __init__(self, model, weights, shift: float, runner_up: bool, fail_after: int | None):
-        self.model, self.weights, self.shift = model, weights, shift
-        self.runner_up, self.fail_after, self.prefills = runner_up, fail_after, 0
-        self.memo: dict[tuple[int, ...], np.ndarray] = {}
-        self.tokens: list[int] = []
-
-    def _next(self) -> int:
-        key = tuple(self.tokens)
-        if key not in self.memo:
-            x = np.asarray(self.tokens, dtype=np.int32)[None]
-            self.memo[key] = reference.forward(self.model, self.weights, Batch(x, None, None))[0, -1]
-        logits = self.memo[key].astype(np.float32)
-        self.logits = logits + np.float32(self.shift) * np.abs(logits).max()
-        order = np.argsort(self.logits)
-        return int(order[-2] if self.runner_up and len(self.tokens) == self.prompt else order[-1])
-
-    def prefill(self, prompt: np.ndarray) -> int:
-        self.prefills += 1
-        if self.fail_after is not None and self.prefills > self.fail_after:
-            raise RuntimeError("the generator fell over")
-        self.tokens, self.prompt = [int(t) for t in prompt], len(prompt)
-        return self._next()
-
-    def decode(self, token: int) -> int:
-        self.tokens.append(token)
-        return self._next()
-
-    def last_logits(self) -> np.ndarray:
-        return self.logits.astype(np.float64)
 
 
 class StandInPrepared(Prepared):
