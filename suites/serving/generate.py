@@ -110,14 +110,14 @@ class GenerateConfig:
                 "token_latencies": "LoadGen (use_token_latencies)"}
 
 
-def at_length(model: ir.Model, steps: int) -> ir.Model:
+def with_steps(model: ir.Model, steps: int) -> ir.Model:
     """``model`` fed ``steps`` tokens (its input's length; the weights are the same)."""
     return dataclasses.replace(model, input=dataclasses.replace(model.input, shape=(steps,)))
 
 
 def prompts(model: ir.Model, config: GenerateConfig) -> np.ndarray:
     """int32 (prompts, prompt): the seeded prompts."""
-    return make_batch(at_length(model, config.prompt), config.prompts, config.seed).x
+    return make_batch(with_steps(model, config.prompt), config.prompts, config.seed).x
 
 
 def generate(generator: Generator, prompt: np.ndarray, new_tokens: int,
@@ -274,7 +274,7 @@ def generate_case(lg, adapter: Adapter, model_name: str, config: GenerateConfig,
                                  f"{context_length(model)}")
         adapter.check_precision(case)
         weights = canonical_weights(model, config.seed)
-        sized = at_length(model, config.length)
+        sized = with_steps(model, config.length)
         queries = prompts(model, config)
         first = make_batch(sized, 1, config.seed)
         prepared = adapter.prepare(sized, weights, Batch(first.x, None, first.lengths), case)

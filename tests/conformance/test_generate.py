@@ -13,7 +13,7 @@ from adapters.base import CaseConfig, Unsupported
 from models import zoo
 from models.inputs import Batch, make_batch
 from models.weights import canonical_weights
-from suites.serving.generate import GenerateConfig, at_length, check, prompts
+from suites.serving.generate import GenerateConfig, check, prompts, with_steps
 
 PROMPT, NEW = 8, 8
 
@@ -21,7 +21,7 @@ PROMPT, NEW = 8, 8
 def prepared_for(adapter, name: str, precision: str = "fp32", variant: str = "default"):
     model = zoo.get_model(name)
     weights = canonical_weights(model, 0)
-    sized = at_length(model, PROMPT + NEW)
+    sized = with_steps(model, PROMPT + NEW)
     first = make_batch(sized, 1, 0)
     return model, sized, weights, adapter.prepare(sized, weights, Batch(first.x, None, first.lengths),
                                                  CaseConfig(precision, variant))
