@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -172,6 +172,28 @@ class DeviceClock:
 
 
 
+class Generator(Protocol):
+    """Greedy decoding of one sequence at batch 1 with a key/value cache of fixed capacity
+    (``Prepared.generator``; the ``generate`` measure, suites/serving/generate.py). The
+    cache is preallocated at ``max_length`` positions, so a compiled framework traces or
+    compiles once for the prefill and once for the decode step."""
+
+    def prefill(self, prompt: np.ndarray) -> int:
+        """``prompt``: int32 (P,) token ids; fills the cache from position 0 and returns
+        the greedy next token id (argmax on the device; returning it to the host is the
+        sync point)."""
+        ...
+
+    def decode(self, token: int) -> int:
+        """Appends ``token`` at the next position and returns the next greedy token id."""
+        ...
+
+    def last_logits(self) -> np.ndarray:
+        """The logits (vocab,) behind the token last returned, as float64 on the host: for
+        the float64 check only, never inside a timed call."""
+        ...
+
+
 @dataclass
 class Prepared(abc.ABC):
     """A network built, loaded and placed on its device, ready to be timed."""
@@ -230,6 +252,12 @@ class Prepared(abc.ABC):
         device and fetching the output are part of it (a served request pays both), so
         LoadGen's time from issue to completion includes them."""
         raise Unsupported("no serve hook in this framework")
+
+    def generator(self, max_length: int) -> Generator:
+        """A ``Generator`` over the prepared decoder-only transformer (prepared at batch 1)
+        whose cache holds ``max_length`` positions (prompt + new tokens); the ``generate``
+        measure's hook."""
+        raise Unsupported("no generator in this framework")
 
     @abc.abstractmethod
     def sync(self, handle: Any) -> None:

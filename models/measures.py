@@ -108,6 +108,11 @@ DECLARED: tuple[Measure, ...] = (
     # array out) and timed by LoadGen from issue to completion (suites/serving/, issue 61).
     # Its rows carry percentiles or throughput in ``serving``, not a median per step.
     Measure("serve", "forward", "loadgen", "serve", None, _NOT_RATED, "misc"),
+    # "generate": greedy decoding at batch 1 with a key/value cache (issue 61), a seeded
+    # prompt's prefill and each new token's decode step answered by the hook ``generator``
+    # (adapters.base.Generator), timed by LoadGen's SingleStream with token latencies: time
+    # to first token, time per output token, tokens per second (suites/serving/generate.py).
+    Measure("generate", "forward", "loadgen", "generator", None, _NOT_RATED, "misc"),
 )
 
 BY_NAME: dict[str, Measure] = {m.name: m for m in DECLARED}
@@ -117,6 +122,10 @@ PROFILE = "profile"
 TRANSFERS = tuple(m.name for m in DECLARED if m.phase == "transfer")
 COUNTERS = "counters"
 SERVE = "serve"
+GENERATE = "generate"
+# The measures MLPerf LoadGen times (suites/serving/): percentiles in ``serving``, no median
+# per step, so they stay out of the step tables, rankings and ratios.
+LOADGEN_MEASURES = tuple(m.name for m in DECLARED if m.driver == "loadgen")
 TRAIN_STEP = "train_step"
 # FLOPs per example relative to the forward pass, for the measures rated in TFLOP/s.
 FLOP_FACTORS = {m.name: m.flop_factor for m in DECLARED if m.flop_factor is not None}

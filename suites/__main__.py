@@ -41,7 +41,7 @@ SERVING_DIR = Path(__file__).resolve().parent / "serving"
 
 def is_serving_suite(name_or_path: str) -> bool:
     """A bundled serving suite's name, or a suite file whose [[cases]] name LoadGen
-    scenarios (suites/serving/__main__.py load)."""
+    scenarios or a generation (suites/serving/__main__.py load)."""
     if (SERVING_DIR / f"{name_or_path}.toml").is_file():
         return True
     path = Path(name_or_path)
@@ -49,7 +49,8 @@ def is_serving_suite(name_or_path: str) -> bool:
         cases = tomllib.loads(path.read_text()).get("cases") if path.suffix == ".toml" else None
     except (OSError, tomllib.TOMLDecodeError):
         return False
-    return isinstance(cases, list) and any(isinstance(c, dict) and "scenarios" in c for c in cases)
+    return isinstance(cases, list) and any(isinstance(c, dict) and ("scenarios" in c or "generate" in c)
+                                           for c in cases)
 
 
 def run_serving(args: argparse.Namespace) -> int:
@@ -98,11 +99,36 @@ def validate_serving(name_or_path: str) -> str:
             except UnknownModel as error:
                 problems.append(str(error))
     problems += [unknown(s) for _, scenarios, _ in suite["groups"] for s in scenarios if unknown(s)]
+    problems += generation_problems(suite["groups"])
     if problems:
         raise SuiteError(f"serving suite {suite['name']}: {'; '.join(dict.fromkeys(problems))}")
-    cases = sum(len(models) * len(scenarios) for models, scenarios, _ in suite["groups"])
+    # A generation group ([cases.generate]) is one case per model.
+    cases = sum(len(models) * max(len(scenarios), 1) for models, scenarios, _ in suite["groups"])
     return f"{name_or_path}: ok, serving suite {suite['name']}, {len(suite['groups'])} case " \
            f"tables, {cases} cases"
+
+
+def generation_problems(groups) -> list[str]:
+    """A generation group's models that would give no timed row: not a decoder, or a
+    prompt + new tokens beyond the model's position table."""
+    from models.families.transformer import context_length, not_a_decoder
+    from models.zoo import UnknownModel, get_model
+    from suites.serving.generate import GenerateConfig
+    problems = []
+    for models, _, config in groups:
+        if not isinstance(config, GenerateConfig):
+            continue
+        for name in models:
+            try:
+                model = get_model(name)
+            except UnknownModel:
+                continue   # said already
+            if not_a_decoder(model):
+                problems.append(not_a_decoder(model))
+            elif config.length > context_length(model):
+                problems.append(f"{name}: prompt {config.prompt} + {config.new_tokens} new "
+                                f"tokens exceed its context of {context_length(model)}")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:

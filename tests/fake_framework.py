@@ -25,7 +25,9 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
   kept job's settings set again (``<pid> reapply <precision> <variant>``).
 * ``serve`` (the serving harness's one call, suites/serving/) answers with the float64
   reference rounded to float32, so a serving suite runs under the real LoadGen and its
-  served outputs pass the float64 check.
+  served outputs pass the float64 check; ``generator`` (the generate measure) greedily
+  decodes with the float64 reference over the whole sequence (``ReferenceGenerator``, no
+  cache), so a generation case passes the check too.
 * ``FAKE_OOM=<model>``: preparing that model raises an out-of-memory error.
   ``FAKE_OOM_AFTER_OTHERS=<model>``: only in a process that prepared another model
   before, as an allocator fragmented by earlier jobs refuses what a fresh process grants.
@@ -80,6 +82,45 @@ class HostClock(DeviceClock):
         return self.ended - self.began
 
 
+class ReferenceGenerator:
+    """The float64 reference over the whole sequence each step (no cache: a stand-in),
+    its logits rounded to float32 and moved by ``shift`` x max |y|; ``runner_up`` returns
+    float64's second-best token at the first step; ``fail_after`` raises after that many
+    prefills."""
+
+    def __init__(self, model, weights, shift: float, runner_up: bool, fail_after: int | None):
+        self.model, self.weights, self.shift = model, weights, shift
+        self.runner_up, self.fail_after, self.prefills = runner_up, fail_after, 0
+        self.memo: dict[tuple[int, ...], np.ndarray] = {}
+        self.tokens: list[int] = []
+
+    def _next(self) -> int:
+        key = tuple(self.tokens)
+        if key not in self.memo:
+            from models import reference
+            from models.inputs import Batch
+            x = np.asarray(self.tokens, dtype=np.int32)[None]
+            self.memo[key] = reference.forward(self.model, self.weights, Batch(x, None, None))[0, -1]
+        logits = self.memo[key].astype(np.float32)
+        self.logits = logits + np.float32(self.shift) * np.abs(logits).max()
+        order = np.argsort(self.logits)
+        return int(order[-2] if self.runner_up and len(self.tokens) == self.prompt else order[-1])
+
+    def prefill(self, prompt: np.ndarray) -> int:
+        self.prefills += 1
+        if self.fail_after is not None and self.prefills > self.fail_after:
+            raise RuntimeError("the generator fell over")
+        self.tokens, self.prompt = [int(t) for t in prompt], len(prompt)
+        return self._next()
+
+    def decode(self, token: int) -> int:
+        self.tokens.append(token)
+        return self._next()
+
+    def last_logits(self) -> np.ndarray:
+        return self.logits.astype(np.float64)
+
+
 class FakePrepared(Prepared):
     def __init__(self, batch: int, device: str, model=None, weights=None):
         super().__init__()
@@ -91,6 +132,12 @@ class FakePrepared(Prepared):
     def serve(self, batch) -> np.ndarray:
         from models import reference
         return reference.forward(self.model, self.weights, batch, train=False).astype(np.float32)
+
+    def generator(self, max_length: int) -> ReferenceGenerator:
+        from models.families.transformer import not_a_decoder
+        if not_a_decoder(self.model):
+            raise Unsupported(not_a_decoder(self.model))
+        return ReferenceGenerator(self.model, self.weights, 0.0, False, None)
 
     def step_forward(self):
         return lambda: self.a @ self.a

@@ -33,6 +33,7 @@ from adapters.base import (
     Adapter,
     CaseConfig,
     DeviceUnavailable,
+    Generator,
     Memory,
     Prepared,
     Profile,
@@ -41,13 +42,14 @@ from adapters.base import (
     has_attention,
     require_device_memory,
 )
-from adapters.jax.network import ATTENTION, Context, Lengths, Numerics, build, loss_value
+from adapters.jax.network import ATTENTION, Context, Decode, Lengths, Numerics, build, loss_value
 from adapters.jax.profile import profile_steps
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
 from models.analysis import analyse
+from models.families.transformer import not_a_decoder
 from models.inputs import Batch
-from models.ir import Model
+from models.ir import Model, SelfAttention, walk
 from models.optimizers import AdamW, Optimizer, SGDMomentum, optimizer_for
 from models.weights import Weights
 from suites.instruments.profiling import WARMUP_RUNS
@@ -256,6 +258,48 @@ class Inputs(NamedTuple):
     lengths: Lengths | None
 
 
+class JaxGenerator:
+    """Greedy decoding with a preallocated key/value cache (adapters.base.Generator): the
+    body's own functions over the new steps only (network.Decode), the caches
+    (1, max_length, heads, d) per attention layer in the compute dtype. With jit the step
+    is one ``jax.jit`` program, compiled once for the prefill's shape and once for the
+    decode step's (the position is a traced int32 scalar, the caches keep their shape),
+    the caches donated so XLA writes them in place (``lax.dynamic_update_slice``)."""
+
+    def __init__(self, prepared: JaxPrepared, max_length: int):
+        self.prepared = prepared
+        self.capacity = max_length
+        shapes = {node.name: (1, max_length, node.heads, node.dim // node.heads)
+                  for node in walk(prepared.model.body) if isinstance(node, SelfAttention)}
+        self.caches = jax.device_put(
+            {name: (jnp.zeros(shape, prepared.num.dtype), jnp.zeros(shape, prepared.num.dtype))
+             for name, shape in shapes.items()}, prepared.device)
+        self.step = jax.jit(prepared._cached_step, donate_argnums=(2,)) if prepared.jit \
+            else prepared._cached_step
+        self.length = 0
+        self.logits: jax.Array | None = None
+
+    def _run(self, tokens: np.ndarray) -> int:
+        steps = tokens.shape[1]
+        if self.length + steps > self.capacity:
+            raise ValueError(f"position {self.length + steps} beyond the cache's {self.capacity}")
+        self.logits, token, self.caches = self.step(
+            self.prepared.trainable, self.prepared.fixed, self.caches,
+            jax.device_put(tokens, self.prepared.device), np.int32(self.length))
+        self.length += steps
+        return int(token)   # the copy to the host waits for the device
+
+    def prefill(self, prompt: np.ndarray) -> int:
+        self.length = 0
+        return self._run(np.asarray(prompt, dtype=np.int32)[None])
+
+    def decode(self, token: int) -> int:
+        return self._run(np.array([[token]], dtype=np.int32))
+
+    def last_logits(self) -> np.ndarray:
+        return np.asarray(self.logits, dtype=np.float64)
+
+
 class JaxPrepared(Prepared):
     def __init__(self, adapter: JaxAdapter, model: Model, weights: Weights, batch: Batch,
                  case: CaseConfig, variant: str):
@@ -323,6 +367,13 @@ class JaxPrepared(Prepared):
     def _forward(self, trainable, fixed, x, lengths) -> jax.Array:
         params, ctx = {**fixed, **trainable}, Context(False, lengths)
         return self.net.body(params, self._features(params, x, ctx), ctx)
+
+    def _cached_step(self, trainable, fixed, caches, tokens, start):
+        """A cached pass over new steps of one sequence (JaxGenerator): the last step's
+        logits, their argmax and the caches with the new steps written in."""
+        decode = Decode(start, caches)
+        logits = self.net.body({**fixed, **trainable}, tokens, Context(False, None, decode))[0, -1]
+        return logits, jnp.argmax(logits), decode.written
 
     def _loss(self, trainable, fixed, x, labels, lengths) -> jax.Array:
         params, ctx = {**fixed, **trainable}, Context(True, lengths)
@@ -551,6 +602,17 @@ class JaxPrepared(Prepared):
                              f"batch prepared, {self.x.shape} {self.x.dtype}")
         return self.canonical_output(np.asarray(
             self.forward_fn(*self._arguments("forward", inputs)), dtype=np.float32))
+
+    def generator(self, max_length: int) -> Generator:
+        reason = not_a_decoder(self.model)
+        if reason:
+            raise Unsupported(reason)
+        if self.num.attention == "cudnn":
+            # The cache is masked by position (network.py's decode path), and cuDNN's fused
+            # attention takes no boolean mask: generation would run XLA's attention.
+            raise Unsupported("cudnn_attention: generation masks its key/value cache by "
+                              "position, and cuDNN's fused attention takes no boolean mask")
+        return JaxGenerator(self, max_length)
 
     def output_summary(self, examples: int) -> OutputSummary:
         """A large output is reduced on its device, the head alone fetched

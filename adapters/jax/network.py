@@ -71,12 +71,28 @@ class Numerics:
 
 
 @dataclass(frozen=True)
+class Decode:
+    """A cached pass over new steps of one sequence (greedy generation): ``start``, the
+    first new step's position (an int32 scalar, traced, so one program serves every
+    position); ``caches``, per attention layer its keys and values, (1, capacity, heads,
+    d) each; ``written``, filled by the pass with each layer's caches after the new steps'
+    keys and values are written in (the pass's function returns them: JAX arrays are
+    values, not buffers)."""
+
+    start: jax.Array
+    caches: dict[str, tuple[jax.Array, jax.Array]]
+    written: dict[str, tuple[jax.Array, jax.Array]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Context:
     """What a call passes besides params and x. ``train`` is a Python bool, so it is
-    static for ``jax.jit``: forward and gradient are separate traced functions."""
+    static for ``jax.jit``: forward and gradient are separate traced functions. ``decode``:
+    a cached pass (``Decode``), None for a whole sequence."""
 
     train: bool
     lengths: Lengths | None = None
+    decode: Decode | None = None
 
 
 Apply = Callable[[Params, jax.Array, Context], jax.Array]
@@ -367,7 +383,10 @@ class Builder:
             # The first T rows, broadcast over the batch, as the ViT reference's
             # AddPositionEmbs adds them (google-research/vision_transformer); BERT's
             # token-type row 0, every token being in the first segment.
-            rows = params[table][:x.shape[1]]
+            if ctx.decode is None:
+                rows = params[table][:x.shape[1]]
+            else:   # the new steps' rows
+                rows = lax.dynamic_slice_in_dim(params[table], ctx.decode.start, x.shape[1])
             if segments is not None:
                 rows = rows + params[segments][0]
             return x + rows.astype(x.dtype)
@@ -411,7 +430,21 @@ class Builder:
             # the (B, T, N, H) layout jax.nn.dot_product_attention takes.
             q, k, v = (part.reshape(n, steps, heads, size) for part in jnp.split(qkv, 3, -1))
             padding: dict[str, Any] = {}
-            if node.padding and self.num.attention == "cudnn":
+            causal = node.causal
+            if ctx.decode is not None:
+                # The new steps' keys and values written into the layer's preallocated
+                # cache at their positions (lax.dynamic_update_slice), then every query
+                # attends to the cache's positions up to its own; the rest of the fixed
+                # capacity is masked out: (1, 1, T, capacity), True = attend.
+                start = ctx.decode.start
+                cached_k, cached_v = ctx.decode.caches[node.name]
+                k = lax.dynamic_update_slice(cached_k, k.astype(cached_k.dtype), (0, start, 0, 0))
+                v = lax.dynamic_update_slice(cached_v, v.astype(cached_v.dtype), (0, start, 0, 0))
+                ctx.decode.written[node.name] = (k, v)
+                positions = start + jnp.arange(steps)
+                padding = {"mask": (jnp.arange(k.shape[1])[None, :] <= positions[:, None])[None, None]}
+                causal = False
+            elif node.padding and self.num.attention == "cudnn":
                 # cuDNN's fused attention takes no boolean mask; it masks the keys past each
                 # sequence's length from the lengths themselves (jax.nn.dot_product_attention
                 # API doc, key_value_seq_lengths): the same keys as the mask below.
@@ -424,7 +457,7 @@ class Builder:
             # the XLA implementation, also on a GPU); its scale is 1/sqrt(d) and its matrix
             # products take the process's jax_default_matmul_precision, which the adapter
             # sets with the precision (jax.nn.dot_product_attention API doc).
-            o = jax.nn.dot_product_attention(q, k, v, is_causal=node.causal,
+            o = jax.nn.dot_product_attention(q.astype(k.dtype), k, v, is_causal=causal,
                                              implementation=self.num.attention, **padding)
             o = o.reshape(n, steps, node.dim)
             y = jnp.dot(o, self._cast(params, out_w), precision=self.num.precision)

@@ -22,6 +22,7 @@ from adapters.base import (
     Adapter,
     CaseConfig,
     DeviceUnavailable,
+    Generator,
     Memory,
     Prepared,
     Profile,
@@ -38,6 +39,7 @@ from adapters.tf.network import (
     NHWC,
     Context,
     Conv2d,
+    Decode,
     Dense,
     Layout,
     Lengths,
@@ -47,10 +49,11 @@ from adapters.tf.network import (
 )
 from adapters.tf.profile import profile_steps
 from adapters.tf.settings import describe_settings, settings_in_force
+from models.families.transformer import not_a_decoder
 from models.inputs import Batch
 from models.ir import LSTM as IRLSTM
 from models.ir import Conv2d as IRConv2d
-from models.ir import Model, all_nodes
+from models.ir import Model, SelfAttention, all_nodes
 from models.optimizers import AdamW, Optimizer, SGDMomentum, optimizer_for
 from models.weights import Weights
 from suites.instruments.profiling import WARMUP_RUNS
@@ -300,6 +303,53 @@ def make_optimizer(declared: Optimizer) -> tuple[keras.optimizers.Optimizer, str
                 f"{declared.describe()}: keras.optimizers.AdamW, epsilon added to sqrt(v) "
                 f"before the bias correction")
     raise Unsupported(f"no Keras optimizer for {declared!r}")
+
+
+class TFGenerator:
+    """Greedy decoding with a preallocated key/value cache (adapters.base.Generator): the
+    body's own layers over the new steps only (network.Decode), the caches fixed-shape
+    variables (max_length, heads, d) per attention layer in the compute dtype, written in
+    place. The step runs as the variant runs a step (COMPILE): a tf.function traces, and
+    XLA compiles, once for the prefill's shape and once for the decode step's (the
+    position is an int32 tensor, never a Python int, which would retrace per value)."""
+
+    def __init__(self, prepared: TFPrepared, max_length: int):
+        self.prepared = prepared
+        self.capacity = max_length
+        with tf.device(prepared.device):
+            self.caches = {
+                node.name: tuple(tf.Variable(tf.zeros((max_length, node.heads, node.dim // node.heads),
+                                                      prepared.dtype), trainable=False)
+                                 for _ in range(2))
+                for node in all_nodes(prepared.model) if isinstance(node, SelfAttention)}
+        self.step = COMPILE[prepared.variant](self._step)
+        self.length = 0
+        self.logits: tf.Tensor | None = None
+
+    def _step(self, tokens: tf.Tensor, start: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The last new step's logits and their argmax, on the device."""
+        with tf.device(self.prepared.device):
+            ctx = Context(False, self.prepared.dtype, None, Decode(start, self.caches))
+            logits = self.prepared.body(tokens, ctx)[0, -1]
+            return logits, tf.argmax(logits, output_type=tf.int32)
+
+    def _run(self, tokens: np.ndarray) -> int:
+        steps = tokens.shape[1]
+        if self.length + steps > self.capacity:
+            raise ValueError(f"position {self.length + steps} beyond the cache's {self.capacity}")
+        self.logits, token = self.step(tf.constant(tokens), tf.constant(self.length, tf.int32))
+        self.length += steps
+        return int(token)   # the copy to the host waits for the device
+
+    def prefill(self, prompt: np.ndarray) -> int:
+        self.length = 0
+        return self._run(np.asarray(prompt, dtype=np.int32)[None])
+
+    def decode(self, token: int) -> int:
+        return self._run(np.array([[token]], dtype=np.int32))
+
+    def last_logits(self) -> np.ndarray:
+        return tf.cast(self.logits, tf.float64).numpy()
 
 
 class TFPrepared(Prepared):
@@ -579,6 +629,12 @@ class TFPrepared(Prepared):
                 self._forward_on, input_signature=[epoch_signature([prepared])])
         out = tf.cast(self.run_serve(inputs), tf.float32).numpy()
         return self.layout.to_nchw(out) if out.ndim == 4 else out  # -> canonical NCHW
+
+    def generator(self, max_length: int) -> Generator:
+        reason = not_a_decoder(self.model)
+        if reason:
+            raise Unsupported(reason)
+        return TFGenerator(self, max_length)
 
     def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:
         loss, grads = self.run_gradient()

@@ -122,13 +122,27 @@ AS_IS = ParamLayout()
 
 
 @dataclass(frozen=True)
+class Decode:
+    """A cached pass over new steps of one sequence (greedy generation): ``start``, the
+    first new step's position (an int32 scalar tensor, so one traced function serves
+    every position); ``caches``, per attention layer its keys and values as fixed-shape
+    variables, (capacity, heads, d) each (batch 1), which the pass writes the new steps
+    into (``scatter_nd_update``, in place)."""
+
+    start: tf.Tensor
+    caches: dict[str, tuple[tf.Variable, tf.Variable]]
+
+
+@dataclass(frozen=True)
 class Context:
     """How one pass runs: training-mode batch norm or not, and the compute dtype
-    (bfloat16 under mixed precision; variables stay float32)."""
+    (bfloat16 under mixed precision; variables stay float32). ``decode``: a cached pass
+    (``Decode``), None for a whole sequence."""
 
     training: bool
     dtype: tf.DType
     lengths: Lengths | None = None
+    decode: Decode | None = None
 
 
 def _cast(value, ctx: Context):
@@ -489,7 +503,8 @@ class PositionEmbedding:
         self.segments = segments
 
     def __call__(self, x, ctx):
-        rows = self.table[:tf.shape(x)[1]]
+        start = 0 if ctx.decode is None else ctx.decode.start   # a cached pass's new steps
+        rows = self.table[start:start + tf.shape(x)[1]]
         if self.segments is not None:
             rows = rows + self.segments[0]
         return x + _cast(rows, ctx)
@@ -549,6 +564,18 @@ class SelfAttention:
             allowed = keys if allowed is None else tf.logical_and(allowed, keys)
         return allowed
 
+    def cached(self, k, v, steps, decode: Decode):
+        """A cached pass: the new steps' keys and values written into the layer's cache
+        variables at their positions, then the whole cache as the keys and values, with
+        what each query may attend to: the positions up to its own, (T, capacity)."""
+        cache_k, cache_v = decode.caches[self.node.name]
+        positions = decode.start + tf.range(steps)
+        at = positions[:, None]
+        cache_k.scatter_nd_update(at, tf.cast(k[0], cache_k.dtype))
+        cache_v.scatter_nd_update(at, tf.cast(v[0], cache_v.dtype))
+        allowed = tf.range(cache_k.shape[0])[None, :] <= at
+        return cache_k.read_value()[None], cache_v.read_value()[None], allowed
+
     def __call__(self, x, ctx):
         node = self.node
         steps = tf.shape(x)[1]
@@ -556,8 +583,11 @@ class SelfAttention:
         # (N, T, 3·dim) -> three (N, T, heads, d): q | k | v, heads contiguous in each.
         q, k, v = (tf.reshape(part, [tf.shape(x)[0], steps, node.heads, node.dim // node.heads])
                    for part in tf.split(qkv, 3, axis=-1))
+        if ctx.decode is None:
+            allowed = self.allowed(steps, ctx)
+        else:
+            k, v, allowed = self.cached(k, v, steps, ctx.decode)
         scores = tf.cast(tf.einsum("nqhd,nkhd->nhqk", q, k), tf.float32) * self.scale
-        allowed = self.allowed(steps, ctx)
         if allowed is not None:
             allowed = tf.broadcast_to(allowed, tf.shape(scores))
             scores = tf.where(allowed, scores, tf.constant(-np.inf, tf.float32))

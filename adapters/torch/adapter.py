@@ -24,6 +24,7 @@ from adapters.base import (
     CaseConfig,
     DeviceClock,
     DeviceUnavailable,
+    Generator,
     Memory,
     Prepared,
     Profile,
@@ -34,8 +35,9 @@ from adapters.base import (
 )
 from adapters.memory import peak_rss, reset_peak_rss
 from adapters.summary import GradientSummary, OutputSummary, examples_per_chunk
-from adapters.torch.network import Lengths, build
+from adapters.torch.network import DecodeStep, KVCache, Lengths, SelfAttention, build, cached_pass
 from adapters.torch.profile import profile_steps
+from models.families.transformer import not_a_decoder
 from models.inputs import Batch, head
 from models.ir import Model
 from models.optimizers import AdamW, Optimizer, SGDMomentum, optimizer_for
@@ -200,6 +202,62 @@ def make_optimizer(declared: Optimizer,
     raise Unsupported(f"no PyTorch optimizer for {declared!r}")
 
 
+class TorchGenerator:
+    """Greedy decoding with a preallocated key/value cache (adapters.base.Generator): the
+    body's own modules run over the new steps only (network.cached_pass), in evaluation
+    mode under the case's precision. The cache holds ``max_length`` positions in the dtype
+    attention computes in (bf16 under bf16 autocast). In the compiled variants the prefill
+    and the decode step are each one ``torch.compile``d function of fixed shapes (the
+    positions are a device tensor, never a Python int the graph would specialise on), so
+    each compiles once."""
+
+    def __init__(self, prepared: TorchPrepared, max_length: int):
+        self.prepared = prepared
+        self.device = prepared.device
+        self.capacity = max_length
+        self.body = prepared.body.eval()
+        dtype = torch.bfloat16 if prepared.case.precision == "bf16" else torch.float32
+        self.caches = {
+            m: KVCache(*(torch.zeros(1, m.heads, max_length, m.out.in_features // m.heads,
+                                     dtype=dtype, device=self.device) for _ in range(2)))
+            for m in self.body.modules() if isinstance(m, SelfAttention)}
+        self.arange = torch.arange(max_length, device=self.device)
+        self.length = 0
+        self.logits: torch.Tensor | None = None
+        run = self._pass
+        if prepared.variant in COMPILED:
+            self._prefill_pass = torch.compile(run, dynamic=False)
+            self._decode_pass = torch.compile(run, dynamic=False)
+        else:
+            self._prefill_pass = self._decode_pass = run
+
+    def _pass(self, tokens: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits of the last step and its argmax, both on the device."""
+        step = DecodeStep(positions, positions[:, None] >= self.arange[None, :])
+        logits = cached_pass(self.body, tokens, self.caches, step)[0, -1]
+        return logits, logits.argmax()
+
+    def _run(self, run, tokens: torch.Tensor) -> int:
+        steps = tokens.shape[1]
+        if self.length + steps > self.capacity:
+            raise ValueError(f"position {self.length + steps} beyond the cache's {self.capacity}")
+        with torch.inference_mode(), self.prepared.autocast():
+            self.logits, token = run(tokens, self.arange[self.length:self.length + steps])
+        self.length += steps
+        return int(token)   # the copy to the host waits for the device
+
+    def prefill(self, prompt: np.ndarray) -> int:
+        self.length = 0
+        return self._run(self._prefill_pass, torch.from_numpy(
+            np.asarray(prompt, dtype=np.int64)[None]).to(self.device))
+
+    def decode(self, token: int) -> int:
+        return self._run(self._decode_pass, torch.tensor([[token]], device=self.device))
+
+    def last_logits(self) -> np.ndarray:
+        return self.logits.double().cpu().numpy()
+
+
 class TorchPrepared(Prepared):
     def __init__(self, adapter: TorchAdapter, model: Model, weights: Weights, batch: Batch,
                  case: CaseConfig, variant: str):
@@ -209,6 +267,7 @@ class TorchPrepared(Prepared):
         self.on_gpu = adapter.config.device == "gpu"
         self.model = model
         self.variant = variant
+        self.case = case
         frozen, body, self.params = build(model, weights, self.device)
         memory_format = torch.preserve_format
         if variant in CHANNELS_LAST:
@@ -435,6 +494,12 @@ class TorchPrepared(Prepared):
         # the forward in evaluation mode, the output back to the host: .cpu() waits for it.
         self.body.eval()
         return self._forward(self._place(batch)).float().cpu().numpy()
+
+    def generator(self, max_length: int) -> Generator:
+        reason = not_a_decoder(self.model)
+        if reason:
+            raise Unsupported(reason)
+        return TorchGenerator(self, max_length)
 
     def loss_and_gradients(self) -> tuple[float, dict[str, np.ndarray]]:
         self.body.train()

@@ -108,7 +108,10 @@ class PositionEmbedding(nn.Module):
         self.segments = segments
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = self.table[:x.shape[1]]
+        return self.at(x, self.table[:x.shape[1]])
+
+    def at(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``x`` plus the given rows of the table (a cached decode's positions)."""
         if self.segments is not None:
             rows = rows + self.segments[0]
         return x + rows
@@ -146,12 +149,34 @@ class SelfAttention(nn.Module):
         self.qkv = qkv
         self.out = out
 
-    def forward(self, x: torch.Tensor, lengths: Lengths | None) -> torch.Tensor:
+    def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(N, T, 3·dim) -> three (N, heads, T, d): the IR's q | k | v columns, heads
+        contiguous inside each."""
         n, steps, dim = x.shape
-        # (N, T, 3·dim) -> three (N, heads, T, d): the IR's q | k | v columns, heads
-        # contiguous inside each.
-        q, k, v = (part.view(n, steps, self.heads, dim // self.heads).transpose(1, 2)
-                   for part in self.qkv(x).split(dim, dim=-1))
+        return tuple(part.view(n, steps, self.heads, dim // self.heads).transpose(1, 2)
+                     for part in self.qkv(x).split(dim, dim=-1))
+
+    def _merge(self, o: torch.Tensor) -> torch.Tensor:
+        """(N, heads, T, d) -> the output projection of (N, T, dim)."""
+        n, heads, steps, d = o.shape
+        return self.out(o.transpose(1, 2).reshape(n, steps, heads * d))
+
+    def cached(self, x: torch.Tensor, cache: KVCache, step: DecodeStep) -> torch.Tensor:
+        """Causal attention of ``x``'s steps (at ``step.positions``) over the cache: their
+        keys and values written in at those positions (``index_copy_``, in place), then
+        every query attends to the cache's positions up to its own (``step.mask``), the
+        rest of the fixed-capacity cache masked out, as Hugging Face's StaticCache does
+        for torch.compile (transformers 4.x, cache_utils.StaticCache)."""
+        q, k, v = self._heads(x)
+        cache.keys.index_copy_(2, step.positions, k.to(cache.keys.dtype))
+        cache.values.index_copy_(2, step.positions, v.to(cache.values.dtype))
+        o = F.scaled_dot_product_attention(q.to(cache.keys.dtype), cache.keys, cache.values,
+                                           attn_mask=step.mask)
+        return self._merge(o)
+
+    def forward(self, x: torch.Tensor, lengths: Lengths | None) -> torch.Tensor:
+        steps = x.shape[1]
+        q, k, v = self._heads(x)
         mask = None
         if self.padding and lengths is not None:
             # A boolean attn_mask is True where a key may be attended to (the
@@ -165,7 +190,47 @@ class SelfAttention(nn.Module):
         # mask when there is a padding mask too.
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                            is_causal=self.causal and mask is None)
-        return self.out(o.transpose(1, 2).reshape(n, steps, dim))
+        return self._merge(o)
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """One attention layer's keys and values, (1, heads, capacity, d) each, preallocated."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """Where a cached pass's steps go: their positions (T,) on the device, and the
+    attention mask (T, capacity), True where a query may attend to a cached key (positions
+    up to its own)."""
+
+    positions: torch.Tensor
+    mask: torch.Tensor
+
+
+def cached_pass(module: nn.Module, x: torch.Tensor, caches: dict[SelfAttention, KVCache],
+                step: DecodeStep) -> torch.Tensor:
+    """The built network's forward over new steps of one sequence, with the key/value
+    cache: the same modules as ``forward``, attention through ``SelfAttention.cached`` and
+    position rows through ``PositionEmbedding.at``; every other module acts on each step
+    alone and is called as it is."""
+    if isinstance(module, Sequence):
+        for layer in module.layers:
+            x = cached_pass(layer, x, caches, step)
+        return x
+    if isinstance(module, Residual):
+        shortcut = x if module.shortcut is None else cached_pass(module.shortcut, x, caches, step)
+        return cached_pass(module.body, x, caches, step) + shortcut
+    if isinstance(module, SelfAttention):
+        return module.cached(x, caches[module], step)
+    if isinstance(module, PositionEmbedding):
+        return module.at(x, module.table.index_select(0, step.positions))
+    if isinstance(module, _WITH_LENGTHS):
+        raise TypeError(f"{type(module).__name__} has no cached decode")
+    return module(x)
 
 
 class FirstToken(nn.Module):

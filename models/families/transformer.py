@@ -129,3 +129,24 @@ def bert_tiny() -> ir.Model:
 
 def vit_tiny() -> ir.Model:
     return vit(size=16, patch=4, classes=10, name="vit_tiny", **TINY)
+
+
+def not_a_decoder(model: ir.Model) -> str:
+    """Why ``model`` cannot generate text with a key/value cache ("" if it can): a
+    decoder-only language model is fed tokens, has no frozen prefix, only causal
+    self-attention without a padding mask, and ends in a per-token output (the
+    ``generate`` measure, suites/serving/generate.py)."""
+    nodes = list(ir.walk(model.body))
+    attention = [n for n in nodes if isinstance(n, ir.SelfAttention)]
+    if model.input.kind != "tokens" or model.frozen:
+        return f"{model.name} is not a language model over tokens"
+    if not attention or not all(n.causal and not n.padding for n in attention):
+        return f"{model.name} is not a decoder-only model (generation needs causal self-attention)"
+    if any(isinstance(n, (ir.FirstToken, ir.LSTM, ir.MeanOverTime)) for n in nodes):
+        return f"{model.name} does not give a next token per position"
+    return ""
+
+
+def context_length(model: ir.Model) -> int:
+    """The most positions ``model`` can attend over: its position table's rows."""
+    return min(n.positions for n in ir.walk(model.body) if isinstance(n, ir.PositionEmbedding))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from models.measures import GENERATE, LOADGEN_MEASURES
 from reports import compare
 from reports.pipeline import cells, equivalence, historical, peaks, ratios, tidy, truth
 from reports.pipeline.load import Loaded, load
@@ -145,7 +146,7 @@ class Judged:
         suites' (LoadGen's percentiles, no median): those have sections of their own and
         never enter the strict-fp32 tables, rankings or ratios."""
         return self.frame[~self.frame["practice"]
-                          & (self.frame["measure"] != tsv.SERVE)].reset_index(drop=True)
+                          & ~self.frame["measure"].isin(LOADGEN_MEASURES)].reset_index(drop=True)
 
     @property
     def steady(self) -> pd.DataFrame:
@@ -170,6 +171,11 @@ class Judged:
         return tsv.serve_rows(self.frame)
 
     @property
+    def generation(self) -> list[dict]:
+        """The generate rows (section "Serving", its generation tables)."""
+        return tsv.serve_rows(self.frame, GENERATE)
+
+    @property
     def transformers(self) -> pd.DataFrame:
         """Every transformer row (section "Transformers"): the strict suites' (fp32,
         transformers-cpu) and the practice suites' (transformers-gpu) alike."""
@@ -192,7 +198,7 @@ def judge(loaded: Loaded) -> Judged:
     # decides a strict table's verdict, nor the other way round.
     # Serve rows carry no fingerprint: their float64 check is their own (reports/sections/
     # serving.py).
-    equiv = _equivalence(frame[~frame["practice"] & (frame["measure"] != tsv.SERVE)])
+    equiv = _equivalence(frame[~frame["practice"] & ~frame["measure"].isin(LOADGEN_MEASURES)])
     practice_equiv = _equivalence(frame[frame["practice"]])
     rows = {**equiv.rows, **practice_equiv.rows}
 
@@ -315,10 +321,12 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
                                 tables=tuple(t for t in (scaling_table, ts.loss_table(scaling))
                                              if t is not None),
                                 plots=(scaling_plot,) if scaling_plot else ()))
-    serving = judged.serving
-    if serving:
-        sections.append(Section("serving", tsv.TITLE, tsv.PARAGRAPHS,
-                                tables=tuple(tsv.serving_tables(serving)),
+    serving, generation = judged.serving, judged.generation
+    if serving or generation:
+        sections.append(Section("serving", tsv.TITLE,
+                                tsv.PARAGRAPHS + (tsv.GENERATION_PARAGRAPH if generation else ()),
+                                tables=(*tsv.serving_tables(serving),
+                                        *tsv.generation_tables(generation)),
                                 plots=tuple(tsv.serving_plots(serving))))
     failures = tm.failure_tables(core)
     if failures:

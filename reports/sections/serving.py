@@ -1,7 +1,9 @@
 """Serving under MLPerf LoadGen (``python -m suites run serving-cpu``, suites/serving/): per
 device, model and scenario a table of each framework's headline, the settings that decide
 it and the float64 check of the served outputs; a latency CDF per framework for
-SingleStream and p99 latency against target QPS for Server's search.
+SingleStream and p99 latency against target QPS for Server's search; per device and model
+a table of greedy generation (``generate`` rows: TTFT, TPOT, tokens/s and the float64 check
+of every step).
 
 The figures are LoadGen's, read from its logs into each ``serve`` row's ``serving`` block
 (suites/serving/loadgen_log.py): SingleStream's p90 latency per sample, MultiStream's p99
@@ -56,13 +58,14 @@ CDF_NOTE = ("The curve is drawn through LoadGen's reported points only (minimum,
             "measurement.")
 
 
-def serve_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def serve_rows(frame: pd.DataFrame, measure: str = SERVE) -> list[dict[str, Any]]:
     """The tidy frame's ``serve`` rows (reports/pipeline/tidy.py keeps each scenario apart),
-    each with its ``serving`` block parsed (``{}`` where a row has none)."""
-    if "measure" not in frame or not (frame["measure"] == SERVE).any():
+    or those of ``measure`` (``generate``), each with its ``serving`` block parsed (``{}``
+    where a row has none)."""
+    if "measure" not in frame or not (frame["measure"] == measure).any():
         return []
     rows = []
-    for row in frame[frame["measure"] == SERVE].to_dict("records"):
+    for row in frame[frame["measure"] == measure].to_dict("records"):
         text = row.get("serving") or ""
         rows.append({**row, "serving": json.loads(text) if text else {}})
     return rows
@@ -218,6 +221,70 @@ def _groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], list[
 
 def serving_tables(rows: list[dict[str, Any]]) -> list[Table]:
     return [_table(found, key) for key, found in _groups(rows).items()]
+
+
+GENERATION_PARAGRAPH = (
+    "Generation (suites/serving/generate.py): greedy decoding at batch 1 with a key/value "
+    "cache of fixed capacity (prompt + new tokens), each framework's generator compiled once "
+    "for the prefill and once for the decode step where it compiles; LoadGen's SingleStream "
+    "with token latencies times it. TTFT: from a query's issue to the prefill's token on the "
+    "host; TPOT: per query, (latency − TTFT) / (new tokens − 1); percentiles over the "
+    "queries, tokens/s LoadGen's completed tokens per second. float64: one generation's "
+    "logits at every step against the float64 reference on the same tokens (teacher "
+    "forcing), the largest step's max |y − y64| / max |y64| ≤ the precision's bound, and "
+    "how many greedy tokens are float64's argmax (a different token is allowed only where "
+    "float64's lead over it is within twice the bound).",)
+GENERATION_COLUMNS = ("Framework", "Variant", "Precision", "Threads", "TTFT p50 ms",
+                      "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "tokens/s",
+                      "prompt + new", "runs", "LoadGen", "float64", "Status")
+
+
+def generation_check_cell(row: dict[str, Any]) -> Cell:
+    """One generation against float64: the worst step's error and the bound, and the
+    greedy tokens that are float64's argmax."""
+    check = row["serving"].get("check")
+    cell = check_cell(row)
+    if not check or check.get("greedy_matches") is None:
+        return cell
+    tokens = f"{check['greedy_matches']}/{check.get('steps')} tokens as float64"
+    explained = [m["step"] for m in check.get("mismatches") or []]
+    if explained and check.get("passed"):
+        tokens += f" (steps {explained} within the bound of a tie)"
+    return Cell(f"{cell.text}, {tokens}", kind=cell.kind, title=cell.title)
+
+
+def _generation_table(rows: list[dict[str, Any]], key: tuple[str, str, str]) -> Table:
+    device, hardware, model = key
+    body = []
+    for row in sorted(rows, key=lambda r: (r["framework"], r["variant"], r["precision"],
+                                           r["threads"])):
+        figures = row["serving"].get("generation") or {}
+        settings = _settings(row)
+        ttft, tpot = figures.get("ttft_ms") or {}, figures.get("tpot_ms") or {}
+        length = (f"{settings['prompt_tokens']} + {settings['new_tokens']}"
+                  if {"prompt_tokens", "new_tokens"} <= set(settings) else MISSING)
+        body.append((Cell(row["framework"]), Cell(row["variant"]), Cell(row["precision"]),
+                     Cell(str(row["threads"]) if device == "cpu" else MISSING),
+                     Cell(fmt_ms(ttft.get("50.00"))), Cell(fmt_ms(ttft.get("99.00"))),
+                     Cell(fmt_ms(tpot.get("50.00"))), Cell(fmt_ms(tpot.get("99.00"))),
+                     Cell(_number(figures.get("tokens_per_second"), ".1f")), Cell(length),
+                     Cell(_number(settings.get("runs"), "d")), _validity(row),
+                     generation_check_cell(row),
+                     Cell("ok") if row["status"] == "ok" else failure_cell(row)))
+    notes = tuple(sorted({row["serving"]["timing"] for row in rows if row["serving"].get("timing")}))
+    numeric = (False, False, False, True, True, True, True, True, True, False, True, False,
+               False, False)
+    return Table(slug(f"generation-{device}-{hardware}-{model}"),
+                 f"{model} — greedy generation, batch 1 (TTFT, TPOT, tokens/s) — "
+                 f"{device.upper()} {hardware}", GENERATION_COLUMNS, tuple(body), numeric, notes)
+
+
+def generation_tables(rows: list[dict[str, Any]]) -> list[Table]:
+    """One table per device and model of the ``generate`` rows."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["device"], row["hardware"], row["model"])].append(row)
+    return [_generation_table(found, key) for key, found in sorted(groups.items())]
 
 
 def _label(row: dict[str, Any]) -> str:

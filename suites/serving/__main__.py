@@ -1,6 +1,7 @@
 """``python -m suites.serving``: a serving suite with one framework, one row per (model,
-scenario), appended to results/<suite>/<host>/<framework>_<device>.jsonl as each ends;
-LoadGen's logs in a folder beside it.
+scenario) and one ``generate`` row per model of a generation group, appended to
+results/<suite>/<host>/<framework>_<device>.jsonl as each ends; LoadGen's logs in a folder
+beside it.
 
     python -m suites.serving serving-cpu --framework torch [--threads 2] [--out results]
 
@@ -18,6 +19,7 @@ from adapters.base import DeviceUnavailable, RunConfig
 from adapters.registry import load_registry
 from suites.instruments.environment import host_environment, host_id
 from suites.rows.results import OutputError, ResultsFile
+from suites.serving.generate import GenerateConfig
 from suites.serving.scenarios import ServingConfig
 
 SUITES = Path(__file__).resolve().parent
@@ -29,14 +31,16 @@ class SuiteError(ValueError):
 
 def load(name_or_path: str) -> dict[str, Any]:
     """The suite's TOML: ``name`` (``suites/serving/<name>.toml``) or a path. Each
-    ``[[cases]]`` has ``models``, ``scenarios`` and a ``[cases.serving]`` table of
-    ``ServingConfig`` settings."""
+    ``[[cases]]`` has ``models`` and either ``scenarios`` with a ``[cases.serving]`` table
+    of ``ServingConfig`` settings, or a ``[cases.generate]`` table of ``GenerateConfig``
+    settings (greedy generation, one ``generate`` row per model)."""
     path = Path(name_or_path)
     if not path.is_file():
         path = SUITES / f"{name_or_path}.toml"
     try:
         suite = tomllib.loads(path.read_text())
-        groups = [(list(g["models"]), list(g["scenarios"]), ServingConfig.of(g.get("serving", {})))
+        groups = [(list(g["models"]), [], GenerateConfig.of(g["generate"])) if "generate" in g
+                  else (list(g["models"]), list(g["scenarios"]), ServingConfig.of(g.get("serving", {})))
                   for g in suite["cases"]]
     except FileNotFoundError:
         known = sorted(p.stem for p in SUITES.glob("*.toml"))
@@ -67,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import mlperf_loadgen as lg
 
+    from suites.serving.generate import generate_case
     from suites.serving.run import serve_case
     try:
         adapter = registry[args.framework].load()(RunConfig(args.device, args.threads, 1))
@@ -79,11 +84,14 @@ def main(argv: list[str] | None = None) -> int:
            "framework": args.framework, "loadgen": lg.__version__ if hasattr(lg, "__version__") else ""}
     try:
         results.check_writable()
+        logs = folder / "loadgen" / args.framework
         for models, scenarios, config in suite["groups"]:
             for model in models:
-                for scenario in scenarios:
-                    row = serve_case(lg, adapter, model, scenario, config, suite["name"],
-                                     folder / "loadgen" / args.framework, env)
+                rows = ([generate_case(lg, adapter, model, config, suite["name"], logs, env)]
+                        if isinstance(config, GenerateConfig) else
+                        (serve_case(lg, adapter, model, scenario, config, suite["name"], logs, env)
+                         for scenario in scenarios))
+                for row in rows:
                     results.append(row)
                     print(f"{row.key.id()}: {row.status} {row.reason}".rstrip(), flush=True)
     except OutputError as error:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,11 @@ SUMMARY = "mlperf_log_summary.txt"
 DETAIL = "mlperf_log_detail.txt"
 _MLLOG = ":::MLLOG "
 _PERCENTILE = re.compile(r"result_(\d+\.\d+)_percentile_(per_query_)?latency_ns")
+# With token latencies (TestSettings.use_token_latencies, the generate measure) LoadGen
+# 5.0.18 also logs, per query, the time to the first token (FirstTokenComplete) and the
+# time per output token ((latency - first token) / (tokens - 1)), each as percentiles.
+_FIRST_TOKEN = re.compile(r"result_first_token_(\d+\.\d+)_percentile_latency_ns")
+_PER_TOKEN = re.compile(r"result_time_per_output_token_(\d+\.\d+)_percentile_ns")
 _VERDICT = re.compile(r"^Result is\s*:\s*(VALID|INVALID)\s*$", re.MULTILINE)
 _HEADLINE = re.compile(r"^(\d+\.\d+th percentile latency \(ns\)|Samples per second|"
                        r"Completed samples per second)\s*:\s*(\S+)\s*$", re.MULTILINE)
@@ -57,6 +62,12 @@ class LoadgenResult:
     scheduled_samples_per_second: float | None = None
     completed_samples_per_second: float | None = None
     overlatency_query_count: int | None = None
+    # Token latencies (the generate measure): time to first token and time per output
+    # token, keyed as ``percentiles_ms``, and the completed tokens per second; empty and None
+    # for a run without them.
+    first_token_ms: dict[str, float] = field(default_factory=dict)
+    per_token_ms: dict[str, float] = field(default_factory=dict)
+    tokens_per_second: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -156,7 +167,16 @@ def parse(summary: str, detail: str) -> LoadgenResult:
         else None,
         scheduled_samples_per_second=entries.get("result_scheduled_samples_per_sec"),
         completed_samples_per_second=entries.get("result_completed_samples_per_sec"),
-        overlatency_query_count=entries.get("result_overlatency_query_count"))
+        overlatency_query_count=entries.get("result_overlatency_query_count"),
+        first_token_ms=_percentiles(entries, _FIRST_TOKEN),
+        per_token_ms=_percentiles(entries, _PER_TOKEN),
+        tokens_per_second=entries.get("result_completed_tokens_per_second"))
+
+
+def _percentiles(entries: dict[str, Any], pattern: re.Pattern) -> dict[str, float]:
+    found = {m.group(1): float(v) / NS_PER_MS for k, v in entries.items()
+             if (m := pattern.fullmatch(k))}
+    return dict(sorted(found.items(), key=lambda kv: float(kv[0])))
 
 
 def read(folder: Path) -> LoadgenResult:

@@ -137,6 +137,14 @@ def test_bf16_runs_in_bfloat16_and_stays_close(adapter):
     np.testing.assert_allclose(b, a, rtol=0.1, atol=0.1 * np.abs(a).max())
 
 
+def test_bf16_generation_caches_bfloat16_and_matches_float64_within_its_bound(adapter):
+    from tests.conformance.test_generate import generates_as_float64, prepared_for
+    _, _, _, prepared = prepared_for(adapter, "gpt2_tiny", "bf16")
+    generator = prepared.generator(16)
+    assert {cache.keys.dtype for cache in generator.caches.values()} == {torch.bfloat16}
+    generates_as_float64(adapter, "bf16")
+
+
 def test_grad_input_and_grad_weight_are_separate_kernels(adapter):
     prepared = prepare(adapter, "conv_tiny")
     grad_x = prepared.step("grad_input")()

@@ -78,3 +78,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, fake, capsys, monkeypatch):
 def test_validate_knows_the_bundled_serving_suite(capsys):
     assert main(["validate", "serving-cpu"]) == 0
     assert "serving-cpu: ok, serving suite serving-cpu" in capsys.readouterr().out
+
+
+def test_a_generation_group_runs_as_one_generate_row_per_model(tmp_path, fake, capsys):
+    suite = tmp_path / "generate-fake.toml"
+    suite.write_text('name = "generate-fake"\n[[cases]]\nmodels = ["gpt2_tiny", "lenet_tiny"]\n'
+                     "[cases.generate]\nprompt = 8\nnew_tokens = 8\nprompts = 2\nwarmup = 1\n")
+    assert is_serving_suite(str(suite))
+    out = tmp_path / "results"
+    assert main(["run", str(suite), "--framework", "fake", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in
+            (out / "generate-fake" / host_id() / "fake_cpu.jsonl").read_text().splitlines()]
+    assert [(r["model"], r["measure"], r["status"]) for r in rows] == [
+        ("gpt2_tiny", "generate", "ok"), ("lenet_tiny", "generate", "unsupported")]
+    assert rows[0]["serving"]["check"]["greedy_matches"] == 8
+    assert rows[0]["serving"]["generation"]["tokens_per_second"] > 0
+    # Validating says first what running makes rows of.
+    suite.write_text(suite.read_text().replace("prompt = 8", "prompt = 10"))
+    assert main(["validate", str(suite)]) == 2
+    error = capsys.readouterr().err
+    assert "lenet_tiny is not a language model over tokens" in error
+    assert "gpt2_tiny: prompt 10 + 8 new tokens exceed its context of 16" in error
