@@ -34,14 +34,17 @@ from adapters.base import (
     require_device_memory,
 )
 from adapters.memory import peak_rss, reset_peak_rss
+from adapters.ort.generate import GenerationGraphs, OrtGenerator
 from adapters.ort.network import (
     ATTENTION,
     FUSED_ATTENTION,
     INPUT,
     LENGTHS,
+    LOGITS,
     OUTPUT,
     FusedGraph,
     build,
+    build_generation,
     optimise_transformer,
 )
 from adapters.ort.profile import profile_steps
@@ -426,6 +429,32 @@ class OrtPrepared(Prepared):
             self.serving.device_inputs[name].update_inplace(array)
         self.serving.run(self.run_options)
         return np.array(self.serving.binding.copy_outputs_to_cpu()[0])
+
+    def generator(self, max_length: int) -> OrtGenerator:
+        """Greedy generation with a key/value cache (generate.py): the prefill and decode
+        graphs of this case's model through this case's options, providers and, for
+        ort_fused, the transformer optimizer (com.microsoft Attention with past/present;
+        fp16 converts the cache too, so it stays float16 between steps, logits float32)."""
+        tables = [node.positions for node in ir.all_nodes(self.model)
+                  if isinstance(node, ir.PositionEmbedding)]
+        if tables and max_length > min(tables):
+            raise Unsupported(f"a cache of {max_length} positions is beyond {self.model.name}'s "
+                              f"{min(tables)} positions")
+        fused = VARIANT_SETTINGS[self.variant].transformer_optimizer
+        sessions = []
+        for decode in (False, True):
+            proto = build_generation(self.model, self.weights, decode, fused)
+            if fused:
+                proto = optimise_transformer(self.model, proto, self.precision == "fp16",
+                                             keep_io_types=[LOGITS]).proto
+            sessions.append(ort.InferenceSession(proto.SerializeToString(),
+                                                 session_options(self.config, self.variant),
+                                                 providers=self.providers))
+        cache = ("com.microsoft Attention's past/present" if fused
+                 else "Concat of the past and the new keys and values")
+        self.extra["generation"] = (f"prefill and decode sessions, {cache}, ArgMax in the graph, "
+                                    "the cache bound from step to step on the device (IOBinding)")
+        return OrtGenerator(GenerationGraphs(*sessions, self.device), max_length)
 
     def output_summary(self, examples: int) -> OutputSummary:
         """A large output is reduced where the session left it, by a second graph

@@ -762,3 +762,104 @@ def test_the_row_records_the_attention_graph(cpu_adapter):
     assert prepared.extra["attention"].startswith("ONNX MatMul")
     assert prepared.extra["attention"].endswith(", ORT_ENABLE_ALL")
     assert "attention" not in prepare(cpu_adapter, "lenet_tiny").extra
+
+
+# --- greedy generation with a key/value cache (generate.py) -------------------------------
+
+PROMPT, NEW_TOKENS = 8, 8
+
+
+def generate_and_reference(generator, model, weights):
+    """``NEW_TOKENS`` greedy tokens after the seeded batch's first ``PROMPT`` tokens, each
+    step's logits, and float64's logits at the same positions: ``models.reference`` over
+    the prompt and the generated tokens (teacher forced, so an early wrong token cannot
+    hide a later cache error)."""
+    prompt = make_batch(model, 1).x[0, :PROMPT].astype(np.int32)
+    tokens, logits = [generator.prefill(prompt)], [generator.last_logits()]
+    while len(tokens) < NEW_TOKENS:
+        tokens.append(generator.decode(tokens[-1]))
+        logits.append(generator.last_logits())
+    fed = np.concatenate([prompt, tokens[:-1]]).astype(np.int32)[None]
+    from models.inputs import Batch
+    want = reference_numpy.forward(model, weights, Batch(fed, None, None))[0, PROMPT - 1:]
+    return tokens, logits, want
+
+
+def assert_generation_within(tokens, logits, want, bound):
+    errors = [float(np.abs(got - ref).max() / np.abs(ref).max())
+              for got, ref in zip(logits, want)]
+    assert len(errors) == NEW_TOKENS and max(errors) <= bound, (errors, bound)
+    # The graph's ArgMax is the argmax of the logits it gave, and float64's token unless
+    # float64's lead over it is within twice the bound (each logit may move by the bound).
+    for token, got, ref in zip(tokens, logits, want):
+        assert token == int(got.argmax())
+        assert token == int(ref.argmax()) or ref.max() - ref[token] <= 2 * bound * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("variant", ["ort_all", "ort_fused"])
+def test_generation_with_the_cache_matches_float64_at_every_step(cpu_adapter, variant):
+    """Prefill then decode steps over the cache bound from run to run (IOBinding): every
+    step's logits within the fp32 output bound of the model at the generation's length,
+    standard-op attention with a Concat cache and com.microsoft Attention's past/present
+    alike."""
+    from models.error_bounds import bounds
+
+    model = get_model("gpt2_tiny")          # context 16 = PROMPT + NEW_TOKENS
+    weights = canonical_weights(model)
+    prepared = cpu_adapter.prepare(model, weights, make_batch(model, 1), CaseConfig("fp32", variant))
+    try:
+        generator = prepared.generator(PROMPT + NEW_TOKENS)
+        tokens, logits, want = generate_and_reference(generator, model, weights)
+        # The last token fills the cache's last position; nothing fits after it.
+        generator.decode(tokens[-1])
+        with pytest.raises(ValueError, match="all used"):
+            generator.decode(tokens[-1])
+        # A second generation starts afresh from its prompt.
+        assert generate_and_reference(generator, model, weights)[0] == tokens
+    finally:
+        prepared.close()
+    assert_generation_within(tokens, logits, want, bounds(model, 1, "fp32").output)
+    assert ("com.microsoft Attention" in prepared.extra["generation"]) == (variant == "ort_fused")
+
+
+def test_generation_graphs_fetch_one_token_and_keep_the_cache_apart():
+    """The prefill gives the last position's logits only, and both graphs the ArgMax; the
+    decode graph takes every layer's past keys and values, of any length."""
+    from adapters.ort.network import LOGITS, NEXT, build_generation
+
+    model = get_model("gpt2_tiny")
+    weights = canonical_weights(model)
+    prefill, decode = (build_generation(model, weights, decode) for decode in (False, True))
+    outputs = [value.name for value in prefill.graph.output]
+    assert outputs == [LOGITS, NEXT, "present.0.key", "present.0.value", "present.1.key",
+                       "present.1.value"] == [value.name for value in decode.graph.output]
+    assert [value.name for value in decode.graph.input] == [
+        "input", "past.0.key", "past.0.value", "past.1.key", "past.1.value"]
+    assert decode.graph.input[1].type.tensor_type.shape.dim[2].dim_param == "past"
+    assert [dim.dim_value for dim in prefill.graph.output[0].type.tensor_type.shape.dim] == [1, 1, 96]
+    with pytest.raises(Unsupported, match="not a decoder-only model"):
+        build_generation(get_model("bert_tiny"), canonical_weights(get_model("bert_tiny")), False)
+
+
+def test_fp16_generation_keeps_its_cache_in_float16_within_the_fp16_bound():
+    """The GPU's fp16 generation graphs (ort_fused), run here on the CPU provider behind its
+    casts: the cache passes between steps as float16, the logits float32, every step within
+    the fp16 bound."""
+    from adapters.ort.generate import GenerationGraphs, OrtGenerator
+    from adapters.ort.network import LOGITS, build_generation
+    from models.error_bounds import bounds
+
+    model = get_model("gpt2_tiny")
+    weights = canonical_weights(model)
+    protos = [optimise_transformer(model, build_generation(model, weights, decode, True),
+                                   float16=True, keep_io_types=[LOGITS]).proto
+              for decode in (False, True)]
+    types = {value.name: value.type.tensor_type.elem_type
+             for value in (*protos[1].graph.input, *protos[1].graph.output)}
+    assert types["past.0"] == types["present.1"] == onnx.TensorProto.FLOAT16, types
+    assert types[LOGITS] == onnx.TensorProto.FLOAT, types
+    sessions = [ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+                for proto in protos]
+    generator = OrtGenerator(GenerationGraphs(*sessions, "cpu"), PROMPT + NEW_TOKENS)
+    tokens, logits, want = generate_and_reference(generator, model, weights)
+    assert_generation_within(tokens, logits, want, bounds(model, 1, "fp16").output)
