@@ -709,6 +709,24 @@ def expected_fusions(model: ir.Model) -> dict[str, int]:
                                    for node, after in zip(body, body[1:]))}
 
 
+def float16_graph(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` through ONNX Runtime's float16 conversion, the one ``optimise_transformer``
+    applies to the fused graph (onnxruntime.transformers OnnxModel.convert_float_to_float16,
+    1.31.1), without the transformer fusions: float16 weights and activations, float32
+    input and output (``keep_io_types``), its default block list's ops kept in float32."""
+    try:
+        from onnxruntime.transformers.onnx_model import OnnxModel
+    except ImportError as error:
+        raise Unsupported(f"onnxruntime.transformers cannot be imported: {error}") from None
+    converted = OnnxModel(proto)
+    try:
+        converted.convert_float_to_float16(keep_io_types=True)
+    except ImportError as error:   # sympy, for symbolic shape inference
+        raise Unsupported("ONNX Runtime's float16 conversion needs a package this environment "
+                          f"lacks: {' '.join(str(error).split())}") from None
+    return converted.model
+
+
 def optimise_transformer(model: ir.Model, proto: onnx.ModelProto, float16: bool,
                          keep_io_types: bool | list[str] = True) -> FusedGraph:
     """``proto`` (built with ``fused_attention``) through ONNX Runtime's transformer
