@@ -2,7 +2,10 @@
 full graph optimisation and IOBinding (device-resident input and output), ONNX Runtime's
 standard fast path; lower optimisation levels and cuDNN algorithm searches as variants;
 for transformers, ``ort_fused``: the graph through ONNX Runtime's own transformer optimizer
-(fused attention, SkipLayerNormalization, GELU), in fp32 or, on the GPU, fp16.
+(fused attention, SkipLayerNormalization, GELU), in fp32 or, on the GPU, fp16; on the GPU,
+``ort_cuda_graph``: the CUDA EP's CUDA graphs over fixed bound buffers (serving), fp32 or
+fp16. Decoder-only transformers also generate greedily with a key/value cache
+(``OrtPrepared.generator``, generate.py).
 
 ONNX Runtime's training API ships in other packages (onnxruntime-training), so this
 adapter times forward, the host-to-device copy and an epoch of forward passes, and profiles

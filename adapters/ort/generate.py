@@ -71,9 +71,10 @@ class OrtGenerator:
 
     def prefill(self, prompt: np.ndarray) -> int:
         prompt = np.ascontiguousarray(prompt, dtype=np.int32).reshape(1, -1)
-        if not 0 < prompt.shape[1] < self.max_length:
-            raise ValueError(f"a prompt of {prompt.shape[1]} tokens does not fit a cache of "
-                             f"{self.max_length} positions with room for one more")
+        if prompt.shape[1] == 0:
+            raise ValueError("an empty prompt")
+        if prompt.shape[1] > self.max_length:
+            raise ValueError(f"position {prompt.shape[1]} beyond the cache's {self.max_length}")
         # A prompt's shape can change between generations: its own device buffer.
         self.prompt = ort.OrtValue.ortvalue_from_numpy(prompt, self.device, 0)
         self.prefill_binding.bind_ortvalue_input(INPUT, self.prompt)
@@ -85,7 +86,7 @@ class OrtGenerator:
         if self.binding is None:
             raise ValueError("decode before prefill")
         if self.length >= self.max_length:
-            raise ValueError(f"the cache holds {self.max_length} positions, all used")
+            raise ValueError(f"position {self.length + 1} beyond the cache's {self.max_length}")
         self.token.update_inplace(np.array([[token]], np.int32))
         for name, value in zip(self.pasts, self.cache):
             self.decode_binding.bind_ortvalue_input(name, value)
