@@ -117,8 +117,9 @@ VARIANT_SETTINGS = {
 # addresses that never change; ORT captures after its first runs and then replays the
 # graph whatever is bound, so new inputs are copied into the bound buffers
 # (OrtValue.update_inplace), never bound anew. A session captures one graph (more need
-# the ``gpu_graph_id`` run option, 1.18): one session and one bound set per batch size
-# served, which is what the serving harness prepares (one Prepared per batch size).
+# the ``gpu_graph_id`` run option, microsoft/onnxruntime PR #19636): one session and one
+# bound set per batch size served, which is what the serving harness prepares (one
+# Prepared per batch size).
 NO_CUDA_GRAPH_ON_CPU = ("ort_cuda_graph is the CUDA execution provider's enable_cuda_graph "
                         "(a CUDA graph captured and replayed); the CPU provider has no graphs")
 ONE_BOUND_SET = ("ort_cuda_graph replays one captured CUDA graph over the one bound set of "

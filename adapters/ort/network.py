@@ -245,7 +245,7 @@ class Builder:
         # padded batch is as long as its longest sequence, which can be shorter than the
         # model's steps. Plus row 0 of the token-type table, broadcast over the batch by
         # Add's numpy-style broadcasting.
-        # In a cached decode the new steps start at the cache's length (KVCache.offset).
+        # In a cached decode the new steps start at the cache's length (cache_offset).
         n = node.name
         steps = self.op("Shape", [x.name], f"{n}.steps", start=1, end=2)
         if self.cache is not None and self.cache.decode:
@@ -619,7 +619,7 @@ def build_generation(model: ir.Model, weights: Weights, decode: bool,
     x = builder.sequence(model.body[:last + 1], Value(INPUT, 2))
     if not decode:
         x = Value(builder.op("Slice", [x.name, builder.shape_constant("last.start", [-1]),
-                                       builder.shape_constant("last.end", [2 ** 62]),
+                                       builder.shape_constant("last.end", [np.iinfo(np.int64).max]),
                                        builder.shape_constant("last.axes", [1])],
                              "last_position"), 3)
     x = builder.sequence(model.body[last + 1:], x)
