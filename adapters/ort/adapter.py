@@ -2,7 +2,10 @@
 full graph optimisation and IOBinding (device-resident input and output), ONNX Runtime's
 standard fast path; lower optimisation levels and cuDNN algorithm searches as variants;
 for transformers, ``ort_fused``: the graph through ONNX Runtime's own transformer optimizer
-(fused attention, SkipLayerNormalization, GELU), in fp32 or, on the GPU, fp16.
+(fused attention, SkipLayerNormalization, GELU), in fp32 or, on the GPU, fp16; on the GPU,
+``ort_cuda_graph``: the CUDA EP's CUDA graphs over fixed bound buffers (serving), fp32 or
+fp16. Decoder-only transformers also generate greedily with a key/value cache
+(``OrtPrepared.generator``, generate.py).
 
 ONNX Runtime's training API ships in other packages (onnxruntime-training), so this
 adapter times forward, the host-to-device copy and an epoch of forward passes, and profiles
@@ -34,14 +37,18 @@ from adapters.base import (
     require_device_memory,
 )
 from adapters.memory import peak_rss, reset_peak_rss
+from adapters.ort.generate import GenerationGraphs, OrtGenerator
 from adapters.ort.network import (
     ATTENTION,
     FUSED_ATTENTION,
     INPUT,
     LENGTHS,
+    LOGITS,
     OUTPUT,
     FusedGraph,
     build,
+    build_generation,
+    float16_graph,
     optimise_transformer,
 )
 from adapters.ort.profile import profile_steps
@@ -80,6 +87,12 @@ class VariantSettings:
     # The graph goes through onnxruntime.transformers' optimizer before the session
     # (network.optimise_transformer); transformers only.
     transformer_optimizer: bool = False
+    # The CUDA EP captures the session's run as a CUDA graph and replays it
+    # (``enable_cuda_graph``), over one bound set of device buffers (BoundBatch, fixed).
+    cuda_graph: bool = False
+    # Whether the variant has an fp16 form: its graph through ONNX Runtime's float16
+    # conversion (network.float16_graph, or the transformer optimizer's own).
+    float16: bool = False
 
 
 VARIANT_SETTINGS = {
@@ -92,8 +105,25 @@ VARIANT_SETTINGS = {
     "cudnn_default_algo": VariantSettings(ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
                                           "DEFAULT", gpu_only=True),
     "ort_fused": VariantSettings(ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-                                 transformer_optimizer=True),
+                                 transformer_optimizer=True, float16=True),
+    "ort_cuda_graph": VariantSettings(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, gpu_only=True,
+                                      cuda_graph=True, float16=True),
 }
+
+# ONNX Runtime's CUDA graphs (CUDA EP docs, "Using CUDA Graphs", onnxruntime.ai/docs/
+# execution-providers/CUDA-ExecutionProvider.html; the constraints of their introduction,
+# microsoft/onnxruntime PR #9978, 1.11): every node on the CUDA EP, no control flow,
+# tensor inputs and outputs of shapes that never change, bound through IOBinding at
+# addresses that never change; ORT captures after its first runs and then replays the
+# graph whatever is bound, so new inputs are copied into the bound buffers
+# (OrtValue.update_inplace), never bound anew. A session captures one graph (more need
+# the ``gpu_graph_id`` run option, microsoft/onnxruntime PR #19636): one session and one
+# bound set per batch size served, which is what the serving harness prepares (one
+# Prepared per batch size).
+NO_CUDA_GRAPH_ON_CPU = ("ort_cuda_graph is the CUDA execution provider's enable_cuda_graph "
+                        "(a CUDA graph captured and replayed); the CPU provider has no graphs")
+ONE_BOUND_SET = ("ort_cuda_graph replays one captured CUDA graph over the one bound set of "
+                 "buffers it was captured with")
 
 NOT_A_TRANSFORMER = (
     "ort_fused runs ONNX Runtime's transformer optimizer (onnxruntime.transformers), whose "
@@ -105,9 +135,9 @@ def check_precision(precision: str, on_gpu: bool, variant: str) -> None:
     if precision == "tf32" and not on_gpu:
         raise Unsupported("tf32 is a GPU tensor-core mode; CPUs have no TF32")
     if precision == "fp16":
-        if not VARIANT_SETTINGS[variant].transformer_optimizer:
-            raise Unsupported("fp16 is ort_fused's: the transformer optimizer's float16 "
-                              "conversion of the fused graph; other ONNX Runtime variants "
+        if not VARIANT_SETTINGS[variant].float16:
+            raise Unsupported("fp16 is ort_fused's and ort_cuda_graph's: ONNX Runtime's "
+                              "float16 conversion of their graphs; other ONNX Runtime variants "
                               "run the fp32 graph")
         if not on_gpu:
             # onnxruntime.transformers.optimizer's own warning (1.31.1): "Most operators
@@ -146,9 +176,12 @@ def session_options(config: RunConfig, variant: str) -> ort.SessionOptions:
 def cuda_provider_options(variant: str, precision: str) -> dict[str, str]:
     """fp32 is strict: ORT's CUDA EP enables TF32 unless ``use_tf32`` is 0 (CUDA EP docs;
     provider option name kUseTF32 in cuda_execution_provider_info.cc)."""
-    return {"device_id": "0",
-            "cudnn_conv_algo_search": VARIANT_SETTINGS[variant].conv_algo_search,
-            "use_tf32": "1" if precision == "tf32" else "0"}
+    options = {"device_id": "0",
+               "cudnn_conv_algo_search": VARIANT_SETTINGS[variant].conv_algo_search,
+               "use_tf32": "1" if precision == "tf32" else "0"}
+    if VARIANT_SETTINGS[variant].cuda_graph:
+        options["enable_cuda_graph"] = "1"
+    return options
 
 
 def preload_cuda_libraries() -> None:
@@ -203,11 +236,20 @@ def input_signature(inputs: dict[str, np.ndarray]) -> tuple:
     return tuple((name, array.shape, array.dtype.str) for name, array in inputs.items())
 
 
+# The numpy type of a session's output type (keep_io_types: float32 in every variant).
+OUTPUT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
 @dataclass
 class BoundBatch:
     """One batch resident on the device and bound to the session that runs it. The inputs
     are copied to the device once, when bound; the output is bound to the device, so ORT
-    allocates it from its arena and nothing is copied back inside a timed run."""
+    allocates it from its arena and nothing is copied back inside a timed run.
+
+    ``fixed`` (CUDA graphs): inputs and output at device buffers allocated once
+    (``OrtValue.ortvalue_from_shape_and_type``, the output at the session's static output
+    shape), so every run reads and writes the same addresses; the inputs are the buffers'
+    own memory on the CPU too, never the caller's arrays."""
 
     session: ort.InferenceSession
     binding: ort.IOBinding
@@ -215,18 +257,37 @@ class BoundBatch:
 
     @classmethod
     def place(cls, session: ort.InferenceSession, inputs: dict[str, np.ndarray],
-              device: str) -> BoundBatch:
-        device_inputs = {name: ort.OrtValue.ortvalue_from_numpy(array, device, 0)
-                         for name, array in inputs.items()}
+              device: str, fixed: bool = False) -> BoundBatch:
+        if fixed:
+            device_inputs = {name: ort.OrtValue.ortvalue_from_shape_and_type(
+                array.shape, array.dtype, device, 0) for name, array in inputs.items()}
+            for name, array in inputs.items():
+                device_inputs[name].update_inplace(array)
+        else:
+            device_inputs = {name: ort.OrtValue.ortvalue_from_numpy(array, device, 0)
+                             for name, array in inputs.items()}
         binding = session.io_binding()
         for name, value in device_inputs.items():
             binding.bind_ortvalue_input(name, value)
-        binding.bind_output(OUTPUT, device, 0)
+        if fixed:
+            binding.bind_ortvalue_output(OUTPUT, fixed_output(session, device))
+        else:
+            binding.bind_output(OUTPUT, device, 0)
         return cls(session, binding, device_inputs)
 
     def run(self, run_options: ort.RunOptions) -> ort.IOBinding:
         self.session.run_with_iobinding(self.binding, run_options)
         return self.binding
+
+
+def fixed_output(session: ort.InferenceSession, device: str) -> ort.OrtValue:
+    """A device buffer for the session's output, of its static shape and type."""
+    (output,) = (value for value in session.get_outputs() if value.name == OUTPUT)
+    if not all(isinstance(dim, int) for dim in output.shape) or output.type not in OUTPUT_TYPES:
+        raise Unsupported(f"a fixed output buffer needs a static shape and a float type; the "
+                          f"graph's output is {output.type} {output.shape}")
+    return ort.OrtValue.ortvalue_from_shape_and_type(output.shape, OUTPUT_TYPES[output.type],
+                                                     device, 0)
 
 
 class OrtPrepared(Prepared):
@@ -239,6 +300,7 @@ class OrtPrepared(Prepared):
         # input shape of an epoch, and a profiled one.
         self.model, self.weights = model, weights
         self.config, self.variant, self.precision = adapter.config, variant, case.precision
+        self.cuda_graph = VARIANT_SETTINGS[variant].cuda_graph
         # What the transformer optimizer did (ort_fused), from the first session's graph.
         self.fused: FusedGraph | None = None
         self.providers = [(CUDA, cuda_provider_options(variant, case.precision)), CPU] \
@@ -249,7 +311,7 @@ class OrtPrepared(Prepared):
             raise DeviceUnavailable("onnxruntime created no CUDA execution provider")
         # The batch goes to the device once, here; the forward step reads it in place.
         self.host_x = self.inputs[INPUT]
-        self.bound = BoundBatch.place(self.session, self.inputs, self.device)
+        self.bound = BoundBatch.place(self.session, self.inputs, self.device, self.cuda_graph)
         self.binding, self.device_inputs = self.bound.binding, self.bound.device_inputs
         self.run_options = ort.RunOptions()
         self.epoch: list[BoundBatch] = []
@@ -275,7 +337,8 @@ class OrtPrepared(Prepared):
         if self.on_gpu:
             applied = self.session.get_provider_options().get(CUDA, {})
             self.extra["cuda_provider_options"] = {
-                key: applied.get(key) for key in ("cudnn_conv_algo_search", "use_tf32")}
+                key: applied.get(key) for key in ("cudnn_conv_algo_search", "use_tf32",
+                                                  "enable_cuda_graph")}
             self.extra["nodes_on_cpu"] = nodes_on_cpu(self.session)
             self.extra["peak_memory_note"] = NO_GPU_PEAK
 
@@ -290,10 +353,20 @@ class OrtPrepared(Prepared):
             graph = optimise_transformer(self.model, proto, self.precision == "fp16")
             self.fused = self.fused or graph
             proto = graph.proto
-        return ort.InferenceSession(proto.SerializeToString(),
-                                    options if options is not None
-                                    else session_options(self.config, self.variant),
-                                    providers=self.providers)
+        elif self.precision == "fp16":
+            proto = float16_graph(proto)
+        try:
+            return ort.InferenceSession(proto.SerializeToString(),
+                                        options if options is not None
+                                        else session_options(self.config, self.variant),
+                                        providers=self.providers)
+        except Exception as error:
+            # ORT refuses graph capture where a node runs outside the CUDA EP (its message
+            # names "graph capture" or "CUDA Graph"): a property of this model's graph.
+            text = " ".join(str(error).split())
+            if self.cuda_graph and ("graph capture" in text.lower() or "cuda graph" in text.lower()):
+                raise Unsupported(f"ONNX Runtime cannot capture this graph: {text[:300]}") from None
+            raise
 
     # --- the computations ---------------------------------------------------------
     def _forward(self) -> ort.IOBinding:
@@ -342,6 +415,8 @@ class OrtPrepared(Prepared):
             raise Unsupported(NO_GRADIENTS)
         if measure != "forward":
             raise Unsupported(f"unknown measure '{measure}'")
+        if self.cuda_graph:
+            raise Unsupported(f"{ONE_BOUND_SET}: an epoch binds a buffer set per batch")
         if not batches:
             raise ValueError("an epoch needs at least one batch")
         self.epoch = []   # a previous epoch's device memory goes first
@@ -387,7 +462,7 @@ class OrtPrepared(Prepared):
         options.enable_profiling = True
         options.profile_file_prefix = file_prefix
         return BoundBatch.place(self.new_session(self.inputs, options), self.inputs,
-                                self.device)
+                                self.device, self.cuda_graph)
 
     def sync(self, handle: Any) -> None:
         if self.on_gpu:
@@ -420,12 +495,44 @@ class OrtPrepared(Prepared):
             raise ValueError(f"serve: inputs {input_signature(inputs)} are not the shapes the "
                              f"session was built for {input_signature(self.inputs)}")
         if self.serving is None:
-            self.serving = BoundBatch.place(self.session, {name: array.copy() for name, array
-                                                           in self.inputs.items()}, self.device)
+            # ort_cuda_graph: the one bound set the session's graph is captured with
+            # (its inputs are buffers of their own, so the copy writes no caller's array).
+            self.serving = self.bound if self.cuda_graph else BoundBatch.place(
+                self.session, {name: array.copy() for name, array in self.inputs.items()},
+                self.device)
         for name, array in inputs.items():
             self.serving.device_inputs[name].update_inplace(array)
         self.serving.run(self.run_options)
         return np.array(self.serving.binding.copy_outputs_to_cpu()[0])
+
+    def generator(self, max_length: int) -> OrtGenerator:
+        """Greedy generation with a key/value cache (generate.py): the prefill and decode
+        graphs of this case's model through this case's options, providers and, for
+        ort_fused, the transformer optimizer (com.microsoft Attention with past/present;
+        fp16 converts the cache too, so it stays float16 between steps, logits float32)."""
+        if self.cuda_graph:
+            raise Unsupported(f"{ONE_BOUND_SET}; a decode step's cache grows by a position "
+                              "each step, so its shapes and buffers change")
+        tables = [node.positions for node in ir.all_nodes(self.model)
+                  if isinstance(node, ir.PositionEmbedding)]
+        if tables and max_length > min(tables):
+            raise Unsupported(f"a cache of {max_length} positions is beyond {self.model.name}'s "
+                              f"{min(tables)} positions")
+        fused = VARIANT_SETTINGS[self.variant].transformer_optimizer
+        sessions = []
+        for decode in (False, True):
+            proto = build_generation(self.model, self.weights, decode, fused)
+            if fused:
+                proto = optimise_transformer(self.model, proto, self.precision == "fp16",
+                                             keep_io_types=[LOGITS]).proto
+            sessions.append(ort.InferenceSession(proto.SerializeToString(),
+                                                 session_options(self.config, self.variant),
+                                                 providers=self.providers))
+        cache = ("com.microsoft Attention's past/present" if fused
+                 else "Concat of the past and the new keys and values")
+        self.extra["generation"] = (f"prefill and decode sessions, {cache}, ArgMax in the graph, "
+                                    "the cache bound from step to step on the device (IOBinding)")
+        return OrtGenerator(GenerationGraphs(*sessions, self.device), max_length)
 
     def output_summary(self, examples: int) -> OutputSummary:
         """A large output is reduced where the session left it, by a second graph
@@ -462,6 +569,10 @@ class OrtAdapter(Adapter):
         "ort_fused": "transformers: com.microsoft Attention and onnxruntime.transformers' "
                      "optimizer (SkipLayerNormalization, GELU fusions; fp16 by its float16 "
                      "conversion, inputs and outputs float32), then as ort_all, IOBinding",
+        "ort_cuda_graph": "as ort_all, the CUDA EP's enable_cuda_graph: one CUDA graph per "
+                          "session (batch size) replayed over fixed device buffers, inputs "
+                          "copied in place (IOBinding); fp16 by ONNX Runtime's float16 "
+                          "conversion, inputs and outputs float32 (GPU only)",
     }
     precisions = ("fp32", "tf32", "bf16", "fp16")
 
@@ -501,8 +612,10 @@ class OrtAdapter(Adapter):
         if self.config.device != "gpu":
             return f"{self.variants[variant]}; {CPU}"
         options = cuda_provider_options(variant, case.precision)
+        graph = (f", enable_cuda_graph={options['enable_cuda_graph']}"
+                 if "enable_cuda_graph" in options else "")
         return (f"{self.variants[variant]}; {CUDA}, cudnn_conv_algo_search="
-                f"{options['cudnn_conv_algo_search']}, use_tf32={options['use_tf32']}")
+                f"{options['cudnn_conv_algo_search']}, use_tf32={options['use_tf32']}{graph}")
 
     def prepare(self, model: Model, weights: Weights, batch: Batch,
                 case: CaseConfig) -> Prepared:
@@ -510,7 +623,8 @@ class OrtAdapter(Adapter):
         on_gpu = self.config.device == "gpu"
         check_precision(case.precision, on_gpu, variant)
         if VARIANT_SETTINGS[variant].gpu_only and not on_gpu:
-            raise Unsupported("cuDNN exists on GPU only")
+            raise Unsupported(NO_CUDA_GRAPH_ON_CPU if VARIANT_SETTINGS[variant].cuda_graph
+                              else "cuDNN exists on GPU only")
         if VARIANT_SETTINGS[variant].transformer_optimizer and not has_attention(model):
             raise Unsupported(NOT_A_TRANSFORMER)
         return OrtPrepared(self, model, weights, batch, case, variant)

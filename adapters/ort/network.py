@@ -75,13 +75,40 @@ def lstm_weights(w_ih: np.ndarray, w_hh: np.ndarray, bias: np.ndarray
             np.ascontiguousarray(b, np.float32))
 
 
+def cache_names(kind: str, layer: int, stacked: bool) -> tuple[str, ...]:
+    """The graph's names of one attention layer's cache, ``kind`` "past" (decode input) or
+    "present" (output): keys and values apart, or ``stacked`` in one tensor."""
+    return (f"{kind}.{layer}",) if stacked else (f"{kind}.{layer}.key", f"{kind}.{layer}.value")
+
+
+@dataclass
+class KVCache:
+    """What a cached pass of a decoder (greedy generation, adapters/ort/generate.py) adds
+    to the graph: each self-attention's keys and values over every position so far leave
+    the graph as outputs (``present``); in the decode graph those of the earlier positions
+    come in as inputs (``past``, of symbolic length) that the new position's are
+    concatenated to. Standard ops keep keys and values apart, (N, heads, S, d) each;
+    ``stacked``: com.microsoft Attention's one (2, N, heads, S, d) ``past``/``present``
+    (onnxruntime docs/ContribOperators.md, Attention). Layers are numbered in the order
+    the builder meets them (``take``)."""
+
+    decode: bool
+    stacked: bool
+    layers: int = 0
+
+    def take(self) -> int:
+        self.layers += 1
+        return self.layers - 1
+
+
 class Builder:
     """Turns IR nodes into ONNX nodes; every value name is unique in the graph."""
 
     def __init__(self, weights: Weights, layers: dict[str, LayerInfo], lengths: Value | None,
-                 steps: int, fused_attention: bool = False):
+                 steps: int, fused_attention: bool = False, cache: KVCache | None = None):
         self.weights = weights
         self.fused_attention = fused_attention
+        self.cache = cache
         self.layers = layers        # per-example shapes of every node, from models.analysis
         self.lengths = lengths
         self.steps = steps          # sequence length of a token batch (static)
@@ -218,10 +245,16 @@ class Builder:
         # padded batch is as long as its longest sequence, which can be shorter than the
         # model's steps. Plus row 0 of the token-type table, broadcast over the batch by
         # Add's numpy-style broadcasting.
+        # In a cached decode the new steps start at the cache's length (cache_offset).
         n = node.name
         steps = self.op("Shape", [x.name], f"{n}.steps", start=1, end=2)
-        rows = self.op("Slice", [self.param(f"{n}.table"), self.shape_constant(f"{n}.start", [0]),
-                                 steps, self.shape_constant(f"{n}.axes", [0])], f"{n}.rows")
+        if self.cache is not None and self.cache.decode:
+            start = self.cache_offset(n)
+            steps = self.op("Add", [start, steps], f"{n}.end")
+        else:
+            start = self.shape_constant(f"{n}.start", [0])
+        rows = self.op("Slice", [self.param(f"{n}.table"), start, steps,
+                                 self.shape_constant(f"{n}.axes", [0])], f"{n}.rows")
         if node.segments:
             segment = self.slice(self.param(f"{n}.segments"), 0, 1, f"{n}.segment")
             rows = self.op("Add", [rows, segment], f"{n}.added")
@@ -271,11 +304,15 @@ class Builder:
         q, k, v = (self.op("Gather", [stacked, self.initializer(f"{n}.{part}_index",
                                                                  np.array(i, np.int64))],
                            f"{n}.{part}", axis=0) for i, part in enumerate("qkv"))
+        if self.cache is not None:
+            k, v = self.cached_keys(k, v)
         keys_t = self.op("Transpose", [k], f"{n}.k_t", perm=[0, 1, 3, 2])
         scores = self.op("MatMul", [q, keys_t], f"{n}.qk")
         scale = self.initializer(f"{n}.scale", np.array(1.0 / np.sqrt(head), np.float32))
         scores = self.op("Mul", [scores, scale], f"{n}.scores")
-        mask = self.attention_mask(node, x)
+        # A decode step's one query is the newest position: every cached key is visible.
+        decoding = self.cache is not None and self.cache.decode
+        mask = None if decoding else self.attention_mask(node, x)
         if mask is not None:
             minus_inf = self.initializer(f"{n}.minus_inf", np.array(-np.inf, np.float32))
             scores = self.op("Where", [mask, scores, minus_inf], f"{n}.masked")
@@ -342,10 +379,48 @@ class Builder:
         inputs = [x.name, self.param(f"{n}.qkv.weight"), self.param(f"{n}.qkv.bias")]
         if node.padding and self.lengths is not None:
             inputs.append(self.lengths.name)
-        attended = self.op("Attention", inputs, f"{n}.fused", domain=MS_DOMAIN,
-                           num_heads=node.heads, unidirectional=int(node.causal))
+        if self.cache is None:
+            attended = self.op("Attention", inputs, f"{n}.fused", domain=MS_DOMAIN,
+                               num_heads=node.heads, unidirectional=int(node.causal))
+        else:
+            # With ``past`` (input 4, after an empty mask_index) the queries are the
+            # positions after it, and ``unidirectional`` masks each one's later keys.
+            layer = self.cache.take()
+            if self.cache.decode:
+                inputs += ["", cache_names("past", layer, True)[0]]
+            present = cache_names("present", layer, True)[0]
+            self.names.add(present)
+            attended = self.fresh(f"{n}.fused")
+            self.nodes.append(helper.make_node(
+                "Attention", inputs, [attended, present], name=attended, domain=MS_DOMAIN,
+                num_heads=node.heads, unidirectional=int(node.causal)))
         return self.affine(n, Value(attended, 3), self.param(f"{n}.out.weight"),
                            self.param(f"{n}.out.bias"), transpose=False)
+
+    def cached_keys(self, k: str, v: str) -> tuple[str, str]:
+        """One attention layer's keys and values (N, heads, T, d) in a cached pass: those of
+        every position so far, which leave the graph as ``present``. Prefill: the prompt's
+        own, the producing nodes renamed to the outputs; decode: ``past`` with the new
+        position's appended (Concat on the step axis), as ONNX Runtime's GPT-2 graphs with
+        past state do (onnxruntime.transformers gpt2_helper, its Concat-based past)."""
+        layer = self.cache.take()
+        present = cache_names("present", layer, False)
+        if self.cache.decode:
+            past = cache_names("past", layer, False)
+            return (self.op("Concat", [past[0], k], present[0], axis=2),
+                    self.op("Concat", [past[1], v], present[1], axis=2))
+        for value, name in zip((k, v), present):
+            producer = next(node for node in reversed(self.nodes) if node.output[0] == value)
+            producer.output[0] = producer.name = name
+            self.names.add(name)
+        return present
+
+    def cache_offset(self, name: str) -> str:
+        """The first new position of a decode step, int64 (1,): the cache's length, read
+        from the first layer's ``past`` (its step axis)."""
+        axis = 3 if self.cache.stacked else 2
+        return self.op("Shape", [cache_names("past", 0, self.cache.stacked)[0]],
+                       f"{name}.offset", start=axis, end=axis + 1)
 
     def gelu(self, node: ir.Activation, x: str) -> str:
         """GELU as the formula of models/ops/activation.py in standard ops (Erf or Tanh),
@@ -497,6 +572,83 @@ def build(model: ir.Model, weights: Weights, x_shape: tuple[int, ...],
     return proto
 
 
+# --- greedy generation with a key/value cache (adapters/ort/generate.py) ------------------
+
+LOGITS = "logits"     # float (1, 1, vocab): the last position's logits
+NEXT = "next"         # int64 (1, 1): their argmax, the greedy next token
+
+
+def not_a_decoder(model: ir.Model) -> str:
+    """Why ``model`` has no cached generation here ("" where it has): a language model over
+    tokens with causal self-attention only (no padding mask) and no frozen prefix."""
+    attention = [node for node in ir.walk(model.body) if isinstance(node, ir.SelfAttention)]
+    if model.input.kind != "tokens" or model.frozen:
+        return f"{model.name} is not a language model over tokens"
+    if not attention or not all(node.causal and not node.padding for node in attention):
+        return f"{model.name} is not a decoder-only model (generation needs causal self-attention)"
+    if any(isinstance(node, (ir.FirstToken, ir.LSTM, ir.MeanOverTime))
+           for node in ir.walk(model.body)):
+        return f"{model.name} does not give a next token per position"
+    return ""
+
+
+def build_generation(model: ir.Model, weights: Weights, decode: bool,
+                     fused_attention: bool = False) -> onnx.ModelProto:
+    """One of the two graphs of greedy generation at batch 1, by the same ``Builder`` as
+    ``build`` with a ``KVCache``: the prefill graph takes the prompt (``input``, int32
+    (1, P), P symbolic) and the decode graph one token (1, 1) and every layer's ``past``;
+    both give ``present`` per layer, the last position's ``logits`` and ``next``, their
+    ArgMax, so that a timed step fetches one int. The blocks that mix positions
+    (attention, position embedding) run over every position; the ones after the last of
+    them act on each position alone, so the prefill gives them its last position only
+    (GPT-2's final LayerNorm and LM head: the vocabulary-wide product once, not P times)."""
+    reason = not_a_decoder(model)
+    if reason:
+        raise Unsupported(reason)
+    attention = [node for node in ir.walk(model.body) if isinstance(node, ir.SelfAttention)]
+    heads, head = attention[0].heads, attention[0].dim // attention[0].heads
+    stats = analyse(model)
+    vocab = stats.output_shape[-1]
+    mixing = (ir.SelfAttention, ir.PositionEmbedding)
+    last = max(i for i, node in enumerate(model.body)
+               if any(isinstance(inner, mixing) for inner in ir.walk((node,))))
+    cache = KVCache(decode, stacked=fused_attention)
+    builder = Builder(weights, {layer.name: layer for layer in stats.layers}, None, 0,
+                      fused_attention, cache)
+    steps: int | str = 1 if decode else "prompt"
+    x = builder.sequence(model.body[:last + 1], Value(INPUT, 2))
+    if not decode:
+        x = Value(builder.op("Slice", [x.name, builder.shape_constant("last.start", [-1]),
+                                       builder.shape_constant("last.end", [np.iinfo(np.int64).max]),
+                                       builder.shape_constant("last.axes", [1])],
+                             "last_position"), 3)
+    x = builder.sequence(model.body[last + 1:], x)
+    builder.nodes[-1].output[0] = builder.nodes[-1].name = LOGITS
+    builder.nodes.append(helper.make_node("ArgMax", [LOGITS], [NEXT], name=NEXT, axis=-1,
+                                          keepdims=0))
+
+    def cache_info(kind: str, length: int | str) -> list[onnx.ValueInfoProto]:
+        shape = [2, 1, heads, length, head] if fused_attention else [1, heads, length, head]
+        return [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+                for layer in range(len(attention))
+                for name in cache_names(kind, layer, fused_attention)]
+
+    inputs = [helper.make_tensor_value_info(INPUT, TensorProto.INT32, [1, steps])]
+    if decode:
+        inputs += cache_info("past", "past")
+    outputs = [helper.make_tensor_value_info(LOGITS, TensorProto.FLOAT, [1, 1, vocab]),
+               helper.make_tensor_value_info(NEXT, TensorProto.INT64, [1, 1]),
+               *cache_info("present", "total" if decode else steps)]
+    graph = helper.make_graph(builder.nodes, f"{model.name}.{'decode' if decode else 'prefill'}",
+                              inputs, outputs, builder.initializers)
+    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(MS_DOMAIN, 1)]
+                                                 if fused_attention else [])
+    proto = helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION,
+                              producer_name="dlbench")
+    onnx.checker.check_model(proto, full_check=not fused_attention)
+    return proto
+
+
 # --- ONNX Runtime's transformer optimizer (the ort_fused variant) --------------------------
 
 # The optimizer's fused op types per pattern (onnxruntime.transformers, 1.31:
@@ -557,12 +709,32 @@ def expected_fusions(model: ir.Model) -> dict[str, int]:
                                    for node, after in zip(body, body[1:]))}
 
 
-def optimise_transformer(model: ir.Model, proto: onnx.ModelProto, float16: bool) -> FusedGraph:
+def float16_graph(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` through ONNX Runtime's float16 conversion, the one ``optimise_transformer``
+    applies to the fused graph (onnxruntime.transformers OnnxModel.convert_float_to_float16,
+    1.31.1), without the transformer fusions: float16 weights and activations, float32
+    input and output (``keep_io_types``), its default block list's ops kept in float32."""
+    try:
+        from onnxruntime.transformers.onnx_model import OnnxModel
+    except ImportError as error:
+        raise Unsupported(f"onnxruntime.transformers cannot be imported: {error}") from None
+    converted = OnnxModel(proto)
+    try:
+        converted.convert_float_to_float16(keep_io_types=True)
+    except ImportError as error:   # sympy, for symbolic shape inference
+        raise Unsupported("ONNX Runtime's float16 conversion needs a package this environment "
+                          f"lacks: {' '.join(str(error).split())}") from None
+    return converted.model
+
+
+def optimise_transformer(model: ir.Model, proto: onnx.ModelProto, float16: bool,
+                         keep_io_types: bool | list[str] = True) -> FusedGraph:
     """``proto`` (built with ``fused_attention``) through ONNX Runtime's transformer
     optimizer, ``optimize_model`` (onnxruntime.transformers.optimizer, 1.31.1), with the
     model's heads and width; then, for ``float16``, its ``convert_float_to_float16`` with
     ``keep_io_types`` (float32 input and output, so the IOBinding path is unchanged;
-    LayerNorm-like ops kept in float32 by its default block list).
+    LayerNorm-like ops kept in float32 by its default block list), or those inputs and
+    outputs it names (generation keeps its key/value cache in float16 between steps).
 
     opt_level 0: the optimizer's Python fusions alone. Its levels 1 and up first run an
     InferenceSession over the graph, which the session does here anyway at ORT_ENABLE_ALL,
@@ -588,7 +760,7 @@ def optimise_transformer(model: ir.Model, proto: onnx.ModelProto, float16: bool)
                                    hidden_size=attention.dim, opt_level=0)
         statistics = optimizer.get_fused_operator_statistics()
         if float16:
-            optimizer.convert_float_to_float16(keep_io_types=True)
+            optimizer.convert_float_to_float16(keep_io_types=keep_io_types)
     except ImportError as error:   # sympy, for symbolic shape inference
         raise Unsupported("ONNX Runtime's transformer optimizer needs a package this "
                           f"environment lacks: {' '.join(str(error).split())}") from None

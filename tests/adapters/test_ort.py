@@ -106,6 +106,8 @@ def test_gpu_rows_describe_the_cuda_options():
         "CUDAExecutionProvider, cudnn_conv_algo_search=EXHAUSTIVE, use_tf32=0")
     assert "use_tf32=1" in gpu.describe(CaseConfig("tf32"))
     assert "search=HEURISTIC" in gpu.describe(CaseConfig("fp32", "cudnn_heuristic"))
+    assert gpu.describe(CaseConfig("fp16", "ort_cuda_graph")).endswith(
+        "use_tf32=0, enable_cuda_graph=1")
 
 
 def test_node_placement_is_readable(cpu_adapter):
@@ -153,6 +155,8 @@ def test_cuda_options_make_fp32_strict_and_set_the_algorithm_search():
     assert cuda_provider_options("ort_all", "fp32")["cudnn_conv_algo_search"] == "EXHAUSTIVE"
     assert cuda_provider_options("cudnn_heuristic", "fp32")["cudnn_conv_algo_search"] == "HEURISTIC"
     assert cuda_provider_options("cudnn_default_algo", "fp32")["cudnn_conv_algo_search"] == "DEFAULT"
+    assert cuda_provider_options("ort_cuda_graph", "fp16")["enable_cuda_graph"] == "1"
+    assert "enable_cuda_graph" not in cuda_provider_options("ort_all", "fp32")
     assert set(VARIANT_SETTINGS) == set(OrtAdapter.variants)
 
 
@@ -300,7 +304,9 @@ def test_trace_with_other_runs_than_asked_is_refused():
     (CaseConfig("fp32", "cudnn_default_algo"), "GPU only"),
     (CaseConfig("fp32", "ort_fused"), "no self-attention"),
     (CaseConfig("fp16", "ort_fused"), "CUDA execution provider only"),
-    (CaseConfig("fp16", "ort_all"), "fp16 is ort_fused's"),
+    (CaseConfig("fp16", "ort_all"), "fp16 is ort_fused's and ort_cuda_graph's"),
+    (CaseConfig("fp32", "ort_cuda_graph"), "the CPU provider has no graphs"),
+    (CaseConfig("fp16", "ort_cuda_graph"), "CUDA execution provider only"),
 ])
 def test_unsupported_cases_give_reasons(cpu_adapter, case, reason):
     with pytest.raises(Unsupported, match=reason):
@@ -762,3 +768,225 @@ def test_the_row_records_the_attention_graph(cpu_adapter):
     assert prepared.extra["attention"].startswith("ONNX MatMul")
     assert prepared.extra["attention"].endswith(", ORT_ENABLE_ALL")
     assert "attention" not in prepare(cpu_adapter, "lenet_tiny").extra
+
+
+# --- greedy generation with a key/value cache (generate.py) -------------------------------
+
+PROMPT, NEW_TOKENS = 8, 8
+
+
+def generate_and_reference(generator, model, weights):
+    """``NEW_TOKENS`` greedy tokens after the seeded batch's first ``PROMPT`` tokens, each
+    step's logits, and float64's logits at the same positions: ``models.reference`` over
+    the prompt and the generated tokens (teacher forced, so an early wrong token cannot
+    hide a later cache error)."""
+    prompt = make_batch(model, 1).x[0, :PROMPT].astype(np.int32)
+    tokens, logits = [generator.prefill(prompt)], [generator.last_logits()]
+    while len(tokens) < NEW_TOKENS:
+        tokens.append(generator.decode(tokens[-1]))
+        logits.append(generator.last_logits())
+    fed = np.concatenate([prompt, tokens[:-1]]).astype(np.int32)[None]
+    from models.inputs import Batch
+    want = reference_numpy.forward(model, weights, Batch(fed, None, None))[0, PROMPT - 1:]
+    return tokens, logits, want
+
+
+def assert_generation_within(tokens, logits, want, bound):
+    errors = [float(np.abs(got - ref).max() / np.abs(ref).max())
+              for got, ref in zip(logits, want)]
+    assert len(errors) == NEW_TOKENS and max(errors) <= bound, (errors, bound)
+    # The graph's ArgMax is the argmax of the logits it gave, and float64's token unless
+    # float64's lead over it is within twice the bound (each logit may move by the bound).
+    for token, got, ref in zip(tokens, logits, want):
+        assert token == int(got.argmax())
+        assert token == int(ref.argmax()) or ref.max() - ref[token] <= 2 * bound * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("variant", ["ort_all", "ort_fused"])
+def test_generation_with_the_cache_matches_float64_at_every_step(cpu_adapter, variant):
+    """Prefill then decode steps over the cache bound from run to run (IOBinding): every
+    step's logits within the fp32 output bound of the model at the generation's length,
+    standard-op attention with a Concat cache and com.microsoft Attention's past/present
+    alike."""
+    from models.error_bounds import bounds
+
+    model = get_model("gpt2_tiny")          # context 16 = PROMPT + NEW_TOKENS
+    weights = canonical_weights(model)
+    prepared = cpu_adapter.prepare(model, weights, make_batch(model, 1), CaseConfig("fp32", variant))
+    try:
+        generator = prepared.generator(PROMPT + NEW_TOKENS)
+        tokens, logits, want = generate_and_reference(generator, model, weights)
+        # The last token fills the cache's last position; nothing fits after it.
+        generator.decode(tokens[-1])
+        with pytest.raises(ValueError, match="beyond the cache's 16"):
+            generator.decode(tokens[-1])
+        # A second generation starts afresh from its prompt.
+        assert generate_and_reference(generator, model, weights)[0] == tokens
+    finally:
+        prepared.close()
+    assert_generation_within(tokens, logits, want, bounds(model, 1, "fp32").output)
+    assert ("com.microsoft Attention" in prepared.extra["generation"]) == (variant == "ort_fused")
+
+
+def test_generation_graphs_fetch_one_token_and_keep_the_cache_apart():
+    """The prefill gives the last position's logits only, and both graphs the ArgMax; the
+    decode graph takes every layer's past keys and values, of any length."""
+    from adapters.ort.network import LOGITS, NEXT, build_generation
+
+    model = get_model("gpt2_tiny")
+    weights = canonical_weights(model)
+    prefill, decode = (build_generation(model, weights, decode) for decode in (False, True))
+    outputs = [value.name for value in prefill.graph.output]
+    assert outputs == [LOGITS, NEXT, "present.0.key", "present.0.value", "present.1.key",
+                       "present.1.value"] == [value.name for value in decode.graph.output]
+    assert [value.name for value in decode.graph.input] == [
+        "input", "past.0.key", "past.0.value", "past.1.key", "past.1.value"]
+    assert decode.graph.input[1].type.tensor_type.shape.dim[2].dim_param == "past"
+    assert [dim.dim_value for dim in prefill.graph.output[0].type.tensor_type.shape.dim] == [1, 1, 96]
+    with pytest.raises(Unsupported, match="not a decoder-only model"):
+        build_generation(get_model("bert_tiny"), canonical_weights(get_model("bert_tiny")), False)
+
+
+def test_fp16_generation_keeps_its_cache_in_float16_within_the_fp16_bound():
+    """The GPU's fp16 generation graphs (ort_fused), run here on the CPU provider behind its
+    casts: the cache passes between steps as float16, the logits float32, every step within
+    the fp16 bound."""
+    from adapters.ort.generate import GenerationGraphs, OrtGenerator
+    from adapters.ort.network import LOGITS, build_generation
+    from models.error_bounds import bounds
+
+    model = get_model("gpt2_tiny")
+    weights = canonical_weights(model)
+    protos = [optimise_transformer(model, build_generation(model, weights, decode, True),
+                                   float16=True, keep_io_types=[LOGITS]).proto
+              for decode in (False, True)]
+    types = {value.name: value.type.tensor_type.elem_type
+             for value in (*protos[1].graph.input, *protos[1].graph.output)}
+    assert types["past.0"] == types["present.1"] == onnx.TensorProto.FLOAT16, types
+    assert types[LOGITS] == onnx.TensorProto.FLOAT, types
+    sessions = [ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+                for proto in protos]
+    generator = OrtGenerator(GenerationGraphs(*sessions, "cpu"), PROMPT + NEW_TOKENS)
+    tokens, logits, want = generate_and_reference(generator, model, weights)
+    assert_generation_within(tokens, logits, want, bounds(model, 1, "fp16").output)
+
+
+# --- ort_cuda_graph: fixed bound buffers, served in place; fp16 by the float16 conversion --
+
+@pytest.fixture
+def fixed_buffers_on_cpu(monkeypatch):
+    """ort_cuda_graph's whole path on the CPU provider, as far as it exists there: the GPU
+    requirement lifted, so the session has no CUDA graph but every run goes through the
+    same fixed bound buffers as on the GPU."""
+    monkeypatch.setitem(VARIANT_SETTINGS, "ort_cuda_graph",
+                        dataclasses.replace(VARIANT_SETTINGS["ort_cuda_graph"], gpu_only=False))
+
+
+def test_cuda_graph_variant_serves_through_one_fixed_bound_set(cpu_adapter, fixed_buffers_on_cpu):
+    """Every run reads and writes the same buffers (what a replayed CUDA graph needs):
+    serve copies each batch into the bound inputs and answers from the bound output,
+    the forward step runs the same binding, the caller's arrays are never written, and
+    each answer is that batch's ort_all output."""
+    model = get_model("resnet_tiny")
+    weights = canonical_weights(model)
+    first, second = make_batch(model, 2, seed=0), make_batch(model, 2, seed=1)
+    keep = first.x.copy(), second.x.copy()
+    graph = cpu_adapter.prepare(model, weights, first, CaseConfig("fp32", "ort_cuda_graph"))
+    plain = cpu_adapter.prepare(model, weights, first, CaseConfig("fp32", "ort_all"))
+    try:
+        addresses = ({name: value.data_ptr() for name, value in graph.device_inputs.items()},
+                     graph.binding.get_outputs()[0].data_ptr())
+        served = [graph.serve(batch) for batch in (second, first, second)]
+        expected = [plain.serve(batch) for batch in (second, first)]
+        graph.step_forward()()
+        after = ({name: value.data_ptr() for name, value in graph.device_inputs.items()},
+                 graph.binding.get_outputs()[0].data_ptr())
+        assert graph.serving is graph.bound
+        forward = graph.forward_output()
+    finally:
+        graph.close()
+        plain.close()
+    assert after == addresses
+    np.testing.assert_array_equal(served[0], expected[0])
+    np.testing.assert_array_equal(served[1], expected[1])
+    np.testing.assert_array_equal(served[2], expected[0])
+    np.testing.assert_array_equal(forward, served[2])   # the bound inputs hold the last batch
+    np.testing.assert_array_equal(first.x, keep[0])
+    np.testing.assert_array_equal(second.x, keep[1])
+
+
+def test_cuda_graph_variant_refuses_what_would_bind_other_buffers(cpu_adapter, fixed_buffers_on_cpu):
+    model = get_model("gpt2_tiny")
+    prepared = cpu_adapter.prepare(model, canonical_weights(model), make_batch(model, 1),
+                                   CaseConfig("fp32", "ort_cuda_graph"))
+    try:
+        with pytest.raises(Unsupported, match="one bound set"):
+            prepared.epoch_step("forward", [make_batch(model, 1)])
+        with pytest.raises(Unsupported, match="cache grows"):
+            prepared.generator(16)
+    finally:
+        prepared.close()
+
+
+@pytest.mark.parametrize("name", ["resnet_tiny", "bert_tiny"])
+def test_float16_conversion_of_the_plain_graph_stays_within_the_fp16_bound(name):
+    """ort_cuda_graph's fp16 graph (the conversion without the transformer fusions), run
+    on the CPU provider behind its casts: float16 weights, float32 input and output, the
+    output within the fp16 bound and outside the fp32 one (the conversion happened)."""
+    from adapters.ort.network import float16_graph
+    from models.error_bounds import bounds
+
+    model = get_model(name)
+    weights, batch = canonical_weights(model), make_batch(model, 2)
+    inputs = graph_inputs(model, batch)
+    proto = float16_graph(build(model, weights, inputs["input"].shape, "lengths" in inputs))
+    assert onnx.TensorProto.FLOAT16 in {init.data_type for init in proto.graph.initializer}
+    assert proto.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    output = session.run(None, inputs)[0]
+    expected = reference_numpy.forward(model, weights, batch, train=False)
+    error = float(np.abs(output - expected).max() / np.abs(expected).max())
+    assert bounds(model, 2, "fp32").output < error <= bounds(model, 2, "fp16").output, error
+
+
+# --- on a GPU: generation and ort_cuda_graph through the CUDA EP (skipped without one) ---
+
+@pytest.mark.parametrize("case", [CaseConfig("fp32", "ort_all"), CaseConfig("fp32", "ort_fused"),
+                                  CaseConfig("fp16", "ort_fused")])
+def test_gpu_generation_matches_float64_at_every_step(gpu_adapter, case):
+    from models.error_bounds import bounds
+
+    model = get_model("gpt2_tiny")
+    weights = canonical_weights(model)
+    prepared = gpu_adapter.prepare(model, weights, make_batch(model, 1), case)
+    try:
+        generator = prepared.generator(PROMPT + NEW_TOKENS)
+        assert generator.device == "cuda"
+        tokens, logits, want = generate_and_reference(generator, model, weights)
+        assert generator.cache[0].device_name().lower() == "cuda"   # the cache stayed there
+    finally:
+        prepared.close()
+    assert_generation_within(tokens, logits, want, bounds(model, 1, case.precision).output)
+
+
+@pytest.mark.parametrize("name", ["resnet_tiny", "bert_tiny"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_gpu_cuda_graph_serves_each_batch_within_the_bound(gpu_adapter, name, precision):
+    """The captured graph replays over the bound buffers: batches served one after another
+    each get their own answer (not the captured batch's), within the precision's bound."""
+    from models.error_bounds import bounds
+
+    model = get_model(name)
+    weights = canonical_weights(model)
+    batches = [make_batch(model, 2, seed=seed) for seed in range(3)]
+    prepared = gpu_adapter.prepare(model, weights, batches[0], CaseConfig(precision, "ort_cuda_graph"))
+    try:
+        applied = prepared.session.get_provider_options()["CUDAExecutionProvider"]
+        assert applied["enable_cuda_graph"] == "1"
+        served = [prepared.serve(batch) for batch in (*batches, *batches)]
+    finally:
+        prepared.close()
+    for batch, output in zip((*batches, *batches), served):
+        expected = reference_numpy.forward(model, weights, batch)
+        error = float(np.abs(output - expected).max() / np.abs(expected).max())
+        assert error <= bounds(model, 2, precision).output, (error, precision)
