@@ -28,6 +28,7 @@ from adapters.base import (
     Adapter,
     CaseConfig,
     DeviceUnavailable,
+    Generator,
     Memory,
     Prepared,
     Profile,
@@ -505,7 +506,7 @@ class OrtPrepared(Prepared):
         self.serving.run(self.run_options)
         return np.array(self.serving.binding.copy_outputs_to_cpu()[0])
 
-    def generator(self, max_length: int) -> OrtGenerator:
+    def generator(self, max_length: int) -> Generator:
         """Greedy generation with a key/value cache (generate.py): the prefill and decode
         graphs of this case's model through this case's options, providers and, for
         ort_fused, the transformer optimizer (com.microsoft Attention with past/present;

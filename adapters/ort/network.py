@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from adapters.base import Unsupported
 from models import ir
 from models.analysis import LayerInfo, analyse
+from models.families.transformer import not_a_decoder
 from models.ops import builder_table
 from models.ops.activation import GELU_A, GELU_C
 from models.weights import Weights
@@ -576,20 +577,6 @@ def build(model: ir.Model, weights: Weights, x_shape: tuple[int, ...],
 
 LOGITS = "logits"     # float (1, 1, vocab): the last position's logits
 NEXT = "next"         # int64 (1, 1): their argmax, the greedy next token
-
-
-def not_a_decoder(model: ir.Model) -> str:
-    """Why ``model`` has no cached generation here ("" where it has): a language model over
-    tokens with causal self-attention only (no padding mask) and no frozen prefix."""
-    attention = [node for node in ir.walk(model.body) if isinstance(node, ir.SelfAttention)]
-    if model.input.kind != "tokens" or model.frozen:
-        return f"{model.name} is not a language model over tokens"
-    if not attention or not all(node.causal and not node.padding for node in attention):
-        return f"{model.name} is not a decoder-only model (generation needs causal self-attention)"
-    if any(isinstance(node, (ir.FirstToken, ir.LSTM, ir.MeanOverTime))
-           for node in ir.walk(model.body)):
-        return f"{model.name} does not give a next token per position"
-    return ""
 
 
 def build_generation(model: ir.Model, weights: Weights, decode: bool,

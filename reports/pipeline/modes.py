@@ -32,7 +32,8 @@ MODES = {
     # by kernel (ONNX Runtime's contrib kernels), not code generated for the graph.
     "ort": {variant: "session" for variant in ("ort_all", "ort_extended", "ort_basic",
                                                "ort_disabled", "cudnn_heuristic",
-                                               "cudnn_default_algo", "ort_fused")},
+                                               "cudnn_default_algo", "ort_fused",
+                                               "ort_cuda_graph")},
 }
 
 
