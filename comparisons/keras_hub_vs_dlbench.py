@@ -298,10 +298,16 @@ class Twin:
             return self.jax.default_matmul_precision("highest")
         return contextlib.nullcontext()
 
+    def refresh(self) -> None:
+        """Read the model's variables again (after ``load_canonical``): JAX's stateless
+        calls take them as arguments; TensorFlow's functions read the variables."""
+        if self.backend == "jax":
+            self.trainable = [v.value for v in self.model.trainable_variables]
+            self.fixed = [v.value for v in self.model.non_trainable_variables]
+
     def _jax_functions(self) -> None:
         jax, model, loss_fn, optimizer = self.jax, self.model, self.loss_fn, self.optimizer
-        self.trainable = [v.value for v in model.trainable_variables]
-        self.fixed = [v.value for v in model.non_trainable_variables]
+        self.refresh()
 
         def forward(trainable, fixed, x):
             return model.stateless_call(trainable, fixed, x, training=False)[0]
@@ -492,15 +498,11 @@ def default_backend() -> str:
     return "tensorflow" if importlib.util.find_spec("tensorflow") else "jax"
 
 
-def import_frameworks(backend: str, device: str):
-    """The adapter (which sets the framework's process-wide flags before its first op),
-    then Keras on ``backend`` and keras-hub; SystemExit(2) when one is missing."""
-    os.environ["KERAS_BACKEND"] = backend
+def import_keras(backend: str):
+    """Keras on ``backend`` and keras-hub; SystemExit(2) when one is missing or Keras was
+    imported on another backend before."""
+    os.environ.setdefault("KERAS_BACKEND", backend)
     try:
-        if backend == "jax":
-            from adapters.jax import JaxAdapter as Adapter
-        else:
-            from adapters.tf import TFAdapter as Adapter
         import keras
         import keras_hub
     except ImportError as error:
@@ -508,12 +510,27 @@ def import_frameworks(backend: str, device: str):
               f"COMPARISON_REQUIREMENTS); nothing was timed.", file=sys.stderr)
         raise SystemExit(2) from None
     if keras.backend.backend() != backend:
-        print(f"error: Keras was imported with backend {keras.backend.backend()!r} before "
-              f"{backend!r} could be set (set KERAS_BACKEND={backend})", file=sys.stderr)
+        print(f"error: Keras runs on {keras.backend.backend()!r}, not {backend!r} (set "
+              f"KERAS_BACKEND={backend} before Keras is imported)", file=sys.stderr)
         raise SystemExit(2)
+    return keras, keras_hub
+
+
+def import_frameworks(backend: str, device: str):
+    """dlbench's adapter first (it sets the framework's process-wide flags before its first
+    op), then Keras on ``backend`` and keras-hub."""
+    os.environ["KERAS_BACKEND"] = backend
+    try:
+        if backend == "jax":
+            from adapters.jax import JaxAdapter as Adapter
+        else:
+            from adapters.tf import TFAdapter as Adapter
+    except ImportError as error:
+        print(f"error: {error}; nothing was timed.", file=sys.stderr)
+        raise SystemExit(2) from None
     from adapters.base import RunConfig
     adapter = Adapter(RunConfig(device, len(os.sched_getaffinity(0)), 1))
-    return adapter, keras, keras_hub
+    return (adapter, *import_keras(backend))
 
 
 def main(argv: list[str] | None = None) -> int:
