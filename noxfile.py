@@ -149,8 +149,21 @@ FRAMEWORK_CORE_TESTS = {"torch": ["tests/models/test_reference.py", "tests/model
 # host's) is PyTorch's transformer twin and builds the Hugging Face models whose parameter
 # counts tests/adapters/test_torch.py checks; it adds about 175 MB and 40 s to the torch
 # venv (tokenizers, safetensors, huggingface-hub, pydantic, regex, pyyaml ...).
+# keras-hub 0.32.0 is JAX's and TensorFlow's transformer twin
+# (comparisons/keras_hub_vs_dlbench.py): Keras 3 (TensorFlow's pin; JAX's venv has none)
+# and what importing keras_hub.models needs, regex and tokenizers (its BPE tokenizers import
+# them at module level); keras-hub itself and tokenizers are installed without their
+# requirements: keras-hub's list names tensorflow-text (which requires the 572 MB
+# tensorflow wheel, in JAX's venv too), kagglehub, kagglesdk and sentencepiece, none of
+# which a backbone built from its constructor imports, and tokenizers' huggingface-hub.
+# Measured on a 2-core host from a warm pip cache, beyond the sessions' installs without
+# them: 12.6 s in JAX's venv (Keras and its h5py, optree, namex), 6.2 s in TensorFlow's.
 COMPARISON_REQUIREMENTS = {"torch": ["transformers==5.17.0"],
-                           "jax": ["flax==0.12.8"]}
+                           "jax": ["flax==0.12.8", "keras==3.15.1", "regex==2026.11.19"],
+                           "tf": ["regex==2026.11.19"]}
+COMPARISON_REQUIREMENTS_WITHOUT_DEPENDENCIES = {
+    "jax": ["keras-hub==0.32.0", "tokenizers==0.23.3"],
+    "tf": ["keras-hub==0.32.0", "tokenizers==0.23.3"]}
 
 
 # JAX's kit compiles hundreds of tiny programs, and on the CPU most of its time went to
@@ -161,6 +174,8 @@ COMPARISON_REQUIREMENTS = {"torch": ["transformers==5.17.0"],
 # backend level (and fast math is off, XLA's CPU default). Benchmark sessions keep XLA's
 # default level.
 TEST_ENV = {name: {"XLA_FLAGS": "--xla_backend_optimization_level=0"} for name in ("jax", "tf")}
+# Keras 3 (the keras-hub twin's) on JAX in JAX's session; its default is TensorFlow.
+TEST_ENV["jax"]["KERAS_BACKEND"] = "jax"
 
 # Two pytest workers (pytest-xdist): most tests hold one core (tiny models' dispatch,
 # compilation, suites run in a subprocess), so one worker leaves half of a 2-core machine
@@ -179,7 +194,8 @@ def tests(session: nox.Session, target: str) -> None:
         return
     install(session, *CORE, *REGISTRY[target]["requirements"]["cpu"], *EXTRAS["test"],
             *COMPARISON_REQUIREMENTS.get(target, []),
-            without_dependencies=requirements_without_dependencies(target, "cpu"))
+            without_dependencies=[*requirements_without_dependencies(target, "cpu"),
+                                  *COMPARISON_REQUIREMENTS_WITHOUT_DEPENDENCIES.get(target, [])])
     session.env.update(TEST_ENV.get(target, {}))
     session.run(python(session), "-m", "pytest", "-q", *PYTEST_WORKERS, "tests/conformance",
                 f"tests/adapters/test_{target}.py", *FRAMEWORK_CORE_TESTS.get(target, []),

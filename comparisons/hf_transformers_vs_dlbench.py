@@ -73,6 +73,18 @@ from torch import nn
 from adapters.base import CaseConfig, RunConfig
 from adapters.torch import TorchAdapter
 from adapters.torch.adapter import sdpa_ops
+from comparisons.transformer_twins import (
+    FLOAT64_MAX_FLOPS,
+    MODELS,
+    SUITE_BATCH,
+    Shape,
+    is_transformer,
+    model_for,
+    one_line,
+    parse_list,
+    print_table,
+    shape_of,
+)
 from models import ir, reference
 from models.analysis import analyse
 from models.error_bounds import bounds
@@ -80,24 +92,15 @@ from models.inputs import Batch, make_batch
 from models.measures import TRAIN_STEP
 from models.optimizers import ADAMW
 from models.weights import canonical_weights
-from models.zoo import get_model
 from suites.stats.timer import TimerSettings, measure
 
-MODELS = ("gpt2", "bert_base", "vit_b16")
-# The transformers-gpu suite's shapes (suites/transformers-gpu.toml): GPT-2 8×1024, BERT
-# 32×512, ViT-B/16 128 images (197 tokens).
-SUITE_BATCH = {"gpt2": 8, "bert_base": 32, "vit_b16": 128}
 MEASURES = ("forward", TRAIN_STEP)
 PRECISIONS = ("fp32", "bf16")
 VARIANTS = ("eager", "compile")
-TOLERANCE = 0.05   # the issue's bar: dlbench within ±5% of its twin
 # With compile each side's first calls compile, untimed (the timer would count the
 # compilation against its budget and cut the warm-up short).
 UNTIMED_RUNS = 2
 OUTPUT_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
-# models.reference's float64 runs on the host: only where the batch's forward is at most
-# this many FLOPs (the tiny models; GPT-2 1×128 is 3.2e10, about a minute).
-FLOAT64_MAX_FLOPS = 2e9
 RESULTS_FILE = "hf_transformers_vs_dlbench.jsonl"
 
 # --- the weights: dlbench's canonical names → Hugging Face's ---------------------------
@@ -158,35 +161,6 @@ TIED = {"gpt2": ("lm_head.weight", "transformer.wte.weight"),
         "bert": ("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight")}
 HF_CLASS = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM",
             "vit": "ViTForImageClassification"}
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The sizes a Hugging Face config needs, read from dlbench's IR."""
-
-    family: str        # gpt2, bert or vit
-    layers: int
-    width: int
-    heads: int
-    vocab: int         # token vocabulary (GPT-2, BERT) or classes (ViT)
-    positions: int     # position table rows (ViT: tokens, the class token included)
-    image: int = 0     # ViT's image side and patch
-    patch: int = 0
-
-
-def shape_of(model: ir.Model) -> Shape:
-    nodes = list(ir.walk(model.body))
-    attention = [n for n in nodes if isinstance(n, ir.SelfAttention)]
-    position = next(n for n in nodes if isinstance(n, ir.PositionEmbedding))
-    patch = next((n for n in nodes if isinstance(n, ir.PatchEmbedding)), None)
-    first = attention[0]
-    if patch is not None:
-        classes = [n for n in nodes if isinstance(n, ir.Dense)][-1].out_features
-        return Shape("vit", len(attention), first.dim, first.heads, classes, position.positions,
-                     model.input.shape[-1], patch.patch)
-    vocab = next(n for n in nodes if isinstance(n, ir.Embedding)).vocab
-    return Shape("gpt2" if first.causal else "bert", len(attention), first.dim, first.heads,
-                 vocab, position.positions)
 
 
 def hf_config(transformers, shape: Shape):
@@ -396,13 +370,6 @@ def identity(model: ir.Model, weights, batch: Batch, prepared, twin: Twin, preci
     return Identity(output, 2 * bound.output, loss, 2 * bound.loss, dtypes, f64_output, f64_loss)
 
 
-def model_for(name: str, steps: int | None) -> ir.Model:
-    """The zoo's model, at ``steps`` tokens where given (GPT-2 and BERT)."""
-    if steps is None or name == "vit_b16" or name.endswith("_tiny"):
-        return get_model(name)
-    return get_model(f"{name}:s={steps}")
-
-
 def time_pair(prepared, twin: Twin, measure_name: str, compiled: bool,
               settings: TimerSettings) -> dict[str, list[float]]:
     """Both sides' medians (ms) in A-B-B-A order, each side in the measure's mode."""
@@ -417,11 +384,6 @@ def time_pair(prepared, twin: Twin, measure_name: str, compiled: bool,
     for label in ("dlbench", "hf", "hf", "dlbench"):
         medians[label].append(measure(steps[label], prepared.sync, settings).median_s * 1e3)
     return medians
-
-
-def one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
 def run_case(adapter: TorchAdapter, transformers, name: str, model: ir.Model, batch_size: int,
@@ -475,54 +437,6 @@ def run_case(adapter: TorchAdapter, transformers, name: str, model: ir.Model, ba
     return rows
 
 
-def fastest_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per model, precision and measure: each side's fastest variant, and their ratio (the
-    issue's bar)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        if row["status"] == "ok":
-            groups.setdefault((row["model"], row["precision"], row["measure"]), []).append(row)
-    out = []
-    for (model, precision, measure_name), group in groups.items():
-        ours = min(group, key=lambda r: r["dlbench_ms"])
-        theirs = min(group, key=lambda r: r["hf_ms"])
-        ratio = ours["dlbench_ms"] / theirs["hf_ms"]
-        out.append({"model": model, "precision": precision, "measure": measure_name,
-                    "dlbench_variant": ours["variant"], "dlbench_ms": ours["dlbench_ms"],
-                    "hf_variant": theirs["variant"], "hf_ms": theirs["hf_ms"], "ratio": ratio,
-                    "within": abs(ratio - 1) <= TOLERANCE})
-    return out
-
-
-def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"\n{'model':<10} {'precision':<9} {'variant':<8} {'measure':<10} {'dlbench ms':>11} "
-          f"{'HF ms':>11} {'ratio':>6}  verdict")
-    for row in rows:
-        if row["status"] != "ok":
-            print(f"{row['model']:<10} {row['precision']:<9} {row['variant']:<8} "
-                  f"{row['measure']:<10} {row['status']}: {row['reason']}")
-            continue
-        verdict = "ok" if abs(row["ratio"] - 1) <= TOLERANCE else f"outside ±{TOLERANCE:.0%}"
-        if not row["same_function"]:
-            verdict += ", outputs DIFFER"
-        print(f"{row['model']:<10} {row['precision']:<9} {row['variant']:<8} "
-              f"{row['measure']:<10} {row['dlbench_ms']:11.3f} {row['hf_ms']:11.3f} "
-              f"{row['ratio']:6.3f}  {verdict}")
-    print("\nfastest variant of each side (the issue's ±5% bar):")
-    for pair in fastest_pairs(rows):
-        print(f"{pair['model']:<10} {pair['precision']:<9} {pair['measure']:<10} dlbench "
-              f"{pair['dlbench_variant']} {pair['dlbench_ms']:.3f} ms, HF {pair['hf_variant']} "
-              f"{pair['hf_ms']:.3f} ms, ratio {pair['ratio']:.3f} "
-              f"{'ok' if pair['within'] else 'OUTSIDE: see the attention backends and a profile'}")
-
-
-def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
-    items = [item for item in text.split(",") if item]
-    if unknown := sorted(set(items) - set(allowed)):
-        raise argparse.ArgumentTypeError(f"unknown {what} {unknown}; choose from {allowed}")
-    return [item for item in allowed if item in items]   # train_step timed last
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -553,10 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         models = {name: model_for(name, args.steps) for name in args.models.split(",")}
     except (argparse.ArgumentTypeError, KeyError, ValueError) as error:
         parser.error(str(error).strip("'\""))
-    families = {shape_of(m).family for m in models.values()
-                if m.family == "transformer" and any(isinstance(n, ir.SelfAttention)
-                                                     for n in ir.walk(m.body))}
-    if len(families) == 0 or any(m.family != "transformer" for m in models.values()):
+    if not all(is_transformer(m) for m in models.values()):
         parser.error("--models: only the transformers (gpt2, bert_base, vit_b16, *_tiny)")
     try:
         import transformers
@@ -593,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             for variant in variants:
                 rows += run_case(adapter, transformers, name, model, batch, precision, variant,
                                  measures, settings, float64, write)
-    print_table(rows)
+    print_table(rows, "hf", "HF")
     if out is not None:
         out.close()
     differing = sorted({r["model"] for r in rows if r["status"] == "ok" and not r["same_function"]})
