@@ -118,9 +118,8 @@ def report(session: nox.Session) -> None:
 @nox.session
 def publish(session: nox.Session) -> None:
     """Regenerate every published folder's README block and checked-in report pages
-    (report.md, headlines.md, plots/), or only the folders given; then the headline
-    tables of the project's README, from every published folder, and its results at a
-    glance, from the canonical ones (reports/glance.py)."""
+    (report.md, headlines.md, plots/), or only the folders given; then the project README's
+    results at a glance, from the canonical folders (reports/glance.py)."""
     install(session, *CORE, *EXTRAS["report"])
     folders = session.posargs or sorted(str(p) for p in (ROOT / "published").glob("*/")
                                         if p.is_dir())
@@ -128,7 +127,6 @@ def publish(session: nox.Session) -> None:
         session.run(python(session), "-m", "reports.publish", "--to", folder)
         session.run(python(session), "-m", "reports", folder, "--out", f"{folder}/report",
                     "--pages", "--quiet")
-    session.run(python(session), "-m", "reports.readme_tables")
     session.run(python(session), "-m", "reports.glance")
 
 

@@ -37,15 +37,16 @@ METHODOLOGY = "docs/methodology.md"
 
 @dataclass(frozen=True)
 class Machine:
-    """A canonical machine: its name in the block and its folders under published/ (the
-    practice folder "" where there is none)."""
+    """A canonical machine: its name in the block and its folders under published/: the
+    strict one, then those of today's practice (practice-gpu, transformers-gpu), if any."""
     name: str
     folder: str
-    practice: str = ""
+    practice: tuple[str, ...] = ()
 
 
 # The canonical folders, one place (published/README.md describes them).
-MACHINES = (Machine("H100", "h100", "h100-practice"), Machine("H200", "h200", "h200-practice"),
+MACHINES = (Machine("H100", "h100", ("h100-practice",)),
+            Machine("H200", "h200", ("h200-practice", "h200-transformers")),
             Machine("CPU", "cpu"))
 
 TRAIN = "train"     # the training step where rows have one, else forward + backward
@@ -77,6 +78,12 @@ QUESTIONS = (
     Question("vgg16", "VGG-16", 16, "fp32", TRAIN),
     Question("googlenet", "GoogLeNet", 16, "fp32", TRAIN),
     Question("lstm", "LSTM", 16, "fp32", TRAIN),
+    # Transformers at the batch × sequence users train at (transformers-gpu).
+    Question("gpt2", "GPT-2 8×1024", 8, "bf16", TRAIN, practice=True),
+    Question("gpt2", "GPT-2 8×1024", 8, "bf16", TRAIN, practice=True, compiled=True),
+    Question("bert_base", "BERT-base 32×512", 32, "bf16", TRAIN, practice=True, compiled=True),
+    Question("vit_b16", "ViT-B/16", 128, "bf16", TRAIN, practice=True, compiled=True),
+    Question("gpt2", "GPT-2 8×1024", 8, "fp32", "forward", practice=True),
 )
 PRECISION_NAMES = {"fp32": "fp32 strict", "bf16": "bf16", "tf32": "TF32"}
 MEASURE_NAMES = {TRAIN_STEP: "training step", "gradient": "fwd+bwd", "forward": "forward"}
@@ -387,12 +394,12 @@ def machine_rows(published: Path, readme_dir: Path) -> list[tuple[MachineRows, o
         if not folder.is_dir():
             continue
         strict, frame = _records(folder)
-        practice_dir = published / machine.practice if machine.practice else None
         practice: list[dict] = []
         links = [folder]
-        if practice_dir is not None and practice_dir.is_dir():
-            practice = [r for r in _records(practice_dir)[0] if r["practice"]]
-            links.append(practice_dir)
+        for practice_dir in (published / name for name in machine.practice):
+            if practice_dir.is_dir():
+                practice += [r for r in _records(practice_dir)[0] if r["practice"]]
+                links.append(practice_dir)
         rel = tuple(Path(os.path.relpath(p, readme_dir)).as_posix() for p in links)
         out.append((MachineRows(machine, tuple(r for r in strict if not r["practice"]),
                                 tuple(practice), rel), frame))

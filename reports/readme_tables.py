@@ -1,6 +1,7 @@
 """The README's headline tables, generated from the published folders:
 ``python -m reports.readme_tables [--readme README.md] [FOLDER ...]`` (default: every
-folder under ``published/``; ``nox -s publish`` runs it last).
+folder under ``published/``), into a page that holds its two markers (the project README
+answers with reports/glance.py instead).
 
 For each folder it takes the report's summary matrices (models × frameworks, forward and
 forward + backward, each framework's fastest variant; reports/sections/models.py), judged
