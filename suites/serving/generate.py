@@ -43,8 +43,9 @@ from models.families.transformer import context_length, not_a_decoder
 from models.inputs import Batch, make_batch
 from models.measures import GENERATE
 from models.weights import canonical_weights
-from suites.rows.results import CaseKey, Row, Settings
+from suites.rows.results import CaseKey, Row
 from suites.serving import loadgen_log
+from suites.serving.run import row_settings
 from suites.serving.scenarios import LATENCY_HEADROOM
 from suites.serving.sut import one_line
 from suites.truth.check import output_error
@@ -247,14 +248,7 @@ def generate_case(lg, adapter: Adapter, model_name: str, config: GenerateConfig,
     started_at = datetime.now().isoformat(timespec="seconds")
     clock = time.perf_counter()
     case = CaseConfig(config.precision, config.variant)
-    variant = config.variant
-    try:
-        variant = adapter.resolve_variant(config.variant)
-        execution = adapter.describe(case)
-    except Unsupported:
-        execution = ""
-    settings = Settings(adapter.name, adapter.config.device, config.precision, variant,
-                        adapter.config.threads, adapter.config.interop_threads, execution)
+    settings = row_settings(adapter, case)
     key = CaseKey(suite, model_name, 1, GENERATE, settings)
     serving: dict[str, Any] = {"timing": TIMING_NOTE, "settings": config.recorded()}
 

@@ -140,6 +140,19 @@ def _warm_up(prepared: Prepared, batch: Batch, runs: int) -> tuple[float, float]
     return first, min(times)
 
 
+def row_settings(adapter: Adapter, case: CaseConfig) -> Settings:
+    """A serving row's settings: the variant resolved and described where the adapter has
+    it (else as asked, with no description: the row then says why it is unsupported)."""
+    variant, execution = case.variant, ""
+    try:
+        variant = adapter.resolve_variant(case.variant)
+        execution = adapter.describe(case)
+    except Unsupported:
+        pass
+    return Settings(adapter.name, adapter.config.device, case.precision, variant,
+                    adapter.config.threads, adapter.config.interop_threads, execution)
+
+
 def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config: ServingConfig,
                suite: str, logs_root: Path, env: dict[str, Any]) -> Row:
     """One row; every failure (an unknown scenario or model, a framework without ``serve``,
@@ -147,14 +160,7 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
     started_at = datetime.now().isoformat(timespec="seconds")
     clock = time.perf_counter()
     case = CaseConfig(config.precision, config.variant)
-    variant = config.variant
-    try:
-        variant = adapter.resolve_variant(config.variant)
-        execution = adapter.describe(case)
-    except Unsupported:
-        execution = ""
-    settings = Settings(adapter.name, adapter.config.device, config.precision, variant,
-                        adapter.config.threads, adapter.config.interop_threads, execution)
+    settings = row_settings(adapter, case)
     scenario = SCENARIOS.get(scenario_name)
     batch = batch_size(scenario, config) if scenario else 0
     key = CaseKey(suite, model_name, batch, SERVE, settings, scenario_name)
