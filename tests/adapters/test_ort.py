@@ -315,7 +315,7 @@ def test_unsupported_cases_give_reasons(cpu_adapter, case, reason):
 
 def test_gradients_are_unsupported_and_not_listed(cpu_adapter):
     assert load_registry()["ort"].measures == ("forward", "transfer", "epoch_forward", "profile",
-                                               "serve")
+                                               "serve", "generate")
     prepared = prepare(cpu_adapter, "conv_tiny")
     try:
         for measure in ("gradient", "grad_input", "grad_weight"):
