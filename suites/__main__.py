@@ -91,18 +91,20 @@ def validate_serving(name_or_path: str) -> str:
     except ServingSuiteError as error:
         raise SuiteError(str(error)) from None
     problems = []
-    for models, _, _ in suite["groups"]:
-        for model in models:
+    for group in [*suite["groups"], *suite["cold_start"]]:
+        for model in group.models:
             try:
                 get_model(model)
             except UnknownModel as error:
                 problems.append(str(error))
-    problems += [unknown(s) for _, scenarios, _ in suite["groups"] for s in scenarios if unknown(s)]
+    problems += [unknown(s) for group in suite["groups"] for s in group.scenarios if unknown(s)]
     if problems:
         raise SuiteError(f"serving suite {suite['name']}: {'; '.join(dict.fromkeys(problems))}")
-    cases = sum(len(models) * len(scenarios) for models, scenarios, _ in suite["groups"])
+    cases = sum(len(g.models) * len(g.scenarios) * max(len(g.precisions), 1) * max(len(g.variants), 1)
+                for g in suite["groups"])
+    cold = sum(len(g.models) for g in suite["cold_start"])
     return f"{name_or_path}: ok, serving suite {suite['name']}, {len(suite['groups'])} case " \
-           f"tables, {cases} cases"
+           f"tables, {cases} cases (over every framework), {cold} cold starts"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,8 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
 * ``serve`` (the serving harness's one call, suites/serving/) answers with the float64
   reference rounded to float32, so a serving suite runs under the real LoadGen and its
   served outputs pass the float64 check.
+* ``FAKE_SERVE_HANG=<model>:<n>``: that model's ``serve`` never returns after its first
+  ``n`` calls (it sleeps), as a deadlocked framework's would: the serving watchdog's case.
 * ``FAKE_OOM=<model>``: preparing that model raises an out-of-memory error.
   ``FAKE_OOM_AFTER_OTHERS=<model>``: only in a process that prepared another model
   before, as an allocator fragmented by earlier jobs refuses what a fresh process grants.
@@ -58,6 +60,7 @@ EVENTS = "FAKE_EVENTS"
 OOM = "FAKE_OOM"
 OOM_AFTER_OTHERS = "FAKE_OOM_AFTER_OTHERS"
 MEMORY_USED = "FAKE_GPU_MEMORY_USED"
+SERVE_HANG = "FAKE_SERVE_HANG"
 PREPARED: list[str] = []     # the models this process prepared, in order
 
 
@@ -87,9 +90,15 @@ class FakePrepared(Prepared):
         self.device = device
         self.model, self.weights = model, weights
         self.a = np.ones((8, 8), dtype=np.float32)
+        self.serves = 0
 
     def serve(self, batch) -> np.ndarray:
         from models import reference
+        self.serves += 1
+        model, _, calls = os.environ.get(SERVE_HANG, "").partition(":")
+        if self.model is not None and model == self.model.name and self.serves > int(calls or 0):
+            while True:
+                time.sleep(3600)
         return reference.forward(self.model, self.weights, batch, train=False).astype(np.float32)
 
     def step_forward(self):

@@ -78,3 +78,47 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, fake, capsys, monkeypatch):
 def test_validate_knows_the_bundled_serving_suite(capsys):
     assert main(["validate", "serving-cpu"]) == 0
     assert "serving-cpu: ok, serving suite serving-cpu" in capsys.readouterr().out
+
+
+HANGING = """name = "serving-hang"
+[[cases]]
+models = ["lenet_tiny", "resnet_tiny", "bert_tiny"]
+scenarios = ["SingleStream"]
+[cases.serving]
+samples = 8
+min_duration_ms = 100
+max_duration_ms = 1000
+min_query_count = 64
+warmup = 1
+watchdog_margin_s = 1.0
+"""
+
+
+def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_path, fake,
+                                                                         monkeypatch):
+    # lenet_tiny's serve sleeps forever after its 2 warm-up serves, inside LoadGen's run:
+    # the watchdog gives that run max_duration (1 s) plus the margin (1 s), kills the
+    # worker, and a fresh worker goes on. resnet_tiny's preparation kills its worker
+    # (SIGKILL, as a segfault would), and a third serves bert_tiny (token ids and lengths).
+    monkeypatch.setenv("FAKE_SERVE_HANG", "lenet_tiny:2")
+    monkeypatch.setenv("FAKE_CRASH", "resnet_tiny")
+    suite = tmp_path / "serving-hang.toml"
+    suite.write_text(HANGING)
+    out = tmp_path / "results"
+    assert main(["run", str(suite), "--framework", "fake", "--out", str(out)]) == 0
+    folder = out / "serving-hang" / host_id()
+    rows = [json.loads(line) for line in (folder / "fake_cpu.jsonl").read_text().splitlines()]
+    assert [(r["model"], r["status"]) for r in rows] == [("lenet_tiny", "failed"),
+                                                        ("resnet_tiny", "failed"),
+                                                        ("bert_tiny", "ok")]
+    hung = rows[0]
+    assert hung["reason"] == ("serve (LoadGen's SingleStream run) did not return within 2 s: "
+                              "the watchdog killed the case's process")
+    assert hung["time_limit_s"] == 2.0 and hung["wall_s"] >= 2.0
+    assert hung["serving"]["settings"]["loadgen_run_deadline_s"] == 2.0
+    assert hung["case_id"].endswith("/lenet_tiny/b1/serve/SingleStream/fp32/eager/t2")
+    crashed = rows[1]
+    assert crashed["reason"].startswith("the serving worker was killed by SIGKILL during "
+                                        "preparing the model and its warm-up serves; its last "
+                                        "line: fake: preparing resnet_tiny b1")
+    assert rows[2]["serving"]["check"]["passed"] and rows[2]["serving"]["result"]["valid"]
