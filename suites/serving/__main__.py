@@ -31,12 +31,10 @@ from adapters.registry import load_registry
 from models.measures import PRECISIONS, SERVE
 from suites.instruments.environment import host_environment, host_id
 from suites.rows.results import CaseKey, OutputError, ResultsFile, Row, Settings
-from suites.serving.scenarios import ServingConfig
+from suites.serving.scenarios import COLD_START, ServingConfig
 from suites.serving.watchdog import Case, Watchdog, WorkerFatal
 
 SUITES = Path(__file__).resolve().parent
-# The scenario name of a cold start's row (no LoadGen scenario: a fresh process's first answer).
-COLD_START = "ColdStart"
 
 
 class SuiteError(ValueError):

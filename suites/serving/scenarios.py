@@ -34,6 +34,9 @@ SCENARIOS = {s.name: s for s in (
     Scenario("Offline", 0, "samples per second", ""),
     Scenario("Server", 1, "largest target QPS whose p99 latency is under the bound", "99.00"),
 )}
+# The scenario name of a cold start's row (suites/serving/__main__.py ``[[cold_start]]``):
+# no LoadGen scenario, a fresh process's first checked answer (suites/serving/cold_start.py).
+COLD_START = "ColdStart"
 # Server's latency percentile (LoadGen's server_target_latency_percentile; MLPerf's rules
 # bound the 99th percentile for every datacenter vision and language model).
 SERVER_PERCENTILE = 0.99

@@ -12,6 +12,8 @@ import json
 import pytest
 
 from reports.pipeline.load import load
+from reports.pipeline.tidy import tidy as tidy_rows
+from reports.sections.serving import serve_rows, serving_tables
 from suites.__main__ import is_serving_suite, main
 from suites.instruments.environment import host_id
 from tests.fake_framework import REGISTRY
@@ -27,6 +29,10 @@ min_duration_ms = 100
 max_duration_ms = 5000
 min_query_count = 64
 warmup = 1
+
+[[cold_start]]
+models = ["lenet_tiny"]
+repeats = 1
 """
 
 
@@ -45,15 +51,28 @@ def test_a_serving_suite_runs_into_the_results_folder_the_report_reads(tmp_path,
     folder = out / "serving-fake" / host_id()
     rows = [json.loads(line) for line in (folder / "fake_cpu.jsonl").read_text().splitlines()]
     assert [(r["scenario"], r["status"]) for r in rows] == [("SingleStream", "ok"),
-                                                           ("Bursty", "failed")]
+                                                           ("Bursty", "failed"),
+                                                           ("ColdStart", "ok")]
     served = rows[0]["serving"]
     assert served["result"]["valid"] and served["check"]["passed"]
     assert "unknown scenario 'Bursty'" in rows[1]["reason"]
     logs = folder / "loadgen" / "fake"
     assert any(p.name == "mlperf_log_summary.txt" for p in logs.rglob("*"))
     assert served["logs"].startswith(str(logs))
+    cold = rows[2]["serving"]
+    assert cold["cold_start"]["repeats"] == cold["cold_start"]["ok"] == 1
+    phases = cold["repeats"][0]["phases_s"]
+    assert list(phases) == ["interpreter", "imported", "adapter", "weights", "prepared", "answered"]
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert cold["repeats"][0]["error"] <= cold["repeats"][0]["bound"]
     loaded = load([out])
-    assert sorted(raw.data["scenario"] for raw in loaded.rows) == ["Bursty", "SingleStream"]
+    assert sorted(raw.data["scenario"] for raw in loaded.rows) == ["Bursty", "ColdStart",
+                                                                  "SingleStream"]
+    tables = serving_tables(serve_rows(tidy_rows(load([out])).frame))
+    assert [t.title.split(" — ")[0] for t in tables] == [
+        "lenet_tiny", "lenet_tiny", "Cold start: a fresh process to its first checked answer"]
+    [[framework, model, *_, status]] = [[c.text for c in cells] for cells in tables[-1].rows]
+    assert (framework, model, status) == ("fake", "lenet_tiny", "ok")
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, fake, capsys, monkeypatch):
