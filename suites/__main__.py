@@ -34,8 +34,8 @@ def check_earlier(folders: list[Path]) -> None:
             raise SuiteError(f"--earlier: no such folder or file: {folder}")
 
 
-# The serving suites (suites/serving/*.toml) run under MLPerf LoadGen in this process, by
-# their own runner (python -m suites.serving).
+# The serving suites (suites/serving/*.toml) run under MLPerf LoadGen by their own runner
+# (python -m suites.serving), in a serving worker started with this interpreter.
 SERVING_DIR = Path(__file__).resolve().parent / "serving"
 
 
@@ -54,8 +54,8 @@ def is_serving_suite(name_or_path: str) -> bool:
 
 def run_serving(args: argparse.Namespace) -> int:
     """``run`` of a serving suite: the checks every suite's run makes (the framework, its
-    device), then the serving harness in this process, which needs the framework importable
-    here (its nox session's venv: ``nox -s torch_cpu -- serving-cpu``). Its rows go where
+    device), then the serving harness, whose worker runs this interpreter and so needs the
+    framework importable here (its nox session's venv: ``nox -s torch_cpu -- serving-cpu``). Its rows go where
     every suite's go (DIR/<suite>/<host>/<framework>_<device>.jsonl, LoadGen's logs in
     DIR/<suite>/<host>/loadgen/), so ``python -m reports DIR`` reads them."""
     refused = [flag for flag, given in (
@@ -67,7 +67,7 @@ def run_serving(args: argparse.Namespace) -> int:
                              "[cases.serving] tables set the seed and the durations)")
         entry = framework_entry(args.framework, args.device)
         if entry.package and importlib.util.find_spec(entry.package) is None:
-            raise SuiteError(f"serving runs in this process, and {entry.package} is not "
+            raise SuiteError(f"serving runs with this interpreter, and {entry.package} is not "
                              f"importable by {sys.executable}: run it in {args.framework}'s "
                              f"venv (nox -s {args.framework}_{args.device} -- {args.suite})")
     except SuiteError as error:
