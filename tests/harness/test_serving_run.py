@@ -141,3 +141,23 @@ def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_p
                                         "preparing the model and its warm-up serves; its last "
                                         "line: fake: preparing resnet_tiny b1")
     assert rows[2]["serving"]["check"]["passed"] and rows[2]["serving"]["result"]["valid"]
+
+
+def test_serving_gpu_asks_each_framework_only_for_variants_and_precisions_it_has():
+    from adapters.registry import load_registry
+    from models.zoo import get_model
+    from suites.serving.__main__ import load as load_serving
+    suite = load_serving("serving-gpu")
+    registry = load_registry()
+    for framework in ("torch", "jax", "tf", "ort"):
+        cases = [c for group in suite["groups"] for c in group.cases(framework)]
+        assert {c.config.variant for c in cases} <= set(registry[framework].variants)
+        assert {c.model for c in cases} == {"resnet50", "bert_base:s=384"}
+        assert {c.scenario for c in cases if c.model == "resnet50"} == {
+            "SingleStream", "MultiStream", "Offline", "Server"}
+    torch = {(c.config.variant, c.config.precision)
+             for group in suite["groups"] for c in group.cases("torch")}
+    assert torch == {(v, p) for v in ("eager", "compile", "compile_reduce_overhead")
+                     for p in ("fp32", "bf16")}
+    assert get_model("bert_base:s=384").input.shape == (384,)
+    assert [g.models for g in suite["cold_start"]] == [("resnet50",)]
