@@ -17,8 +17,9 @@ answering probe's.
 
 A serve that never returns would hang LoadGen, and the suite with it: before each phase that
 may not end (preparing and warming up, each LoadGen run, the check's serves after it)
-``serve_case`` hands its ``watch`` callback the phase's deadline and the row to write if the
-deadline passes; the serving worker sends both to the parent, whose watchdog kills the
+``serve_case`` hands its ``watch`` callback the phase's deadline, the row to stand for the
+case if the phase outlives it and, for the phases that serve, a count of the serve calls
+returned so far; the serving worker sends them to the parent, whose watchdog kills the
 worker and writes that row (suites/serving/watchdog.py)."""
 
 from __future__ import annotations
@@ -91,12 +92,13 @@ def check(model, config: ServingConfig, outputs: dict[int, np.ndarray],
             "norm": "max |y - y64| / max |y64|"}
 
 
-# ``watch(seconds, row, what)``: the next phase (``what``, in words) must end within
-# ``seconds``, else ``row`` (a failed row naming the phase and the limit) stands for the case.
-Watch = Callable[[float, Row, str], None]
+# ``watch(seconds, row, what, progress)``: the next phase (``what``, in words) has a deadline
+# of ``seconds``; ``row`` (failed) stands for the case if the watchdog ends it; ``progress``
+# (None while preparing) counts the serve calls that have returned.
+Watch = Callable[[float, Row, str, "Callable[[], int] | None"], None]
 
 
-def _no_watch(seconds: float, row: Row, what: str) -> None:
+def _no_watch(seconds: float, row: Row, what: str, progress: Callable[[], int] | None) -> None:
     """In-process use (the tests' direct calls): nothing watches."""
 
 
@@ -193,12 +195,12 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         return Row(key, status, reason, env=env, started_at=started_at,
                    wall_s=time.perf_counter() - clock, serving=serving)
 
-    def deadline(seconds: float, what: str) -> None:
+    def deadline(seconds: float, what: str, progress: Callable[[], int] | None = None) -> None:
         late = Row(key, "failed", f"{what} did not return within {seconds:g} s: the watchdog "
                                   "killed the case's process",
                    env=env, started_at=started_at, wall_s=time.perf_counter() - clock,
                    serving=dict(serving), time_limit_s=seconds)
-        watch(seconds, late, what)
+        watch(seconds, late, what, progress)
 
     if scenario is None:
         return row("failed", unknown(scenario_name))
@@ -232,7 +234,8 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
 
             def probe(qps: float) -> search.Probe:
                 number = next(numbers)
-                deadline(run_limit, f"serve (LoadGen's Server run {number}, at {qps:.4g} QPS)")
+                deadline(run_limit, f"serve (LoadGen's Server run {number}, at {qps:.4g} QPS)",
+                         lambda: server.calls)
                 return _probe(lg, server, config, expected_s, logs, qps, number)
 
             found = search.search(probe, start, config.server_search_runs,
@@ -243,7 +246,7 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
                 result = loadgen_log.read(Path(found.answer.logs))
                 serving["result"] = result.to_dict()
         else:
-            deadline(run_limit, f"serve (LoadGen's {scenario.name} run)")
+            deadline(run_limit, f"serve (LoadGen's {scenario.name} run)", lambda: server.calls)
             result = _run_loadgen(lg, lambda queries: server.issue(lg, queries), lambda: None,
                                   loadgen_settings(lg, scenario, config, expected_s),
                                   config.samples, logs)
@@ -257,7 +260,8 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
             return row("failed", f"serve raised mid-run: {server.error}")
         missing = server.missing_checked()
         if missing:
-            deadline(config.watchdog_margin_s, "serve (the checked samples, after the run)")
+            deadline(config.watchdog_margin_s, "serve (the checked samples, after the run)",
+                     lambda: server.calls)
             server.answer(missing)
         serving["check"] = {**check(model, config, server.outputs, batch),
                             "served_after_run": missing}

@@ -11,8 +11,11 @@ line behind ``PREFIX`` (a framework's own prints to stdout pass by unread):
 * ``ready`` once the adapter is made, with the environment every row carries; ``fatal``
   with the reason where it cannot be (a device the framework cannot see), then it exits;
 * ``deadline`` before each phase of a case that might not end (suites/serving/run.py
-  ``serve_case``'s ``watch``): its seconds, the phase in words and the failed row that
-  stands for the case if the phase outlives them;
+  ``serve_case``'s ``watch``): its seconds, the phase in words, whether it serves, and the
+  failed row that stands for the case if the watchdog ends it;
+* ``progress`` while a phase serves: the count of serve calls returned, sent by a heartbeat
+  thread each ``BEAT_S`` when it changed (off LoadGen's threads: a serve pays nothing for
+  it);
 * ``row``: the case's row, whatever its status.
 
 LoadGen runs in this process, as its Python bindings require (``StartTest`` blocks the
@@ -24,14 +27,46 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 PREFIX = "DLBENCH_SERVING "
+BEAT_S = 0.5
+_EMITTING = threading.Lock()
 
 
 def emit(kind: str, **values: Any) -> None:
-    print(PREFIX + json.dumps({"kind": kind, **values}, default=str), flush=True)
+    line = PREFIX + json.dumps({"kind": kind, **values}, default=str)
+    with _EMITTING:
+        print(line, flush=True)
+
+
+class Heartbeat:
+    """A daemon thread that sends ``progress`` each ``BEAT_S`` while the watched phase's
+    count of returned serves moves."""
+
+    def __init__(self) -> None:
+        self.progress: Callable[[], int] | None = None
+        self.last: int | None = None     # the count last reported (or at the phase's start)
+        threading.Thread(target=self._beat, name="serving-heartbeat", daemon=True).start()
+
+    def watch(self, seconds: float, late: Any, what: str,
+              progress: Callable[[], int] | None) -> None:
+        self.last = progress() if progress is not None else None
+        self.progress = progress
+        emit("deadline", seconds=seconds, what=what, serving=progress is not None,
+             row=late.to_json())
+
+    def _beat(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(BEAT_S):
+            progress = self.progress
+            count = progress() if progress is not None else None
+            if count is not None and count != self.last:
+                self.last = count
+                emit("progress", calls=count)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,15 +95,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from suites.serving.run import serve_case
     from suites.serving.scenarios import ServingConfig
+    heartbeat = Heartbeat()
     for line in sys.stdin:
         if not line.strip():
             continue
         case = json.loads(Path(line.strip()).read_text())
         config = ServingConfig.of(case["config"])
         row = serve_case(lg, adapter, case["model"], case["scenario"], config, args.suite,
-                         args.logs, env,
-                         watch=lambda seconds, late, what: emit("deadline", seconds=seconds,
-                                                                what=what, row=late.to_json()))
+                         args.logs, env, watch=heartbeat.watch)
+        heartbeat.progress = None
         emit("row", row=row.to_json())
     return 0
 

@@ -8,6 +8,7 @@ early stopping accepts for a p90, 5.0.18): under a second."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -110,6 +111,18 @@ max_duration_ms = 1000
 min_query_count = 64
 warmup = 1
 watchdog_margin_s = 1.0
+
+[[cases]]
+models = ["gpt2_tiny"]
+scenarios = ["Offline"]
+[cases.serving]
+samples = 8
+offline_batch = 4
+min_duration_ms = 100
+max_duration_ms = 200
+min_query_count = 1
+warmup = 1
+watchdog_margin_s = 1.0
 """
 
 
@@ -121,6 +134,10 @@ def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_p
     # (SIGKILL, as a segfault would), and a third serves bert_tiny (token ids and lengths).
     monkeypatch.setenv("FAKE_SERVE_HANG", "lenet_tiny:2")
     monkeypatch.setenv("FAKE_CRASH", "resnet_tiny")
+    # gpt2_tiny's Offline query, sized from its warm-up to last about 4.4 x 0.1 s, is served
+    # 5 times slower: its run outlasts its deadline (0.2 s + 1 s) while serving (about 2.2 s)
+    # and is left to finish.
+    monkeypatch.setenv("FAKE_SERVE_SLOW", "gpt2_tiny:2:4")
     suite = tmp_path / "serving-hang.toml"
     suite.write_text(HANGING)
     out = tmp_path / "results"
@@ -129,10 +146,13 @@ def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_p
     rows = [json.loads(line) for line in (folder / "fake_cpu.jsonl").read_text().splitlines()]
     assert [(r["model"], r["status"]) for r in rows] == [("lenet_tiny", "failed"),
                                                         ("resnet_tiny", "failed"),
-                                                        ("bert_tiny", "ok")]
+                                                        ("bert_tiny", "ok"),
+                                                        ("gpt2_tiny", "ok")]
     hung = rows[0]
-    assert hung["reason"] == ("serve (LoadGen's SingleStream run) did not return within 2 s: "
-                              "the watchdog killed the case's process")
+    # No serve returned in the run: it ends at its deadline, 2 s after it began.
+    assert re.fullmatch(r"serve \(LoadGen's SingleStream run\) did not return within 2\.\d s, "
+                        r"past its deadline of 2 s: the watchdog killed the case's process",
+                        hung["reason"]), hung["reason"]
     assert hung["time_limit_s"] == 2.0 and hung["wall_s"] >= 2.0
     assert hung["serving"]["settings"]["loadgen_run_deadline_s"] == 2.0
     assert hung["case_id"].endswith("/lenet_tiny/b1/serve/SingleStream/fp32/eager/t2")
@@ -141,6 +161,9 @@ def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_p
                                         "preparing the model and its warm-up serves; its last "
                                         "line: fake: preparing resnet_tiny b1")
     assert rows[2]["serving"]["check"]["passed"] and rows[2]["serving"]["result"]["valid"]
+    slow = rows[3]
+    assert slow["serving"]["settings"]["loadgen_run_deadline_s"] == 1.2
+    assert slow["serving"]["result"]["valid"] and slow["wall_s"] > 1.2
 
 
 def test_serving_gpu_asks_each_framework_only_for_variants_and_precisions_it_has():
