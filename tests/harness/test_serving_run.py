@@ -138,12 +138,13 @@ def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_p
     # 5 times slower: its run outlasts its deadline (0.2 s + 1 s) while serving (about 2.2 s)
     # and is left to finish.
     monkeypatch.setenv("FAKE_SERVE_SLOW", "gpt2_tiny:2:4")
+    # On the stand-in's "gpu": the worker is started for the device the run names.
     suite = tmp_path / "serving-hang.toml"
     suite.write_text(HANGING)
     out = tmp_path / "results"
-    assert main(["run", str(suite), "--framework", "fake", "--out", str(out)]) == 0
+    assert main(["run", str(suite), "--framework", "fake", "--device", "gpu", "--out", str(out)]) == 0
     folder = out / "serving-hang" / host_id()
-    rows = [json.loads(line) for line in (folder / "fake_cpu.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (folder / "fake_gpu.jsonl").read_text().splitlines()]
     assert [(r["model"], r["status"]) for r in rows] == [("lenet_tiny", "failed"),
                                                         ("resnet_tiny", "failed"),
                                                         ("bert_tiny", "ok"),
@@ -155,7 +156,7 @@ def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_p
                         hung["reason"]), hung["reason"]
     assert hung["time_limit_s"] == 2.0 and hung["wall_s"] >= 2.0
     assert hung["serving"]["settings"]["loadgen_run_deadline_s"] == 2.0
-    assert hung["case_id"].endswith("/lenet_tiny/b1/serve/SingleStream/fp32/eager/t2")
+    assert hung["case_id"] == "serving-hang/fake/gpu/lenet_tiny/b1/serve/SingleStream/fp32/eager/t2"
     crashed = rows[1]
     assert crashed["reason"].startswith("the serving worker was killed by SIGKILL during "
                                         "preparing the model and its warm-up serves; its last "
