@@ -493,9 +493,7 @@ def test_train_step_refused_with_a_reason_where_unlisted(adapter, entry):
         prepared.close()
 
 
-# bert_tiny: token ids and their lengths, from which each framework builds its attention
-# mask (serving-gpu's BERT at 384 tokens is served so).
-@pytest.mark.parametrize("name", ["lenet_tiny", "lstm_tiny", "bert_tiny"])
+@pytest.mark.parametrize("name", ["lenet_tiny", "lstm_tiny"])
 def test_serve_answers_other_samples_and_leaves_the_prepared_batch(adapter, entry, name):
     """``serve`` (suites/serving/) runs the forward on the batch it is handed, not on the
     prepared one: the prepared samples in reverse order (the shapes the serving harness
