@@ -159,8 +159,8 @@ class Watchdog:
                 try:
                     event = self._event(max(kill_at - time.monotonic(), 0.0))
                 except queue.Empty:
-                    self._kill()
                     now = time.monotonic()
+                    self._kill()
                     if serving:
                         reason = (f"{what} did not return within {now - last:.1f} s, past its "
                                   f"deadline of {seconds:g} s: the watchdog killed the case's "
