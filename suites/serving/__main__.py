@@ -178,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = Watchdog(args.framework, args.device, args.threads, suite["name"], logs,
                         logs / f"worker-{args.device}.log")
     try:
-        results.check_writable()
         cases = [case for group in suite["groups"] for case in group.cases(args.framework)]
         if cases:
-            watchdog.start()
+            watchdog.start()   # a framework that cannot start writes no rows file
+        results.check_writable()
         with tempfile.TemporaryDirectory(prefix="dlbench-serving-") as plans:
             for number, case in enumerate(cases):
                 row = watchdog.run(case, Path(plans) / f"case-{number}.json")
