@@ -1,6 +1,6 @@
 """dlbench sessions. Framework sessions are generated from adapters/registry.toml.
 
-    nox -s torch_cpu report          # default CPU suite with PyTorch, then the report
+    nox -s torch_cpu report          # default CPU suites with PyTorch, then the report
     nox -s torch_cpu -- bahrampour --resume   # another suite, passing runner flags
     nox -s tests                     # core tests and every framework's conformance kit
     nox --no-venv -s torch_gpu       # use the frameworks already installed (offline GPU hosts)
@@ -25,6 +25,10 @@ CORE = PROJECT["dependencies"]
 EXTRAS = PROJECT["optional-dependencies"]
 REGISTRY = tomllib.loads((ROOT / "adapters" / "registry.toml").read_text())
 DEFAULT_SUITE = {"cpu": "default-cpu", "gpu": "default-gpu"}
+# Run after the default suite when a session is given none: serving under LoadGen on CPU
+# threads (about a minute per framework on 2 idle cores; suites/serving/serving-cpu.toml).
+# It takes only --out of the session's runner flags (a serving suite refuses the others).
+AFTER_DEFAULT = {"cpu": "serving-cpu"}
 
 nox.options.sessions = ["torch_cpu", "report"]
 nox.options.reuse_existing_virtualenvs = True
@@ -60,11 +64,19 @@ def make_framework_session(framework: str, device: str, requirements: list[str],
         install(session, *CORE, *requirements,
                 without_dependencies=requirements_without_dependencies(framework, device))
         args = list(session.posargs)
-        suite = args.pop(0) if args and not args[0].startswith("-") else DEFAULT_SUITE[device]
+        given = bool(args) and not args[0].startswith("-")
+        suite = args.pop(0) if given else DEFAULT_SUITE[device]
         session.run(python(session), "-m", "suites", "run", suite, "--framework", framework,
                     "--device", device, *args)
+        if not given and device in AFTER_DEFAULT:
+            out = _option(args, "--out", [])[:1]
+            session.run(python(session), "-m", "suites", "run", AFTER_DEFAULT[device],
+                        "--framework", framework, "--device", device,
+                        *(["--out", *out] if out else []))
 
-    run.__doc__ = f"{description} — {device.upper()}, default suite {DEFAULT_SUITE[device]}."
+    after = f", then {AFTER_DEFAULT[device]}" if device in AFTER_DEFAULT else ""
+    run.__doc__ = (f"{description} — {device.upper()}, default suite "
+                   f"{DEFAULT_SUITE[device]}{after}.")
     nox.session(name=f"{framework}_{device}")(run)
 
 

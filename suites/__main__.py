@@ -34,8 +34,8 @@ def check_earlier(folders: list[Path]) -> None:
             raise SuiteError(f"--earlier: no such folder or file: {folder}")
 
 
-# The serving suites (suites/serving/*.toml) run under MLPerf LoadGen in this process, by
-# their own runner (python -m suites.serving).
+# The serving suites (suites/serving/*.toml) run under MLPerf LoadGen by their own runner
+# (python -m suites.serving), in a serving worker started with this interpreter.
 SERVING_DIR = Path(__file__).resolve().parent / "serving"
 
 
@@ -55,8 +55,8 @@ def is_serving_suite(name_or_path: str) -> bool:
 
 def run_serving(args: argparse.Namespace) -> int:
     """``run`` of a serving suite: the checks every suite's run makes (the framework, its
-    device), then the serving harness in this process, which needs the framework importable
-    here (its nox session's venv: ``nox -s torch_cpu -- serving-cpu``). Its rows go where
+    device), then the serving harness, whose worker runs this interpreter and so needs the
+    framework importable here (its nox session's venv: ``nox -s torch_cpu -- serving-cpu``). Its rows go where
     every suite's go (DIR/<suite>/<host>/<framework>_<device>.jsonl, LoadGen's logs in
     DIR/<suite>/<host>/loadgen/), so ``python -m reports DIR`` reads them."""
     refused = [flag for flag, given in (
@@ -68,7 +68,7 @@ def run_serving(args: argparse.Namespace) -> int:
                              "[cases.serving] tables set the seed and the durations)")
         entry = framework_entry(args.framework, args.device)
         if entry.package and importlib.util.find_spec(entry.package) is None:
-            raise SuiteError(f"serving runs in this process, and {entry.package} is not "
+            raise SuiteError(f"serving runs with this interpreter, and {entry.package} is not "
                              f"importable by {sys.executable}: run it in {args.framework}'s "
                              f"venv (nox -s {args.framework}_{args.device} -- {args.suite})")
     except SuiteError as error:
@@ -92,20 +92,22 @@ def validate_serving(name_or_path: str) -> str:
     except ServingSuiteError as error:
         raise SuiteError(str(error)) from None
     problems = []
-    for models, _, _ in suite["groups"]:
-        for model in models:
+    for group in [*suite["groups"], *suite["cold_start"]]:
+        for model in group.models:
             try:
                 get_model(model)
             except UnknownModel as error:
                 problems.append(str(error))
-    problems += [unknown(s) for _, scenarios, _ in suite["groups"] for s in scenarios if unknown(s)]
+    problems += [unknown(s) for group in suite["groups"] for s in group.scenarios if unknown(s)]
     problems += generation_problems(suite["groups"])
     if problems:
         raise SuiteError(f"serving suite {suite['name']}: {'; '.join(dict.fromkeys(problems))}")
-    # A generation group ([cases.generate]) is one case per model.
-    cases = sum(len(models) * max(len(scenarios), 1) for models, scenarios, _ in suite["groups"])
+    # A generation table ([cases.generate]) has no scenarios: one case per model.
+    cases = sum(len(g.models) * max(len(g.scenarios), 1) * max(len(g.precisions), 1)
+                * max(len(g.variants), 1) for g in suite["groups"])
+    cold = sum(len(g.models) for g in suite["cold_start"])
     return f"{name_or_path}: ok, serving suite {suite['name']}, {len(suite['groups'])} case " \
-           f"tables, {cases} cases"
+           f"tables, {cases} cases (over every framework), {cold} cold starts"
 
 
 def generation_problems(groups) -> list[str]:
@@ -115,10 +117,11 @@ def generation_problems(groups) -> list[str]:
     from models.zoo import UnknownModel, get_model
     from suites.serving.generate import GenerateConfig
     problems = []
-    for models, _, config in groups:
+    for group in groups:
+        config = group.config
         if not isinstance(config, GenerateConfig):
             continue
-        for name in models:
+        for name in group.models:
             try:
                 model = get_model(name)
             except UnknownModel:

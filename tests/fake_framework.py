@@ -28,6 +28,10 @@ model writes a line straight to file descriptor 2, as a framework's C++ logging 
   served outputs pass the float64 check; ``generator`` (the generate measure) greedily
   decodes with the float64 reference over the whole sequence (``ReferenceGenerator``, no
   cache), so a generation case passes the check too.
+* ``FAKE_SERVE_HANG=<model>:<n>``: that model's ``serve`` never returns after its first
+  ``n`` calls (it sleeps), as a deadlocked framework's would: the serving watchdog's case.
+  ``FAKE_SERVE_SLOW=<model>:<n>:<k>``: after its first ``n`` calls each also sleeps ``k``
+  times its own compute, as on a busy host (a run slower than its warm-up, yet answering).
 * ``FAKE_OOM=<model>``: preparing that model raises an out-of-memory error.
   ``FAKE_OOM_AFTER_OTHERS=<model>``: only in a process that prepared another model
   before, as an allocator fragmented by earlier jobs refuses what a fresh process grants.
@@ -60,6 +64,8 @@ EVENTS = "FAKE_EVENTS"
 OOM = "FAKE_OOM"
 OOM_AFTER_OTHERS = "FAKE_OOM_AFTER_OTHERS"
 MEMORY_USED = "FAKE_GPU_MEMORY_USED"
+SERVE_HANG = "FAKE_SERVE_HANG"
+SERVE_SLOW = "FAKE_SERVE_SLOW"
 PREPARED: list[str] = []     # the models this process prepared, in order
 
 
@@ -128,10 +134,21 @@ class FakePrepared(Prepared):
         self.device = device
         self.model, self.weights = model, weights
         self.a = np.ones((8, 8), dtype=np.float32)
+        self.serves = 0
 
     def serve(self, batch) -> np.ndarray:
         from models import reference
-        return reference.forward(self.model, self.weights, batch, train=False).astype(np.float32)
+        self.serves += 1
+        model, _, calls = os.environ.get(SERVE_HANG, "").partition(":")
+        if self.model is not None and model == self.model.name and self.serves > int(calls or 0):
+            while True:
+                time.sleep(3600)
+        began = time.perf_counter()
+        out = reference.forward(self.model, self.weights, batch, train=False).astype(np.float32)
+        slow = os.environ.get(SERVE_SLOW, "").split(":")
+        if self.model is not None and slow[0] == self.model.name and self.serves > int(slow[1]):
+            time.sleep(float(slow[2]) * (time.perf_counter() - began))
+        return out
 
     def generator(self, max_length: int) -> ReferenceGenerator:
         from models.families.transformer import not_a_decoder

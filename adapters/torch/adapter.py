@@ -44,7 +44,16 @@ from models.optimizers import AdamW, Optimizer, SGDMomentum, optimizer_for
 from models.weights import Weights
 from suites.instruments.profiling import WARMUP_RUNS
 
-COMPILED = ("compile", "compile_channels_last")
+# torch.compile(mode="reduce-overhead"): inductor's kernels replayed as CUDA graphs through
+# CUDAGraph Trees (torch.compiler_cudagraph_trees docs). Each replay copies the call's
+# inputs into the graph's own input buffers (torch/_inductor/cudagraph_trees.py,
+# CUDAGraphNode._copy_inputs_and_remove_from_src, over its non-static inputs: parameters
+# keep their addresses), so freshly placed serving inputs need no static buffer of ours and
+# cause no re-recording; a graph is recorded per input shape after warm-up calls, and a
+# replay overwrites the previous one's outputs, which every hook here has copied or reduced
+# before its next call. Inference only: its gradient hooks are unsupported.
+REDUCE_OVERHEAD = "compile_reduce_overhead"
+COMPILED = ("compile", "compile_channels_last", REDUCE_OVERHEAD)
 CHANNELS_LAST = ("channels_last", "compile_channels_last")
 # Variants that force F.scaled_dot_product_attention's backend (the others leave PyTorch's
 # choice): the variant's name → the backend, set through torch.backends.cuda's
@@ -77,6 +86,33 @@ SDPA_OPS = (("aten::_scaled_dot_product_flash_attention_for_cpu", "flash"),
 # torch's RuntimeError when the forced backend cannot run the case (its dtype, mask or head
 # size): "No available kernel. Aborting execution." on CUDA, "No viable backend ..." on CPU.
 SDPA_REFUSED = ("No available kernel", "No viable backend")
+
+
+def graph_trees_any_thread(compiled: Callable) -> Callable:
+    """``compiled`` (mode="reduce-overhead") called from any thread with the tree manager
+    of the thread that prepared it.
+
+    CUDAGraph Trees keep their tree managers (one per device) in a ``threading.local``
+    (torch/_inductor/cudagraph_trees.py, ``local.tree_manager_containers`` and
+    ``tree_manager_locks``); autograd's threads get the same objects through the C++ TLS
+    stash the module sets up, a plain thread does not: torch 2.13's ``get_obj`` gives it
+    empty ones of its own (a tree manager that records every graph again), earlier
+    versions fail a bare ``assert``. LoadGen calls the SUT from its issue thread and the
+    Server batcher from a thread of its own, new for each search run, while the worker
+    compiled, recorded and warmed up on its main thread (prepare runs there). So the main
+    thread's two objects, taken here, are given to each calling thread that lacks them:
+    every call then replays the graphs the warm-up recorded. Serving calls never overlap
+    (one LoadGen or batcher thread at a time)."""
+    from torch._inductor import cudagraph_trees as trees
+    containers = trees.get_obj(trees.local, "tree_manager_containers")
+    locks = trees.get_obj(trees.local, "tree_manager_locks")
+
+    def call(*args: Any) -> Any:
+        if not hasattr(trees.local, "tree_manager_containers"):
+            trees.local.tree_manager_containers = containers
+            trees.local.tree_manager_locks = locks
+        return compiled(*args)
+    return call
 
 
 def apply_sdpa(backend: str | None) -> None:
@@ -280,8 +316,12 @@ class TorchPrepared(Prepared):
         self.run_frozen: Callable = self.frozen
         self.run_body: Callable = self.body
         if variant in COMPILED:
-            self.run_frozen = torch.compile(self.frozen)
-            self.run_body = torch.compile(self.body)
+            mode = "reduce-overhead" if variant == REDUCE_OVERHEAD else None
+            self.run_frozen = torch.compile(self.frozen, mode=mode)
+            self.run_body = torch.compile(self.body, mode=mode)
+            if variant == REDUCE_OVERHEAD:
+                self.run_frozen = graph_trees_any_thread(self.run_frozen)
+                self.run_body = graph_trees_any_thread(self.run_body)
         self.memory_format = memory_format
         self.host_x = torch.from_numpy(batch.x)
         self.pinned_x: torch.Tensor | None = None   # made on first use (transfer_pinned)
@@ -349,6 +389,7 @@ class TorchPrepared(Prepared):
             return self.run_body(self._features(inputs), inputs.lengths)
 
     def _gradient(self, inputs: Inputs | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        self._inference_only()
         inputs = inputs or self.inputs
         with self.autocast():
             features = self._features(inputs)
@@ -367,6 +408,12 @@ class TorchPrepared(Prepared):
             out = self.body(x)
         return x, out
 
+    def _inference_only(self) -> None:
+        if self.variant == REDUCE_OVERHEAD:
+            raise Unsupported(f"{REDUCE_OVERHEAD} serves inference: its CUDA graphs replay the "
+                              "forward only (gradients would record a training graph of their "
+                              "own, which this variant does not claim to measure)")
+
     def _training(self) -> Training:
         """The training copy, made once. deepcopy clones every parameter with
         ``preserve_format``, so a channels-last body stays channels-last, and its memo
@@ -376,6 +423,7 @@ class TorchPrepared(Prepared):
         made parameter by parameter is not. Batch norm keeps momentum 0 in the copy
         (network.py), as in gradient passes: training mode normalises by the batch's
         statistics, and the running ones stay canonical."""
+        self._inference_only()
         if self.train_copy is None:
             memo: dict[int, Any] = {}
             body = copy.deepcopy(self.body, memo).to(self.device, memory_format=self.memory_format)
@@ -565,6 +613,8 @@ class TorchAdapter(Adapter):
         "channels_last": "eager, NHWC memory format (channels_last)",
         "compile_channels_last": "torch.compile (inductor, default mode), NHWC memory "
                                  "format (channels_last)",
+        REDUCE_OVERHEAD: "torch.compile (inductor, mode=\"reduce-overhead\": CUDA graphs "
+                         "through CUDAGraph Trees), inference only; GPU only",
         # cudnn.benchmark tries at most benchmark_limit (default 10) of the algorithms
         # cuDNN's heuristics rank; 0 tries every one (torch.backends.cudnn docs). The
         # benchmark cache is per process and keyed by the convolution, not the limit, so
@@ -623,6 +673,11 @@ class TorchAdapter(Adapter):
         apply_precision(case.precision, on_gpu)
         if variant in ("no_cudnn", "cudnn_exhaustive") and not on_gpu:
             raise Unsupported("cuDNN exists on GPU only")
+        if variant == REDUCE_OVERHEAD and not on_gpu:
+            # On a CPU inductor skips CUDA graphs and runs the plain compiled code: the row
+            # would time "compile" under this variant's name.
+            raise Unsupported(f"{REDUCE_OVERHEAD}: CUDA graphs need a GPU (on a CPU "
+                              "torch.compile's reduce-overhead mode is its default mode)")
         torch.backends.cudnn.enabled = variant != "no_cudnn"
         torch.backends.cudnn.benchmark = on_gpu
         torch.backends.cudnn.benchmark_limit = 0 if variant == "cudnn_exhaustive" else 10

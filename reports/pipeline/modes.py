@@ -23,6 +23,7 @@ COMPILED = "compiled"
 MODES = {
     "torch": {"eager": "eager", "compile": COMPILED, "no_cudnn": "eager",
               "channels_last": "eager", "compile_channels_last": COMPILED,
+              "compile_reduce_overhead": COMPILED,
               "cudnn_exhaustive": "eager", "sdpa_math": "eager", "sdpa_flash": "eager",
               "sdpa_efficient": "eager", "sdpa_cudnn": "eager"},
     "tf": {"graph": "graph", "eager": "eager", "xla": COMPILED, "nchw": "graph",

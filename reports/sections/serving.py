@@ -12,6 +12,11 @@ QPS whose run LoadGen called VALID under the p99 bound (suites/serving/search.py
 every probe of the search. A failed or unsupported row keeps its place in the table with
 its reason; a run LoadGen called INVALID says why in its LoadGen column.
 
+Cold starts (the rows of a suite's ``[[cold_start]]`` tables, scenario ``ColdStart``,
+suites/serving/cold_start.py) get a table of their own: per framework, model and device the
+median over the repeats of the total, from the spawn of a fresh process to its first checked
+answer, and of each phase's own seconds.
+
 The CDF is drawn through the points LoadGen reports (minimum, p50, p90, p95, p97, p99,
 p99.9, maximum): the rows hold no per-query latencies (LoadGen writes those only in its
 trace, which the harness leaves off), so between two points the line is a straight join,
@@ -33,7 +38,7 @@ from models.measures import SERVE  # noqa: E402
 from reports.pipeline.cells import MISSING, failure_cell, fmt_ms  # noqa: E402
 from reports.render.plots import Plot, _png, _safe, slug  # noqa: E402
 from reports.render.table import Cell, Table  # noqa: E402
-from suites.serving.scenarios import SCENARIOS  # noqa: E402  (plain data: no LoadGen)
+from suites.serving.scenarios import COLD_START, SCENARIOS  # noqa: E402  (plain data: no LoadGen)
 
 TITLE = "Serving (MLPerf LoadGen)"
 PARAGRAPHS = (
@@ -219,8 +224,52 @@ def _groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], list[
     return dict(sorted(groups.items(), key=lambda kv: (*kv[0][:3], _order(kv[0][3]))))
 
 
+# suites/serving/cold_start.py PHASES and the column each becomes.
+COLD_START_PHASES = (("interpreter", "Python start s"), ("imported", "import s"),
+                     ("adapter", "adapter s"), ("weights", "weights s"),
+                     ("prepared", "prepare s"), ("answered", "first answer s"))
+
+
+def cold_start_table(rows: list[dict[str, Any]], device: str, hardware: str) -> Table:
+    """One device's cold starts: the medians over each row's ``ok`` repeats."""
+    body = []
+    for row in sorted(rows, key=lambda r: (r["framework"], r["model"], r["variant"],
+                                           r["precision"])):
+        summary = row["serving"].get("cold_start") or {}
+        phases = summary.get("phases_median_s") or {}
+        status = Cell("ok") if row["status"] == "ok" else failure_cell(row)
+        body.append((Cell(row["framework"]), Cell(row["model"]), Cell(_number(row["batch"], "d")),
+                     Cell(row["variant"]), Cell(row["precision"]),
+                     Cell(f"{summary.get('ok', 0)} of {summary.get('repeats', 0)}"),
+                     Cell(_number(summary.get("total_median_s"), ".3g")),
+                     *(Cell(_number(phases.get(phase), ".3g")) for phase, _ in COLD_START_PHASES),
+                     Cell(_number(summary.get("first_total_s"), ".3g")), status))
+    columns = ("Framework", "Model", "Batch", "Variant", "Precision", "Repeats ok",
+               "total s (median)", *(name for _, name in COLD_START_PHASES), "first repeat s",
+               "Status")
+    numeric = (False, False, True, False, False, False, True,
+               *(True for _ in COLD_START_PHASES), True, False)
+    notes = ("From the parent's clock just before it started a fresh process to the end of "
+             "each phase: Python start (the interpreter up to dlbench's first statement), "
+             "import (the framework), adapter (threads, device), weights (read from a file "
+             "as a checkpoint), prepare (the network built, compiled where the framework "
+             "compiles ahead), first answer (the first serve, with JAX's and TensorFlow's "
+             "tracing and compilation). Medians of each phase over the repeats that answered "
+             "correctly; they need not add up to the total's median. The page cache is not "
+             "dropped: the first repeat may read the framework from disk.",)
+    return Table(slug(f"serving-cold-start-{device}-{hardware}"),
+                 f"Cold start: a fresh process to its first checked answer — "
+                 f"{device.upper()} {hardware}", columns, tuple(body), numeric, notes)
+
+
 def serving_tables(rows: list[dict[str, Any]]) -> list[Table]:
-    return [_table(found, key) for key, found in _groups(rows).items()]
+    served = [r for r in rows if r["scenario"] != COLD_START]
+    cold: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["scenario"] == COLD_START:
+            cold[(row["device"], row["hardware"])].append(row)
+    return ([_table(found, key) for key, found in _groups(served).items()]
+            + [cold_start_table(found, *key) for key, found in sorted(cold.items())])
 
 
 GENERATION_PARAGRAPH = (

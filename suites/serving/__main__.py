@@ -1,26 +1,42 @@
 """``python -m suites.serving``: a serving suite with one framework, one row per (model,
-scenario) and one ``generate`` row per model of a generation group, appended to
-results/<suite>/<host>/<framework>_<device>.jsonl as each ends; LoadGen's logs in a folder
-beside it.
+scenario, precision, variant) and one ``generate`` row per (model, precision, variant) of a
+generation table, appended to results/<suite>/<host>/<framework>_<device>.jsonl as each
+ends; LoadGen's logs in a folder beside it; then the suite's cold starts.
 
     python -m suites.serving serving-cpu --framework torch [--threads 2] [--out results]
 
-Run it in the framework's virtualenv (the one ``nox -s <framework>_cpu`` builds)."""
+Run it in the framework's virtualenv (the one ``nox -s <framework>_cpu`` builds): the cases
+run in a serving worker started with this interpreter, under a watchdog that ends a case
+whose ``serve`` never returns (suites/serving/watchdog.py).
+
+A suite's ``[[cases]]`` tables each name ``models`` and ``scenarios``, optionally
+``frameworks`` (the table applies to those alone), ``precisions`` and ``variants`` (each
+case runs under every one; the default: ``[cases.serving]``'s ``precision`` and ``variant``),
+and a ``[cases.serving]`` table of ``ServingConfig`` settings; or, for greedy generation
+(suites/serving/generate.py), no ``scenarios`` and a ``[cases.generate]`` table of
+``GenerateConfig`` settings. Its ``[[cold_start]]``
+tables each name ``models`` and optionally ``batch`` (1), ``repeats`` (3), ``precision``,
+``variant``, ``frameworks`` and ``timeout_s``: that many cold starts of each model
+(suites/serving/cold_start.py), written as one ``serve`` row with the scenario
+``ColdStart`` (``COLD_START``), its phases' medians and every repeat in ``serving``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import tomllib
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from adapters.base import DeviceUnavailable, RunConfig
 from adapters.registry import load_registry
+from models.measures import PRECISIONS, SERVE
 from suites.instruments.environment import host_environment, host_id
-from suites.rows.results import OutputError, ResultsFile
+from suites.rows.results import CaseKey, OutputError, ResultsFile, Row, Settings
 from suites.serving.generate import GenerateConfig
-from suites.serving.scenarios import ServingConfig
+from suites.serving.scenarios import COLD_START, ServingConfig
+from suites.serving.watchdog import Case, Watchdog, WorkerFatal
 
 SUITES = Path(__file__).resolve().parent
 
@@ -29,25 +45,120 @@ class SuiteError(ValueError):
     """A serving suite that cannot be read; the message names the file and the problem."""
 
 
+@dataclass(frozen=True)
+class Group:
+    """One ``[[cases]]`` table."""
+
+    models: tuple[str, ...]
+    scenarios: tuple[str, ...]        # none for a generation table
+    config: ServingConfig | GenerateConfig
+    frameworks: tuple[str, ...] = ()
+    precisions: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
+
+    def cases(self, framework: str) -> list[Case]:
+        if self.frameworks and framework not in self.frameworks:
+            return []
+        return [Case(model, scenario, replace(self.config, precision=precision, variant=variant))
+                for precision in self.precisions or (self.config.precision,)
+                for variant in self.variants or (self.config.variant,)
+                for model in self.models for scenario in self.scenarios or ("",)]
+
+
+@dataclass(frozen=True)
+class ColdStartGroup:
+    """One ``[[cold_start]]`` table."""
+
+    models: tuple[str, ...]
+    batch: int = 1
+    repeats: int = 3
+    precision: str = "fp32"
+    variant: str = "default"
+    frameworks: tuple[str, ...] = ()
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.batch < 1 or self.repeats < 1 or not self.timeout_s > 0:
+            raise ValueError("cold_start: batch, repeats and timeout_s must be positive")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"cold_start: unknown precision {self.precision!r}")
+
+
+def _names(table: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key} must be a list of names")
+    return tuple(value)
+
+
+def _group(table: dict[str, Any]) -> Group:
+    extra = sorted(set(table) - {"models", "scenarios", "frameworks", "precisions", "variants",
+                                 "serving", "generate"})
+    if extra:
+        raise ValueError(f"unknown case settings {extra}")
+    if "generate" in table and ("scenarios" in table or "serving" in table):
+        raise ValueError("a [cases.generate] table takes no scenarios or [cases.serving]")
+    config = GenerateConfig.of(table["generate"]) if "generate" in table \
+        else ServingConfig.of(table.get("serving", {}))
+    scenarios = () if "generate" in table else tuple(table["scenarios"])
+    group = Group(tuple(table["models"]), scenarios, config, _names(table, "frameworks"),
+                  _names(table, "precisions"), _names(table, "variants"))
+    bad = [p for p in group.precisions if p not in PRECISIONS]
+    if bad:
+        raise ValueError(f"unknown precisions {bad} (known: {', '.join(PRECISIONS)})")
+    return group
+
+
+def _cold_start(table: dict[str, Any]) -> ColdStartGroup:
+    known = {"models", "batch", "repeats", "precision", "variant", "frameworks", "timeout_s"}
+    extra = sorted(set(table) - known)
+    if extra:
+        raise ValueError(f"unknown cold_start settings {extra} (known: {sorted(known)})")
+    return ColdStartGroup(**{**table, "models": tuple(table["models"]),
+                             "frameworks": _names(table, "frameworks")})
+
+
 def load(name_or_path: str) -> dict[str, Any]:
-    """The suite's TOML: ``name`` (``suites/serving/<name>.toml``) or a path. Each
-    ``[[cases]]`` has ``models`` and either ``scenarios`` with a ``[cases.serving]`` table
-    of ``ServingConfig`` settings, or a ``[cases.generate]`` table of ``GenerateConfig``
-    settings (greedy generation, one ``generate`` row per model)."""
+    """The suite's TOML: ``name`` (``suites/serving/<name>.toml``) or a path (the module's
+    docstring says what its tables hold)."""
     path = Path(name_or_path)
     if not path.is_file():
         path = SUITES / f"{name_or_path}.toml"
     try:
         suite = tomllib.loads(path.read_text())
-        groups = [(list(g["models"]), [], GenerateConfig.of(g["generate"])) if "generate" in g
-                  else (list(g["models"]), list(g["scenarios"]), ServingConfig.of(g.get("serving", {})))
-                  for g in suite["cases"]]
+        groups = [_group(g) for g in suite["cases"]]
+        cold = [_cold_start(g) for g in suite.get("cold_start", [])]
+        registry = load_registry()
+        unknown = sorted({f for g in [*groups, *cold] for f in g.frameworks if f not in registry})
+        if unknown:
+            raise ValueError(f"unknown frameworks {unknown} (known: {', '.join(registry)})")
     except FileNotFoundError:
         known = sorted(p.stem for p in SUITES.glob("*.toml"))
         raise SuiteError(f"no serving suite {name_or_path!r} (known: {', '.join(known)})") from None
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as error:
         raise SuiteError(f"{path}: {error}") from None
-    return {"name": suite.get("name", path.stem), "groups": groups}
+    return {"name": suite.get("name", path.stem), "groups": groups, "cold_start": cold}
+
+
+def cold_start_row(suite: str, framework: str, device: str, threads: int, group: ColdStartGroup,
+                   model: str, env: dict[str, Any]) -> Row:
+    """``group.repeats`` cold starts of ``model``, each a fresh process of this interpreter
+    (suites/serving/cold_start.py), as one row: ok only if every repeat answered correctly."""
+    from suites.serving.cold_start import Setting, cold_starts, summarise
+    setting = Setting(framework, model, group.batch, device, group.precision, group.variant,
+                      threads)
+    records = cold_starts(setting, group.repeats, group.timeout_s)
+    summary = summarise(records)
+    execution = next((r.execution for r in records if r.execution), "")
+    settings = Settings(framework, device, group.precision, summary.variant, threads, 1, execution)
+    key = CaseKey(suite, model, group.batch, SERVE, settings, COLD_START)
+    wall = sum(r.total_s or 0.0 for r in records)
+    return Row(key, summary.status, summary.reason, env=env, wall_s=wall,
+               time_limit_s=group.timeout_s,
+               serving={"cold_start": summary.to_dict(),
+                        "repeats": [r.to_dict() for r in records],
+                        "timing": "seconds from the parent's clock just before each fresh "
+                                  "process was started to the end of each phase"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,34 +180,39 @@ def main(argv: list[str] | None = None) -> int:
     except SuiteError as error:
         print(error, file=sys.stderr)
         return 2
-    import mlperf_loadgen as lg
-
-    from suites.serving.generate import generate_case
-    from suites.serving.run import serve_case
-    try:
-        adapter = registry[args.framework].load()(RunConfig(args.device, args.threads, 1))
-    except DeviceUnavailable as error:
-        print(error, file=sys.stderr)
-        return 2
     folder = args.out / suite["name"] / host_id()
     results = ResultsFile(folder / f"{args.framework}_{args.device}.jsonl")
-    env = {**host_environment(args.threads, []), **adapter.environment(),
-           "framework": args.framework, "loadgen": lg.__version__ if hasattr(lg, "__version__") else ""}
+    logs = folder / "loadgen" / args.framework
+    watchdog = Watchdog(args.framework, args.device, args.threads, suite["name"], logs,
+                        logs / f"worker-{args.device}.log")
     try:
+        cases = [case for group in suite["groups"] for case in group.cases(args.framework)]
+        if cases:
+            watchdog.start()   # a framework that cannot start writes no rows file
         results.check_writable()
-        logs = folder / "loadgen" / args.framework
-        for models, scenarios, config in suite["groups"]:
-            for model in models:
-                rows = ([generate_case(lg, adapter, model, config, suite["name"], logs, env)]
-                        if isinstance(config, GenerateConfig) else
-                        (serve_case(lg, adapter, model, scenario, config, suite["name"], logs, env)
-                         for scenario in scenarios))
-                for row in rows:
-                    results.append(row)
-                    print(f"{row.key.id()}: {row.status} {row.reason}".rstrip(), flush=True)
+        with tempfile.TemporaryDirectory(prefix="dlbench-serving-") as plans:
+            for number, case in enumerate(cases):
+                row = watchdog.run(case, Path(plans) / f"case-{number}.json")
+                results.append_json(row)
+                print(f"{row['case_id']}: {row['status']} {row['reason']}".rstrip(), flush=True)
+        watchdog.stop()
+        env = watchdog.env or {**host_environment(args.threads, []), "framework": args.framework}
+        for group in suite["cold_start"]:
+            if group.frameworks and args.framework not in group.frameworks:
+                continue
+            for model in group.models:
+                row = cold_start_row(suite["name"], args.framework, args.device, args.threads,
+                                     group, model, env)
+                results.append(row)
+                print(f"{row.key.id()}: {row.status} {row.reason}".rstrip(), flush=True)
+    except WorkerFatal as error:
+        print(error, file=sys.stderr)
+        return 2
     except OutputError as error:
         print(error, file=sys.stderr)
         return 2
+    finally:
+        watchdog.stop()
     return 0
 
 

@@ -45,7 +45,7 @@ from models.measures import GENERATE
 from models.weights import canonical_weights
 from suites.rows.results import CaseKey, Row
 from suites.serving import loadgen_log
-from suites.serving.run import row_settings
+from suites.serving.run import Watch, no_watch, row_settings
 from suites.serving.scenarios import LATENCY_HEADROOM
 from suites.serving.sut import one_line
 from suites.truth.check import output_error
@@ -80,6 +80,11 @@ class GenerateConfig:
     precision: str = "fp32"
     variant: str = "default"
     seed: int = 0
+    # The serving watchdog's (suites/serving/watchdog.py): the setup and warm-up generations
+    # get setup_timeout_s; the LoadGen run max_duration_ms plus watchdog_margin_s, and past
+    # it as long as generations still return within the margin.
+    watchdog_margin_s: float = 30.0
+    setup_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -108,7 +113,9 @@ class GenerateConfig:
                 "cache_capacity": self.length, "prompts": self.prompts, "runs": self.runs,
                 "warmup_generations": self.warmup, "max_duration_ms": self.max_duration_ms,
                 "scenario": "SingleStream", "mode": "PerformanceOnly",
-                "token_latencies": "LoadGen (use_token_latencies)"}
+                "token_latencies": "LoadGen (use_token_latencies)",
+                "run_deadline_s": self.max_duration_ms / 1e3 + self.watchdog_margin_s,
+                "setup_deadline_s": self.setup_timeout_s}
 
 
 def with_steps(model: ir.Model, steps: int) -> ir.Model:
@@ -119,6 +126,27 @@ def with_steps(model: ir.Model, steps: int) -> ir.Model:
 def prompts(model: ir.Model, config: GenerateConfig) -> np.ndarray:
     """int32 (prompts, prompt): the seeded prompts."""
     return make_batch(with_steps(model, config.prompt), config.prompts, config.seed).x
+
+
+class CountedGenerator:
+    """A generator whose returned calls are counted: the watchdog's sign that a run past its
+    deadline still generates (suites/serving/watchdog.py)."""
+
+    def __init__(self, inner: Generator):
+        self.inner, self.calls = inner, 0
+
+    def prefill(self, prompt: np.ndarray) -> int:
+        token = self.inner.prefill(prompt)
+        self.calls += 1
+        return token
+
+    def decode(self, token: int) -> int:
+        token = self.inner.decode(token)
+        self.calls += 1
+        return token
+
+    def last_logits(self) -> np.ndarray:
+        return self.inner.last_logits()
 
 
 def generate(generator: Generator, prompt: np.ndarray, new_tokens: int,
@@ -241,10 +269,11 @@ def headline(result: loadgen_log.LoadgenResult) -> dict[str, Any]:
 
 
 def generate_case(lg, adapter: Adapter, model_name: str, config: GenerateConfig, suite: str,
-                  logs_root: Path, env: dict[str, Any]) -> Row:
+                  logs_root: Path, env: dict[str, Any], watch: Watch = no_watch) -> Row:
     """One row; every failure (an unknown model, one that is not a decoder, a generation
     longer than its context, a framework without a generator, an exception while
-    generating, an INVALID run, a wrong answer) is its status and reason."""
+    generating, an INVALID run, a wrong answer) is its status and reason. ``watch`` is told
+    the LoadGen run's deadline (suites/serving/run.py says how)."""
     started_at = datetime.now().isoformat(timespec="seconds")
     clock = time.perf_counter()
     case = CaseConfig(config.precision, config.variant)
@@ -278,7 +307,15 @@ def generate_case(lg, adapter: Adapter, model_name: str, config: GenerateConfig,
         serving["fastest_warmup_generation_ms"] = expected_s * 1e3
         logs = logs_root / key.id().replace("/", "_")
         serving["logs"] = str(logs)
-        result, error = _run_loadgen(lg, generator, queries, config, expected_s, logs)
+        counted = CountedGenerator(generator)
+        seconds = config.max_duration_ms / 1e3 + config.watchdog_margin_s
+        what = "generate (LoadGen's SingleStream run)"
+        watch(seconds, Row(key, "failed", f"{what} did not return within {seconds:g} s: the "
+                                          "watchdog killed the case's process",
+                           env=env, started_at=started_at, wall_s=time.perf_counter() - clock,
+                           serving=dict(serving), time_limit_s=seconds),
+              what, lambda: counted.calls)
+        result, error = _run_loadgen(lg, counted, queries, config, expected_s, logs)
         serving["result"] = result.to_dict()
         serving["generation"] = headline(result)
         if error:

@@ -13,12 +13,21 @@ precision: a wrong answer fails the row however fast it came.
 Server is a search of several LoadGen runs (suites/serving/search.py), each with its logs
 in a folder of its own under the case's (``probe-01-<target>qps``), its samples batched by
 ``sut.Batcher``; the row gives every probe and the answer, and its ``result`` is the
-answering probe's."""
+answering probe's.
+
+A serve that never returns would hang LoadGen, and the suite with it: before each phase that
+may not end (preparing and warming up, each LoadGen run, the check's serves after it)
+``serve_case`` hands its ``watch`` callback the phase's deadline, the row to stand for the
+case if the phase outlives it and, for the phases that serve, a count of the serve calls
+returned so far; the serving worker sends them to the parent, whose watchdog kills the
+worker and writes that row (suites/serving/watchdog.py)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +48,7 @@ from suites.serving.scenarios import (
     batch_size,
     loadgen_settings,
     recorded,
+    run_deadline_s,
     unknown,
 )
 from suites.serving.sut import Batcher, Server, loadgen_complete, one_line, select
@@ -55,13 +65,23 @@ SERVER_TIMING_NOTE = ("LoadGen's time from each sample's scheduled arrival to it
                       "padded batch and the output's copy back")
 
 
-def check(model, config: ServingConfig, samples: Batch, outputs: dict[int, np.ndarray],
+@functools.lru_cache(maxsize=2)
+def _reference(model_name: str, seed: int, count: int, indices: tuple[int, ...]) -> np.ndarray:
+    """The float64 outputs of the checked samples, computed once per worker for every case
+    of the model (its scenarios, precisions and variants share the seeded query set):
+    BERT-base's four at 384 tokens are about 0.4 TFLOP of numpy float64."""
+    model = zoo.get_model(model_name)
+    samples = make_batch(model, count, seed)
+    return reference.forward(model, canonical_weights(model, seed),
+                             select(Batch(samples.x, None, samples.lengths), indices), train=False)
+
+
+def check(model, config: ServingConfig, outputs: dict[int, np.ndarray],
           batch: int) -> dict[str, Any]:
     """The served outputs of the checked samples against float64: max |y - y64| / max |y64|
     (suites/truth/check.py) and the precision's output bound."""
     indices = sorted(outputs)
-    ref = reference.forward(model, canonical_weights(model, config.seed), select(samples, indices),
-                            train=False)
+    ref = _reference(model.name, config.seed, config.samples, tuple(indices))
     served = np.stack([outputs[i] for i in indices])
     bound = bounds(model, batch, config.precision).output
     if served.shape != ref.shape:
@@ -70,6 +90,16 @@ def check(model, config: ServingConfig, samples: Batch, outputs: dict[int, np.nd
     error = output_error(served, ref)
     return {"samples": indices, "error": error, "bound": bound, "passed": bool(error <= bound),
             "norm": "max |y - y64| / max |y64|"}
+
+
+# ``watch(seconds, row, what, progress)``: the next phase (``what``, in words) has a deadline
+# of ``seconds``; ``row`` (failed) stands for the case if the watchdog ends it; ``progress``
+# (None while preparing) counts the serve calls that have returned.
+Watch = Callable[[float, Row, str, "Callable[[], int] | None"], None]
+
+
+def no_watch(seconds: float, row: Row, what: str, progress: Callable[[], int] | None) -> None:
+    """In-process use (the tests' direct calls): nothing watches."""
 
 
 def _run_loadgen(lg, issue, flush, settings, samples: int, logs: Path) -> loadgen_log.LoadgenResult:
@@ -154,9 +184,10 @@ def row_settings(adapter: Adapter, case: CaseConfig) -> Settings:
 
 
 def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config: ServingConfig,
-               suite: str, logs_root: Path, env: dict[str, Any]) -> Row:
+               suite: str, logs_root: Path, env: dict[str, Any], watch: Watch = no_watch) -> Row:
     """One row; every failure (an unknown scenario or model, a framework without ``serve``,
-    an exception while serving, an INVALID run, a wrong answer) is its status and reason."""
+    an exception while serving, an INVALID run, a wrong answer) is its status and reason;
+    ``watch`` is told each phase's deadline (the module's docstring)."""
     started_at = datetime.now().isoformat(timespec="seconds")
     clock = time.perf_counter()
     case = CaseConfig(config.precision, config.variant)
@@ -170,9 +201,17 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         return Row(key, status, reason, env=env, started_at=started_at,
                    wall_s=time.perf_counter() - clock, serving=serving)
 
+    def deadline(seconds: float, what: str, progress: Callable[[], int] | None = None) -> None:
+        late = Row(key, "failed", f"{what} did not return within {seconds:g} s: the watchdog "
+                                  "killed the case's process",
+                   env=env, started_at=started_at, wall_s=time.perf_counter() - clock,
+                   serving=dict(serving), time_limit_s=seconds)
+        watch(seconds, late, what, progress)
+
     if scenario is None:
         return row("failed", unknown(scenario_name))
     prepared = None
+    run_limit = run_deadline_s(config)
     try:
         model = zoo.get_model(model_name)
         samples = make_batch(model, config.samples, config.seed)
@@ -182,6 +221,7 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         # A precision the adapter lacks is an unsupported row, as the runner's worker
         # makes it: never the default precision served under the asked one's label.
         adapter.check_precision(case)
+        deadline(config.setup_timeout_s, "preparing the model and its warm-up serves")
         # Copies (select), never views of the query set: an adapter may keep and write
         # into the arrays it is given.
         prepared = adapter.prepare(model, canonical_weights(model, config.seed),
@@ -197,15 +237,22 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
             start = search.START_FRACTION * batch / expected_s
             serving["settings"].update(search_start_qps=start, search_floor_qps=floor)
             numbers = itertools.count(1)
-            found = search.search(
-                lambda qps: _probe(lg, server, config, expected_s, logs, qps, next(numbers)),
-                start, config.server_search_runs, config.server_latency_bound_ms, floor)
+
+            def probe(qps: float) -> search.Probe:
+                number = next(numbers)
+                deadline(run_limit, f"serve (LoadGen's Server run {number}, at {qps:.4g} QPS)",
+                         lambda: server.calls)
+                return _probe(lg, server, config, expected_s, logs, qps, number)
+
+            found = search.search(probe, start, config.server_search_runs,
+                                  config.server_latency_bound_ms, floor)
             serving["search"] = found.to_dict()
             result = None
             if found.answer is not None:
                 result = loadgen_log.read(Path(found.answer.logs))
                 serving["result"] = result.to_dict()
         else:
+            deadline(run_limit, f"serve (LoadGen's {scenario.name} run)", lambda: server.calls)
             result = _run_loadgen(lg, lambda queries: server.issue(lg, queries), lambda: None,
                                   loadgen_settings(lg, scenario, config, expected_s),
                                   config.samples, logs)
@@ -219,8 +266,10 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
             return row("failed", f"serve raised mid-run: {server.error}")
         missing = server.missing_checked()
         if missing:
+            deadline(config.watchdog_margin_s, "serve (the checked samples, after the run)",
+                     lambda: server.calls)
             server.answer(missing)
-        serving["check"] = {**check(model, config, samples, server.outputs, batch),
+        serving["check"] = {**check(model, config, server.outputs, batch),
                             "served_after_run": missing}
     except Unsupported as error:
         return row("unsupported", str(error))

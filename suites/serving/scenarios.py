@@ -34,6 +34,9 @@ SCENARIOS = {s.name: s for s in (
     Scenario("Offline", 0, "samples per second", ""),
     Scenario("Server", 1, "largest target QPS whose p99 latency is under the bound", "99.00"),
 )}
+# The scenario name of a cold start's row (suites/serving/__main__.py ``[[cold_start]]``):
+# no LoadGen scenario, a fresh process's first checked answer (suites/serving/cold_start.py).
+COLD_START = "ColdStart"
 # Server's latency percentile (LoadGen's server_target_latency_percentile; MLPerf's rules
 # bound the 99th percentile for every datacenter vision and language model).
 SERVER_PERCENTILE = 0.99
@@ -77,7 +80,14 @@ class ServingConfig:
     oldest pending sample waits for more before a short batch goes; ``server_latency_bound_ms``,
     LoadGen's target latency for the 99th percentile (15 ms is MLPerf Inference's bound for
     ResNet-50 in Server); ``server_search_runs``, the most LoadGen runs of the QPS search,
-    each lasting ``min_duration_ms`` or ``min_query_count`` queries, whichever is longer."""
+    each lasting ``min_duration_ms`` or ``min_query_count`` queries, whichever is longer.
+
+    The watchdog (suites/serving/watchdog.py): each LoadGen run must return within
+    ``max_duration_ms`` plus ``watchdog_margin_s`` (LoadGen stops issuing at its cap but
+    waits for the queries out, and Offline's one query may outlast it), the serves after it
+    (the check's) within the margin; preparing the model and the warm-up serves, where a
+    framework compiles, within ``setup_timeout_s``. Past a deadline the case is a failed row
+    and its process is killed."""
 
     samples: int = 64
     offline_batch: int = 16
@@ -93,6 +103,8 @@ class ServingConfig:
     server_batch_timeout_ms: float = 1.0
     server_latency_bound_ms: float = 15.0
     server_search_runs: int = 6
+    watchdog_margin_s: float = 30.0
+    setup_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -113,6 +125,11 @@ class ServingConfig:
         if extra:
             raise ValueError(f"unknown serving settings {extra} (known: {sorted(known)})")
         return ServingConfig(**table)
+
+
+def run_deadline_s(config: ServingConfig) -> float:
+    """The seconds one LoadGen run may take before the watchdog ends its case."""
+    return config.max_duration_ms / 1e3 + config.watchdog_margin_s
 
 
 def batch_size(scenario: Scenario, config: ServingConfig) -> int:
@@ -155,7 +172,9 @@ def recorded(scenario: Scenario, config: ServingConfig, expected_s: float) -> di
                            "max_duration_ms": config.max_duration_ms,
                            "min_query_count": config.min_query_count,
                            "performance_sample_count": config.samples,
-                           "fastest_warmup_batch_ms": expected_s * 1e3}
+                           "fastest_warmup_batch_ms": expected_s * 1e3,
+                           "loadgen_run_deadline_s": run_deadline_s(config),
+                           "setup_deadline_s": config.setup_timeout_s}
     if scenario.name in ("SingleStream", "MultiStream"):
         out["expected_latency_ms"] = expected_s * 1e3 / LATENCY_HEADROOM
     if scenario.name == "Offline":

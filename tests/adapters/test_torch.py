@@ -42,10 +42,34 @@ def test_fp32_is_strict(adapter):
     ("tf32", "default", "GPU tensor-core mode"),
     ("fp32", "no_cudnn", "cuDNN exists on GPU only"),
     ("fp32", "cudnn_exhaustive", "cuDNN exists on GPU only"),
+    ("fp32", "compile_reduce_overhead", "CUDA graphs need a GPU"),
 ])
 def test_gpu_only_settings_are_unsupported_on_cpu(adapter, precision, variant, reason):
     with pytest.raises(Unsupported, match=reason):
         prepare(adapter, "lenet_tiny", precision, variant)
+
+
+def test_cuda_graph_trees_reach_a_thread_that_did_not_import_them():
+    # LoadGen's and the batcher's threads call serve; CUDAGraph Trees' managers live in a
+    # threading.local (adapters/torch/adapter.py graph_trees_any_thread). Without the
+    # wrapper a fresh thread gets none of the main thread's (torch 2.13: a new, empty one of
+    # its own; earlier versions: a failed assert); with it, the main thread's.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch._inductor import cudagraph_trees as trees
+
+    from adapters.torch.adapter import graph_trees_any_thread
+    main = trees.get_obj(trees.local, "tree_manager_containers")
+
+    def containers():
+        try:
+            return trees.get_obj(trees.local, "tree_manager_containers")
+        except AssertionError:
+            return None
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(containers).result() is not main
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(graph_trees_any_thread(containers)).result() is main
 
 
 def test_channels_last_needs_images(adapter):

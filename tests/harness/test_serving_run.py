@@ -8,10 +8,13 @@ early stopping accepts for a p90, 5.0.18): under a second."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from reports.pipeline.load import load
+from reports.pipeline.tidy import tidy as tidy_rows
+from reports.sections.serving import serve_rows, serving_tables
 from suites.__main__ import is_serving_suite, main
 from suites.instruments.environment import host_id
 from tests.fake_framework import REGISTRY
@@ -27,6 +30,10 @@ min_duration_ms = 100
 max_duration_ms = 5000
 min_query_count = 64
 warmup = 1
+
+[[cold_start]]
+models = ["lenet_tiny"]
+repeats = 1
 """
 
 
@@ -45,15 +52,28 @@ def test_a_serving_suite_runs_into_the_results_folder_the_report_reads(tmp_path,
     folder = out / "serving-fake" / host_id()
     rows = [json.loads(line) for line in (folder / "fake_cpu.jsonl").read_text().splitlines()]
     assert [(r["scenario"], r["status"]) for r in rows] == [("SingleStream", "ok"),
-                                                           ("Bursty", "failed")]
+                                                           ("Bursty", "failed"),
+                                                           ("ColdStart", "ok")]
     served = rows[0]["serving"]
     assert served["result"]["valid"] and served["check"]["passed"]
     assert "unknown scenario 'Bursty'" in rows[1]["reason"]
     logs = folder / "loadgen" / "fake"
     assert any(p.name == "mlperf_log_summary.txt" for p in logs.rglob("*"))
     assert served["logs"].startswith(str(logs))
+    cold = rows[2]["serving"]
+    assert cold["cold_start"]["repeats"] == cold["cold_start"]["ok"] == 1
+    phases = cold["repeats"][0]["phases_s"]
+    assert list(phases) == ["interpreter", "imported", "adapter", "weights", "prepared", "answered"]
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert cold["repeats"][0]["error"] <= cold["repeats"][0]["bound"]
     loaded = load([out])
-    assert sorted(raw.data["scenario"] for raw in loaded.rows) == ["Bursty", "SingleStream"]
+    assert sorted(raw.data["scenario"] for raw in loaded.rows) == ["Bursty", "ColdStart",
+                                                                  "SingleStream"]
+    tables = serving_tables(serve_rows(tidy_rows(load([out])).frame))
+    assert [t.title.split(" — ")[0] for t in tables] == [
+        "lenet_tiny", "lenet_tiny", "Cold start: a fresh process to its first checked answer"]
+    [[framework, model, *_, status]] = [[c.text for c in cells] for cells in tables[-1].rows]
+    assert (framework, model, status) == ("fake", "lenet_tiny", "ok")
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, fake, capsys, monkeypatch):
@@ -99,3 +119,90 @@ def test_a_generation_group_runs_as_one_generate_row_per_model(tmp_path, fake, c
     error = capsys.readouterr().err
     assert "lenet_tiny is not a language model over tokens" in error
     assert "gpt2_tiny: prompt 10 + 8 new tokens exceed its context of 16" in error
+
+
+HANGING = """name = "serving-hang"
+[[cases]]
+models = ["lenet_tiny", "resnet_tiny", "bert_tiny"]
+scenarios = ["SingleStream"]
+[cases.serving]
+samples = 8
+min_duration_ms = 100
+max_duration_ms = 1000
+min_query_count = 64
+warmup = 1
+watchdog_margin_s = 1.0
+
+[[cases]]
+models = ["gpt2_tiny"]
+scenarios = ["Offline"]
+[cases.serving]
+samples = 8
+offline_batch = 4
+min_duration_ms = 100
+max_duration_ms = 200
+min_query_count = 1
+warmup = 1
+watchdog_margin_s = 1.0
+"""
+
+
+def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_path, fake,
+                                                                         monkeypatch):
+    # lenet_tiny's serve sleeps forever after its 2 warm-up serves, inside LoadGen's run:
+    # the watchdog gives that run max_duration (1 s) plus the margin (1 s), kills the
+    # worker, and a fresh worker goes on. resnet_tiny's preparation kills its worker
+    # (SIGKILL, as a segfault would), and a third serves bert_tiny (token ids and lengths).
+    monkeypatch.setenv("FAKE_SERVE_HANG", "lenet_tiny:2")
+    monkeypatch.setenv("FAKE_CRASH", "resnet_tiny")
+    # gpt2_tiny's Offline query, sized from its warm-up to last about 4.4 x 0.1 s, is served
+    # 9 times slower: its run outlasts its deadline (0.2 s + 1 s) while serving (about 4 s;
+    # a loaded host's warm-up sizes a smaller query, about 2 s) and is left to finish.
+    monkeypatch.setenv("FAKE_SERVE_SLOW", "gpt2_tiny:2:8")
+    # On the stand-in's "gpu": the worker is started for the device the run names.
+    suite = tmp_path / "serving-hang.toml"
+    suite.write_text(HANGING)
+    out = tmp_path / "results"
+    assert main(["run", str(suite), "--framework", "fake", "--device", "gpu", "--out", str(out)]) == 0
+    folder = out / "serving-hang" / host_id()
+    rows = [json.loads(line) for line in (folder / "fake_gpu.jsonl").read_text().splitlines()]
+    assert [(r["model"], r["status"]) for r in rows] == [("lenet_tiny", "failed"),
+                                                        ("resnet_tiny", "failed"),
+                                                        ("bert_tiny", "ok"),
+                                                        ("gpt2_tiny", "ok")]
+    hung = rows[0]
+    # No serve returned in the run: it ends at its deadline, 2 s after it began.
+    assert re.fullmatch(r"serve \(LoadGen's SingleStream run\) did not return within 2\.\d s, "
+                        r"past its deadline of 2 s: the watchdog killed the case's process",
+                        hung["reason"]), hung["reason"]
+    assert hung["time_limit_s"] == 2.0 and hung["wall_s"] >= 2.0
+    assert hung["serving"]["settings"]["loadgen_run_deadline_s"] == 2.0
+    assert hung["case_id"] == "serving-hang/fake/gpu/lenet_tiny/b1/serve/SingleStream/fp32/eager/t2"
+    crashed = rows[1]
+    assert crashed["reason"].startswith("the serving worker was killed by SIGKILL during "
+                                        "preparing the model and its warm-up serves; its last "
+                                        "line: fake: preparing resnet_tiny b1")
+    assert rows[2]["serving"]["check"]["passed"] and rows[2]["serving"]["result"]["valid"]
+    slow = rows[3]
+    assert slow["serving"]["settings"]["loadgen_run_deadline_s"] == 1.2
+    assert slow["serving"]["result"]["valid"] and slow["wall_s"] > 1.2
+
+
+def test_serving_gpu_asks_each_framework_only_for_variants_and_precisions_it_has():
+    from adapters.registry import load_registry
+    from models.zoo import get_model
+    from suites.serving.__main__ import load as load_serving
+    suite = load_serving("serving-gpu")
+    registry = load_registry()
+    for framework in ("torch", "jax", "tf", "ort"):
+        cases = [c for group in suite["groups"] for c in group.cases(framework)]
+        assert {c.config.variant for c in cases} - {"default"} <= set(registry[framework].variants)
+        assert {c.model for c in cases} == {"resnet50", "bert_base:s=384"}
+        assert {c.scenario for c in cases if c.model == "resnet50"} == {
+            "SingleStream", "MultiStream", "Offline", "Server"}
+    torch = {(c.config.variant, c.config.precision)
+             for group in suite["groups"] for c in group.cases("torch")}
+    assert torch == {(v, p) for v in ("eager", "compile", "compile_reduce_overhead")
+                     for p in ("fp32", "bf16")}
+    assert get_model("bert_base:s=384").input.shape == (384,)
+    assert [g.models for g in suite["cold_start"]] == [("resnet50",)]

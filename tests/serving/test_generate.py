@@ -18,7 +18,7 @@ from models.families.transformer import not_a_decoder
 from models.inputs import Batch
 from models.weights import canonical_weights
 from suites.serving import loadgen_log
-from suites.serving.__main__ import load
+from suites.serving.__main__ import SuiteError, load
 from suites.serving.generate import GenerateConfig, check, generate_case, prompts
 from tests.fake_framework import ReferenceGenerator
 
@@ -140,5 +140,13 @@ def test_settings_are_checked_and_a_suite_s_generate_table_is_read(tmp_path):
     suite = tmp_path / "gen.toml"
     suite.write_text('name = "gen"\n[[cases]]\nmodels = ["gpt2_tiny"]\n'
                      '[cases.generate]\nprompt = 8\nnew_tokens = 8\n')
-    ((models, scenarios, config),) = load(str(suite))["groups"]
-    assert models == ["gpt2_tiny"] and scenarios == [] and config == GenerateConfig(8, 8)
+    (group,) = load(str(suite))["groups"]
+    assert group.models == ("gpt2_tiny",) and group.scenarios == ()
+    assert group.config == GenerateConfig(8, 8)
+    (case,) = group.cases("fake")
+    assert case.kind == "generate" and case.scenario == ""
+    # A generation table takes no scenarios.
+    suite.write_text(suite.read_text().replace('models = ["gpt2_tiny"]\n',
+                                               'models = ["gpt2_tiny"]\nscenarios = ["Offline"]\n'))
+    with pytest.raises(SuiteError, match="takes no scenarios"):
+        load(str(suite))
