@@ -204,9 +204,12 @@ def exported(model: ir.Model, batch_size: int, exporter: str, root: Path) -> tup
         except ImportError:
             raise FileNotFoundError(
                 f"no export at {folder}: run this script with --export-only --exports {root} "
-                "where torch, transformers and onnx are installed") from None
+                f"--exporter {exporter} where torch, transformers and onnx are installed") from None
         export(model, batch_size, exporter, root)
     manifest = json.loads((folder / MANIFEST).read_text())
+    if (manifest["model"], manifest["batch"]) != (model.name, batch_size):
+        raise ValueError(f"{folder} holds {manifest['model']} at batch {manifest['batch']}, "
+                         f"not {model.name} at batch {batch_size}")
     return Export(**{**manifest, "inputs": tuple(manifest["inputs"])}), folder / "model.onnx"
 
 
