@@ -108,7 +108,7 @@ def test_ort_twin_matches_dlbench_on_the_tiny_models(framework, tmp_path):
             pytest.skip(f"{package} is not installed here (noxfile.COMPARISON_REQUIREMENTS)")
     from comparisons import ort_hf_vs_dlbench as twin_module
     names = ("gpt2_tiny", "bert_tiny", "vit_tiny")
-    code = twin_module.main(["--device", "cpu", "--models", ",".join(names), "--exporter",
+    code = twin_module.main(["--device", "cpu", "--models", ",".join(names), "--exporters",
                              "torchscript", "--budget", "0", "--warmup", "0", "--min-samples",
                              "1", "--out", str(tmp_path)])
     lines = (tmp_path / twin_module.RESULTS_FILE).read_text().splitlines()
