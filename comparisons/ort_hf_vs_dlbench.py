@@ -180,13 +180,14 @@ def export(model: ir.Model, batch_size: int, form: Form, root: Path) -> Path:
               for name, array in twin_inputs(model, make_batch(model, batch_size),
                                              exporter).items()}
 
-
     class Logits(torch.nn.Module):
         """The model called as users call it, ``model(**inputs).logits``, with the inputs
         passed positionally to the exporter: given keyword arguments, the TorchScript
-        exporter fills the parameters before them with their defaults, as graph inputs
-        (GPT2LMHeadModel's ``logits_to_keep=0`` became a scalar input whose Gather kept one
-        position's logits)."""
+        exporter passes every parameter of the model's forward with its default
+        (torch/onnx/_internal/torchscript_exporter/utils.py, _decide_input_format, torch
+        2.13), and a default number becomes a graph input: GPT2LMHeadModel's
+        ``logits_to_keep=0`` became a scalar input whose Gather kept one position's
+        logits."""
 
         def __init__(self):
             super().__init__()
@@ -213,8 +214,7 @@ def export(model: ir.Model, batch_size: int, form: Form, root: Path) -> Path:
         raise ValueError(f"the {exporter} export has IR version {proto.ir_version}, dlbench's "
                          f"graphs {IR_VERSION}")
     manifest = Export(model.name, batch_size, exporter, form.attention, names, OPSET,
-                      proto.ir_version,
-                      torch.__version__, transformers.__version__)
+                      proto.ir_version, torch.__version__, transformers.__version__)
     (folder / MANIFEST).write_text(json.dumps(asdict(manifest)) + "\n")
     return folder
 
@@ -273,7 +273,8 @@ def identity(model: ir.Model, weights, batch: Batch, precision: str, ours: np.nd
 
 def fusions_of(graph) -> dict[str, Any]:
     """What ONNX Runtime's optimizer reported (adapters/ort/network.FusedGraph), as the
-    adapter's rows record it."""
+    adapter's rows record it; ``already_in_graph`` (the rows' ``written_by_builder``): ops
+    of a fused type the export had before the optimizer ran, not counted as fusions."""
     return {"model_type": graph.model_type, "fusions": graph.fusions,
             "already_in_graph": graph.written, "not_fused": list(graph.not_fused) or None,
             "float16": graph.float16}
