@@ -168,7 +168,15 @@ FRAMEWORK_CORE_TESTS = {"torch": ["tests/models/test_reference.py", "tests/model
 # which a backbone built from its constructor imports, and tokenizers' huggingface-hub.
 # Measured on a 2-core host from a warm pip cache, beyond the sessions' installs without
 # them: 12.6 s in JAX's venv (Keras and its h5py, optree, namex), 6.2 s in TensorFlow's.
-COMPARISON_REQUIREMENTS = {"torch": ["transformers==5.17.0"],
+# ONNX Runtime's transformer twin (comparisons/ort_hf_vs_dlbench.py) exports Hugging Face's
+# models with torch and runs them in onnxruntime; its CPU test runs in PyTorch's session, so
+# that venv also gets ONNX Runtime's CPU packages, at the ort session's pins (registry.toml:
+# onnx, onnxruntime and sympy, which torch's venv has at the same version). Measured on a
+# 2-core host from a warm pip cache: 9.4 s (onnx, onnxruntime, protobuf, ml_dtypes,
+# flatbuffers). The TorchScript exporter that test uses needs no onnxscript; the GPU
+# comparison's default exporter, torch.export's, does (docs/user-guide.md, twins).
+ORT_TWIN = REGISTRY["ort"]["requirements"]["cpu"]
+COMPARISON_REQUIREMENTS = {"torch": ["transformers==5.17.0", *ORT_TWIN],
                            "jax": ["flax==0.12.8", "keras==3.15.1", "regex==2026.11.19"],
                            "tf": ["regex==2026.11.19"]}
 COMPARISON_REQUIREMENTS_WITHOUT_DEPENDENCIES = {

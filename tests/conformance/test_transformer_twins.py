@@ -10,6 +10,7 @@ noxfile.COMPARISON_REQUIREMENTS; its Keras backend is the session's framework
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -90,3 +91,45 @@ def test_keras_hub_bert_is_refused_for_its_gelu_form(keras_side):
     shape = twin_module.shape_of(get_model("bert_tiny"))
     with pytest.raises(twin_module.NotEqual, match="tanh form"):
         twin_module.keras_model(keras, keras_hub, shape, "fp32")
+
+
+def test_ort_twin_matches_dlbench_on_the_tiny_models(framework, tmp_path):
+    """ONNX Runtime's twin (comparisons/ort_hf_vs_dlbench.py), its command line in process,
+    in PyTorch's session, where torch and transformers export and onnxruntime runs
+    (noxfile.COMPARISON_REQUIREMENTS): the three tiny Hugging Face models exported by the
+    TorchScript tracer (torch.export costs seconds per tiny model: the script's docstring),
+    optimized by ONNX Runtime's transformer optimizer, each fp32 twin equal to dlbench's
+    ort_fused within twice the derived bound and to float64 within one before timing, the
+    fusions of both sides recorded, and fp16 refused on the CPU with the adapter's reason."""
+    if framework != "torch":
+        pytest.skip("ONNX Runtime's twin exports with torch: it runs in PyTorch's session")
+    for package in ("onnxruntime", "transformers"):
+        if importlib.util.find_spec(package) is None:
+            pytest.skip(f"{package} is not installed here (noxfile.COMPARISON_REQUIREMENTS)")
+    from comparisons import ort_hf_vs_dlbench as twin_module
+    names = ("gpt2_tiny", "bert_tiny", "vit_tiny")
+    code = twin_module.main(["--device", "cpu", "--models", ",".join(names), "--exporters",
+                             "torchscript", "--budget", "0", "--warmup", "0", "--min-samples",
+                             "1", "--out", str(tmp_path)])
+    lines = (tmp_path / twin_module.RESULTS_FILE).read_text().splitlines()
+    rows = [json.loads(line) for line in lines[1:]]
+    assert code == 0, rows
+    assert [(r["model"], r["precision"], r["status"]) for r in rows] == [
+        (name, precision, "ok" if precision == "fp32" else "unsupported")
+        for name in names for precision in ("fp32", "fp16")]
+    for row in rows:
+        if row["status"] != "ok":
+            assert "CUDA execution provider only" in row["reason"]
+            continue
+        check = row["identity"]
+        assert row["same_function"] and check["same"], check
+        assert check["output"] <= check["output_bound"]
+        assert check["float64_output"] is not None
+        assert check["float64_output"] <= check["float64_bound"]
+        assert row["export"]["inputs"][0] in ("input_ids", "pixel_values")
+        assert row["dlbench_ms"] > 0 and row["twin_ms"] > 0
+        # The optimizer ran on the export: its LayerNorm and GELU fusions happened.
+        fused = row["fusions"]["twin"]["fusions"]
+        assert fused.get("SkipLayerNormalization", 0) > 0, row["fusions"]
+        assert any(op in fused for op in ("Gelu", "FastGelu", "BiasGelu")), row["fusions"]
+        assert row["fusions"]["twin"]["model_type"] == row["fusions"]["dlbench"]["model_type"]
