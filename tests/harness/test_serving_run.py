@@ -197,11 +197,14 @@ def test_serving_gpu_asks_each_framework_only_for_variants_and_precisions_it_has
     for framework in ("torch", "jax", "tf", "ort"):
         cases = [c for group in suite["groups"] for c in group.cases(framework)]
         assert {c.config.variant for c in cases} - {"default"} <= set(registry[framework].variants)
-        assert {c.model for c in cases} == {"resnet50", "bert_base:s=384"}
+        assert {c.model for c in cases if c.kind == "serve"} == {"resnet50", "bert_base:s=384"}
         assert {c.scenario for c in cases if c.model == "resnet50"} == {
             "SingleStream", "MultiStream", "Offline", "Server"}
+        # GPT-2 small generates 128 tokens after a 128-token prompt in every framework.
+        assert {(c.model, c.config.prompt, c.config.new_tokens) for c in cases
+                if c.kind == "generate"} == {("gpt2", 128, 128)}
     torch = {(c.config.variant, c.config.precision)
-             for group in suite["groups"] for c in group.cases("torch")}
+             for group in suite["groups"] for c in group.cases("torch") if c.kind == "serve"}
     assert torch == {(v, p) for v in ("eager", "compile", "compile_reduce_overhead")
                      for p in ("fp32", "bf16")}
     assert get_model("bert_base:s=384").input.shape == (384,)
