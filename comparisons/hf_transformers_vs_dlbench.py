@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,13 +76,16 @@ from comparisons.transformer_twins import (
     FLOAT64_MAX_FLOPS,
     MODELS,
     SUITE_BATCH,
+    ResultsLog,
     Shape,
+    exit_status,
     is_transformer,
     model_for,
     one_line,
     parse_list,
     print_table,
     shape_of,
+    wants_float64,
 )
 from models import ir, reference
 from models.analysis import analyse
@@ -483,35 +485,21 @@ def main(argv: list[str] | None = None) -> int:
                                    "threads": torch.get_num_threads()}
     print(f"torch {env['framework_version']}, transformers {transformers.__version__} on "
           f"{env['gpu_model'] or 'CPU'}; {', '.join(precisions)}; {', '.join(variants)}")
-    out = None
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        out = (args.out / RESULTS_FILE).open("a")
-        out.write(json.dumps({"environment": env, "argv": sys.argv[1:] if argv is None
-                              else argv}) + "\n")
-
-    def write(row: dict[str, Any]) -> None:
-        if out is not None:
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+    log = ResultsLog(args.out, RESULTS_FILE, env, argv)
+    write = log.write
 
     rows = []
     for name, model in models.items():
         batch = args.batch or SUITE_BATCH.get(name, 2)
         flops = analyse(model).flops * batch
-        float64 = args.float64 == "yes" or (args.float64 == "auto" and flops <= FLOAT64_MAX_FLOPS)
+        float64 = wants_float64(args.float64, flops)
         for precision in precisions:
             for variant in variants:
                 rows += run_case(adapter, transformers, name, model, batch, precision, variant,
                                  measures, settings, float64, write)
     print_table(rows, "hf", "HF")
-    if out is not None:
-        out.close()
-    differing = sorted({r["model"] for r in rows if r["status"] == "ok" and not r["same_function"]})
-    if differing:
-        print(f"error: outputs differ for {', '.join(differing)}", file=sys.stderr)
-        return 1
-    return 0
+    log.close()
+    return exit_status(rows)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
 import os
 import sys
 from pathlib import Path
@@ -85,7 +84,9 @@ from comparisons.transformer_twins import (
     FLOAT64_MAX_FLOPS,
     MODELS,
     SUITE_BATCH,
+    ResultsLog,
     Shape,
+    exit_status,
     is_transformer,
     model_for,
     one_line,
@@ -93,6 +94,7 @@ from comparisons.transformer_twins import (
     print_table,
     relative_difference,
     shape_of,
+    wants_float64,
 )
 from models import ir, reference
 from models.analysis import analyse
@@ -583,36 +585,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{backend} {env['framework_version']}, keras {keras.__version__}, keras-hub "
           f"{keras_hub.__version__} on {env['gpu_model'] or 'CPU'}; {', '.join(precisions)}; "
           f"{', '.join(variants)}")
-    out = None
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        out = (args.out / RESULTS_FILE).open("a")
-        out.write(json.dumps({"environment": env, "argv": sys.argv[1:] if argv is None
-                              else argv}, default=str) + "\n")
-
-    def write(row: dict[str, Any]) -> None:
-        if out is not None:
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+    log = ResultsLog(args.out, RESULTS_FILE, env, argv)
+    write = log.write
 
     rows = []
     ctx = (adapter, keras, keras_hub, backend)
     for name, model in models.items():
         batch = args.batch or SUITE_BATCH.get(name, 2)
         flops = analyse(model).flops * batch
-        float64 = args.float64 == "yes" or (args.float64 == "auto" and flops <= FLOAT64_MAX_FLOPS)
+        float64 = wants_float64(args.float64, flops)
         for precision in precisions:
             for variant in variants:
                 rows += run_case(ctx, name, model, batch, precision, variant, measures,
                                  settings, float64, write)
     print_table(rows, TWIN, "keras")
-    if out is not None:
-        out.close()
-    differing = sorted({r["model"] for r in rows if r["status"] == "ok" and not r["same_function"]})
-    if differing:
-        print(f"error: outputs differ for {', '.join(differing)}", file=sys.stderr)
-        return 1
-    return 0
+    log.close()
+    return exit_status(rows)
 
 
 if __name__ == "__main__":

@@ -77,12 +77,15 @@ from comparisons.transformer_twins import (
     FLOAT64_MAX_FLOPS,
     MODELS,
     SUITE_BATCH,
+    ResultsLog,
+    exit_status,
     is_transformer,
     model_for,
     one_line,
     parse_list,
     relative_difference,
     shape_of,
+    wants_float64,
 )
 from models import ir, reference
 from models.analysis import analyse
@@ -460,37 +463,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"onnxruntime {env['framework_version']} on {env['gpu_model'] or 'CPU'}; "
           f"{', '.join(precisions)}; the twin exported by torch.onnx.export as "
           f"{', '.join(form.label for form in forms)}")
-    out = None
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        out = (args.out / RESULTS_FILE).open("a")
-        out.write(json.dumps({"environment": env, "argv": sys.argv[1:] if argv is None
-                              else argv}) + "\n")
-
-    def write(row: dict[str, Any]) -> None:
-        if out is not None:
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+    log = ResultsLog(args.out, RESULTS_FILE, env, argv)
+    write = log.write
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="ort-hf-exports-") as scratch:
         root = args.exports or Path(scratch)
         for name, model in models.items():
             flops = analyse(model).flops * batches[name]
-            float64 = args.float64 == "yes" or (args.float64 == "auto"
-                                                and flops <= FLOAT64_MAX_FLOPS)
+            float64 = wants_float64(args.float64, flops)
             for precision in precisions:
                 for form in forms:
                     rows.append(run_case(adapter, name, model, batches[name], precision,
                                          form, root, settings, float64, write))
     print_table(rows)
-    if out is not None:
-        out.close()
-    differing = sorted({r["model"] for r in rows if r["status"] == "ok" and not r["same_function"]})
-    if differing:
-        print(f"error: outputs differ for {', '.join(differing)}", file=sys.stderr)
-        return 1
-    return 0
+    log.close()
+    return exit_status(rows)
 
 
 if __name__ == "__main__":

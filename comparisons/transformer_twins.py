@@ -1,12 +1,16 @@
 """What the transformer twins (issue 60: Hugging Face for PyTorch, keras-hub for JAX and
 TensorFlow, ONNX Runtime's optimizer on the Hugging Face export) share, framework-free:
 the sizes a twin's config needs read from dlbench's IR, the models and shapes they run,
-the ±5% bar and its table of fastest variants, and the command line's list parsing."""
+the ±5% bar and its table of fastest variants, the command line's list parsing, the
+results file and the exit status."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -132,3 +136,40 @@ def print_table(rows: list[dict[str, Any]], twin: str, label: str) -> None:
               f"{pair[f'{twin}_variant']} {pair[f'{twin}_ms']:.3f} ms, ratio "
               f"{pair['ratio']:.3f} "
               f"{'ok' if pair['within'] else 'OUTSIDE: see the attention backends and a profile'}")
+
+
+def wants_float64(choice: str, flops: float) -> bool:
+    """Whether a case is checked against float64: ``--float64 yes``, or ``auto`` where the
+    batch's forward is at most ``FLOAT64_MAX_FLOPS``."""
+    return choice == "yes" or (choice == "auto" and flops <= FLOAT64_MAX_FLOPS)
+
+
+class ResultsLog:
+    """A twin's JSON Lines file in ``folder`` (none where ``folder`` is None): a first line
+    with the environment and the arguments, then each row as it ends, flushed."""
+
+    def __init__(self, folder: Path | None, name: str, env: dict[str, Any],
+                 argv: list[str] | None):
+        self.out = None
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.out = (folder / name).open("a")
+            self.write({"environment": env, "argv": sys.argv[1:] if argv is None else argv})
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self.out is not None:
+            self.out.write(json.dumps(row, default=str) + "\n")
+            self.out.flush()
+
+    def close(self) -> None:
+        if self.out is not None:
+            self.out.close()
+
+
+def exit_status(rows: list[dict[str, Any]]) -> int:
+    """1 where a twin computed another function than dlbench (said on stderr), else 0."""
+    differing = sorted({r["model"] for r in rows if r["status"] == "ok" and not r["same_function"]})
+    if differing:
+        print(f"error: outputs differ for {', '.join(differing)}", file=sys.stderr)
+        return 1
+    return 0
