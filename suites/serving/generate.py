@@ -46,7 +46,7 @@ from models.weights import canonical_weights
 from suites.rows.results import CaseKey, Row
 from suites.serving import loadgen_log
 from suites.serving.run import Watch, no_watch, row_settings
-from suites.serving.scenarios import LATENCY_HEADROOM
+from suites.serving.scenarios import LATENCY_HEADROOM, check_numbers
 from suites.serving.sut import one_line
 from suites.truth.check import output_error
 
@@ -87,10 +87,7 @@ class GenerateConfig:
     setup_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "int" and (type(value) is not int or value < (0 if f.name == "seed" else 1)):
-                raise ValueError(f"generate setting {f.name} = {value!r}: expected a positive integer")
+        check_numbers(self, "generate")
         if self.runs < MIN_RUNS:
             raise ValueError(f"generate setting runs = {self.runs}: LoadGen's early stopping "
                              f"needs at least {MIN_RUNS} queries")

@@ -65,6 +65,17 @@ def unknown(name: str) -> str:
     return f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})"
 
 
+def check_numbers(config: Any, kind: str) -> None:
+    """Every int field of a settings dataclass a positive integer (``seed`` at least 0), every
+    float field a positive number; a ValueError naming the ``kind`` of setting where not."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if f.type == "int" and (type(value) is not int or value < (0 if f.name == "seed" else 1)):
+            raise ValueError(f"{kind} setting {f.name} = {value!r}: expected a positive integer")
+        if f.type == "float" and (type(value) not in (int, float) or not value > 0):
+            raise ValueError(f"{kind} setting {f.name} = {value!r}: expected a positive number")
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     """One group of a serving suite. ``samples``: the QSL's seeded samples (all of them
@@ -107,12 +118,7 @@ class ServingConfig:
     setup_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "int" and (type(value) is not int or value < (0 if f.name == "seed" else 1)):
-                raise ValueError(f"serving setting {f.name} = {value!r}: expected a positive integer")
-            if f.type == "float" and (type(value) not in (int, float) or not value > 0):
-                raise ValueError(f"serving setting {f.name} = {value!r}: expected a positive number")
+        check_numbers(self, "serving")
         if self.checked > self.samples:
             raise ValueError(f"checked ({self.checked}) exceeds samples ({self.samples})")
         if self.max_duration_ms < self.min_duration_ms:

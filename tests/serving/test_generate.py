@@ -135,6 +135,8 @@ def test_a_generator_that_raises_mid_run_is_a_failed_row_and_loadgen_ends(tmp_pa
 def test_settings_are_checked_and_a_suite_s_generate_table_is_read(tmp_path):
     with pytest.raises(ValueError, match="at least 64 queries"):
         GenerateConfig(runs=10)
+    with pytest.raises(ValueError, match="generate setting watchdog_margin_s = 0"):
+        GenerateConfig(watchdog_margin_s=0)
     with pytest.raises(ValueError, match="unknown generate settings"):
         GenerateConfig.of({"prompt": 8, "tokens": 8})
     suite = tmp_path / "gen.toml"
