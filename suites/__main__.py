@@ -1,7 +1,7 @@
 """``python -m suites``: run, validate and list benchmark suites.
 
     python -m suites run default-cpu --framework torch --device cpu [--resume] [--out results]
-    python -m suites run serving-cpu --framework torch [--device cpu] [--out results]   # LoadGen
+    python -m suites run serving-cpu --framework torch [--device cpu] [--models M ...] [--resume]   # LoadGen
     python -m suites validate suites/my_suite.toml
     python -m suites list
     python -m suites compare RUN1 RUN2 [RUN3]   # do two or three runs agree? (suites/stats/compare.py)
@@ -60,7 +60,7 @@ def run_serving(args: argparse.Namespace) -> int:
     every suite's go (DIR/<suite>/<host>/<framework>_<device>.jsonl, LoadGen's logs in
     DIR/<suite>/<host>/loadgen/), so ``python -m reports DIR`` reads them."""
     refused = [flag for flag, given in (
-        ("--resume", args.resume), ("--rounds", args.rounds != 1), ("--earlier", args.earlier),
+        ("--rounds", args.rounds != 1), ("--earlier", args.earlier),
         ("--case-timeout", args.case_timeout is not None), ("--seed", args.seed != 0)) if given]
     try:
         if refused:
@@ -76,7 +76,8 @@ def run_serving(args: argparse.Namespace) -> int:
         return 2
     from suites.serving.__main__ import main as serve_suite
     return serve_suite([args.suite, "--framework", args.framework, "--device", args.device,
-                        "--out", str(args.out)])
+                        "--out", str(args.out), *(["--resume"] if args.resume else []),
+                        *(["--models", *args.models] if args.models else [])])
 
 
 def validate_serving(name_or_path: str) -> str:
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=Path("results"))
     run.add_argument("--resume", action="store_true", help="skip cases already recorded")
     run.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
+    run.add_argument("--models", nargs="+", default=[], metavar="MODEL",
+                     help="a serving suite: serve only these of its models")
     run.add_argument("--rounds", type=int, default=1,
                      help="run every case's repetitions in this many separate processes "
                           "(suites/harness/rounds.py)")
@@ -227,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
                                 *(["--resume"] if args.resume else [])])
         if is_serving_suite(args.suite):   # LoadGen scenarios have their own runner
             return run_serving(args)
+        if args.models:
+            print(f"error: --models cuts a serving suite, and {args.suite} is not one",
+                  file=sys.stderr)
+            return 2
     try:
         if args.command in ("run", "matrix") and args.rounds < 1:
             raise SuiteError(f"--rounds must be at least 1, got {args.rounds}")

@@ -23,6 +23,7 @@ tables each name ``models`` and optionally ``batch`` (1), ``repeats`` (3), ``pre
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import tomllib
@@ -33,7 +34,7 @@ from typing import Any
 from adapters.registry import load_registry
 from models.measures import PRECISIONS, SERVE
 from suites.instruments.environment import host_environment, host_id
-from suites.rows.results import CaseKey, OutputError, ResultsFile, Row, Settings
+from suites.rows.results import CaseKey, OutputError, ResultsFile, Row, Settings, read_rows
 from suites.serving.generate import GenerateConfig
 from suites.serving.scenarios import COLD_START, ServingConfig
 from suites.serving.watchdog import Case, Watchdog, WorkerFatal
@@ -140,6 +141,43 @@ def load(name_or_path: str) -> dict[str, Any]:
     return {"name": suite.get("name", path.stem), "groups": groups, "cold_start": cold}
 
 
+def default_threads(device: str) -> int:
+    """Two on the CPU (the budget of the CPU suites' default); on a GPU the CPUs this process
+    may run on, as a GPU job of the other suites has (its lane's, under a matrix)."""
+    return len(os.sched_getaffinity(0)) if device == "gpu" else 2
+
+
+def only_models(suite: dict[str, Any], models: list[str]) -> dict[str, Any]:
+    """The suite cut to ``models`` (all of it when none are named); a model the suite does not
+    serve is a ``SuiteError``."""
+    if not models:
+        return suite
+    served = {m for g in [*suite["groups"], *suite["cold_start"]] for m in g.models}
+    missing = [m for m in models if m not in served]
+    if missing:
+        raise SuiteError(f"--models: suite {suite['name']} serves no {', '.join(missing)} "
+                         f"(it serves {', '.join(sorted(served))})")
+    keep = set(models)
+    cut = lambda groups: [replace(g, models=tuple(m for m in g.models if m in keep))
+                          for g in groups if keep & set(g.models)]
+    return {**suite, "groups": cut(suite["groups"]), "cold_start": cut(suite["cold_start"])}
+
+
+def resolved(case: Case, default_variant: str) -> Case:
+    if case.config.variant != "default":
+        return case
+    return replace(case, config=replace(case.config, variant=default_variant))
+
+
+def cold_start_key(suite: str, framework: str, device: str, threads: int,
+                   group: ColdStartGroup, model: str, default_variant: str) -> CaseKey:
+    """The id a cold-start row of ``group`` will have (its variant resolved as the
+    framework's default), so that ``--resume`` can skip it."""
+    variant = default_variant if group.variant == "default" else group.variant
+    settings = Settings(framework, device, group.precision, variant, threads, 1)
+    return CaseKey(suite, model, group.batch, SERVE, settings, COLD_START)
+
+
 def cold_start_row(suite: str, framework: str, device: str, threads: int, group: ColdStartGroup,
                    model: str, env: dict[str, Any]) -> Row:
     """``group.repeats`` cold starts of ``model``, each a fresh process of this interpreter
@@ -167,9 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("suite")
     parser.add_argument("--framework", required=True)
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
-    parser.add_argument("--threads", type=int, default=2,
-                        help="intra-op threads, the same budget for every framework (default 2)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="intra-op threads, the same budget for every framework (default: "
+                             "2 on the CPU; on a GPU, the CPUs this process may run on)")
     parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--models", nargs="+", default=[], metavar="MODEL",
+                        help="serve only these of the suite's models (its cases, generations "
+                             "and cold starts), e.g. to share a suite out over several GPUs")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the cases and cold starts already in the results file")
     args = parser.parse_args(argv)
     registry = load_registry()
     if args.framework not in registry:
@@ -177,16 +221,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         suite = load(args.suite)
+        threads = default_threads(args.device) if args.threads is None else args.threads
+        if threads < 1:
+            raise SuiteError(f"--threads must be at least 1, got {threads}")
+        suite = only_models(suite, args.models)
     except SuiteError as error:
         print(error, file=sys.stderr)
         return 2
     folder = args.out / suite["name"] / host_id()
     results = ResultsFile(folder / f"{args.framework}_{args.device}.jsonl")
     logs = folder / "loadgen" / args.framework
-    watchdog = Watchdog(args.framework, args.device, args.threads, suite["name"], logs,
+    watchdog = Watchdog(args.framework, args.device, threads, suite["name"], logs,
                         logs / f"worker-{args.device}.log")
+    # "default" is the framework's first variant, resolved here as the harness's runner
+    # does, so that a resumed run knows a case's row id before it runs.
+    default_variant = registry[args.framework].variants[0]
     try:
-        cases = [case for group in suite["groups"] for case in group.cases(args.framework)]
+        done = set(read_rows(results.path)) if args.resume else set()
+        cases = [resolved(case, default_variant)
+                 for group in suite["groups"] for case in group.cases(args.framework)]
+        skipped = [case for case in cases if watchdog.case_id(case) in done]
+        cases = [case for case in cases if case not in skipped]
+        if skipped:
+            print(f"resuming: {len(skipped)} cases already recorded in {results.path}", flush=True)
         if cases:
             watchdog.start()   # a framework that cannot start writes no rows file
         results.check_writable()
@@ -196,12 +253,16 @@ def main(argv: list[str] | None = None) -> int:
                 results.append_json(row)
                 print(f"{row['case_id']}: {row['status']} {row['reason']}".rstrip(), flush=True)
         watchdog.stop()
-        env = watchdog.env or {**host_environment(args.threads, []), "framework": args.framework}
+        env = watchdog.env or {**host_environment(threads, []), "framework": args.framework}
         for group in suite["cold_start"]:
             if group.frameworks and args.framework not in group.frameworks:
                 continue
             for model in group.models:
-                row = cold_start_row(suite["name"], args.framework, args.device, args.threads,
+                key = cold_start_key(suite["name"], args.framework, args.device, threads,
+                                     group, model, default_variant)
+                if key.id() in done:
+                    continue
+                row = cold_start_row(suite["name"], args.framework, args.device, threads,
                                      group, model, env)
                 results.append(row)
                 print(f"{row.key.id()}: {row.status} {row.reason}".rstrip(), flush=True)

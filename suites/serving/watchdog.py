@@ -137,6 +137,11 @@ class Watchdog:
         self._stderr = None
         self.restarts += 1
 
+    def case_id(self, case: Case) -> str:
+        """The id of the row ``case`` will have (its variant as asked: ``default`` resolved
+        by the caller)."""
+        return self.fallback_row(case, "")["case_id"]
+
     def fallback_row(self, case: Case, reason: str, limit: float | None = None) -> dict[str, Any]:
         """The case's failed row where the worker announced none (it died or hung before)."""
         scenario = SCENARIOS.get(case.scenario)

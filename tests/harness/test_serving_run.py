@@ -8,6 +8,7 @@ early stopping accepts for a p90, 5.0.18): under a second."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -74,11 +75,28 @@ def test_a_serving_suite_runs_into_the_results_folder_the_report_reads(tmp_path,
         "lenet_tiny", "lenet_tiny", "Cold start: a fresh process to its first checked answer"]
     [[framework, model, *_, status]] = [[c.text for c in cells] for cells in tables[-1].rows]
     assert (framework, model, status) == ("fake", "lenet_tiny", "ok")
+    # Resumed, every case and the cold start are already recorded: nothing runs again
+    # (their ids known before they run, the default variant resolved as the worker does).
+    capsys.readouterr()
+    assert main(["run", str(suite), "--framework", "fake", "--out", str(out), "--resume"]) == 0
+    assert "resuming: 2 cases already recorded" in capsys.readouterr().out
+    assert len((folder / "fake_cpu.jsonl").read_text().splitlines()) == 3
+
+
+def test_models_cuts_a_suite_to_the_models_named():
+    from suites.serving.__main__ import SuiteError, load, only_models
+    suite = load("serving-gpu")
+    cut = only_models(suite, ["resnet50"])
+    assert {m for g in [*cut["groups"], *cut["cold_start"]] for m in g.models} == {"resnet50"}
+    assert len(cut["cold_start"]) == 1 and only_models(suite, []) is suite
+    with pytest.raises(SuiteError, match=r"--models: suite serving-gpu serves no vgg16 \(it "
+                                         r"serves bert_base:s=384, gpt2, resnet50\)"):
+        only_models(suite, ["resnet50", "vgg16"])
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, fake, capsys, monkeypatch):
     assert main(["run", "serving-cpu", "--framework", "nosuch"]) == 2
-    assert main(["run", "serving-cpu", "--framework", "fake", "--resume"]) == 2
+    assert main(["run", "serving-cpu", "--framework", "fake", "--rounds", "2"]) == 2
     cpu_only = tmp_path / "registry.toml"
     cpu_only.write_text(REGISTRY.read_text().replace('devices = ["cpu", "gpu"]', 'devices = ["cpu"]'))
     monkeypatch.setenv("DLBENCH_REGISTRY", str(cpu_only))
@@ -89,7 +107,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, fake, capsys, monkeypatch):
     errors = capsys.readouterr().err.splitlines()
     assert len(errors) == 4 and all(line.startswith("error: ") for line in errors)
     assert "unknown framework 'nosuch'" in errors[0]
-    assert "takes no --resume" in errors[1]
+    assert "takes no --rounds" in errors[1]
     assert "fake has no 'gpu' device" in errors[2]
     assert "unknown model 'lenet_tinyy'" in errors[3] and "unknown scenario 'Bursty'" in errors[3]
     assert not (tmp_path / "results").exists()
@@ -177,7 +195,9 @@ def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_p
                         hung["reason"]), hung["reason"]
     assert hung["time_limit_s"] == 2.0 and hung["wall_s"] >= 2.0
     assert hung["serving"]["settings"]["loadgen_run_deadline_s"] == 2.0
-    assert hung["case_id"] == "serving-hang/fake/gpu/lenet_tiny/b1/serve/SingleStream/fp32/eager/t2"
+    # On a GPU the threads are the CPUs the run may use.
+    threads = len(os.sched_getaffinity(0))
+    assert hung["case_id"] == f"serving-hang/fake/gpu/lenet_tiny/b1/serve/SingleStream/fp32/eager/t{threads}"
     crashed = rows[1]
     assert crashed["reason"].startswith("the serving worker was killed by SIGKILL during "
                                         "preparing the model and its warm-up serves; its last "
