@@ -58,6 +58,7 @@ ZOO: dict[str, Factory] = {
     "lstm": lstm.lstm_sentiment,
     "gpt2": transformer.gpt2,
     "bert_base": transformer.bert,
+    "bert_base_qa": transformer.bert_qa,
     "vit_b16": transformer.vit,
     **conv_layers.LAYERS,
 }
@@ -113,8 +114,9 @@ def get_model(name: str) -> Model:
     raise UnknownModel(f"unknown model '{name}'{hint}; `python -m models` lists the zoo")
 
 
-# Transformers at another sequence length: "gpt2:s=4096", "bert_base:s=128".
-_AT_LENGTH = ("gpt2", "bert_base")
+# Transformers at another sequence length: "gpt2:s=4096", "bert_base:s=128",
+# "bert_base_qa:s=384" (MLPerf Inference's BERT).
+_AT_LENGTH = ("gpt2", "bert_base", "bert_base_qa")
 
 
 def _transformer_at_length(name: str) -> Model:

@@ -8,6 +8,8 @@ a tiny version of each (2 layers, width 32) for the CPU conformance kit.
   GELU's erf form, the padding mask, token-type embedding (one segment), and the MLM head
   (dense, GELU, LayerNorm, decoder tied to the token table with its own bias); 512
   positions, vocabulary 30522, LayerNorm eps 1e-12; 15% of the steps labelled.
+  ``bert_base_qa`` is the same encoder under ``BertForQuestionAnswering``'s head (each
+  token's start and end logits), the BERT that MLPerf Inference serves.
 * ViT-B/16 (Dosovitskiy et al. 2021; ``ViTForImageClassification``, ViTConfig() with
   1000 labels): 16×16 patches of a 224×224 image, class token, learned positions, pre-LN
   encoder, final LayerNorm, a linear classifier on the class token.
@@ -70,15 +72,34 @@ def gpt2(vocab: int = GPT2["vocab"], context: int = GPT2["context"], width: int 
 
 def bert(vocab: int = BERT["vocab"], context: int = BERT["context"], width: int = BERT["width"],
          heads: int = BERT["heads"], layers: int = BERT["layers"], lengths: str = "full",
-         steps: int | None = None, name: str = "bert_base") -> ir.Model:
+         steps: int | None = None, name: str = "bert_base", head: str = "mlm") -> ir.Model:
     """``lengths``: ``full`` sequences (packed MLM text), or ``imdb`` padded ones, which
     exercise the padding mask; ``steps``: the sequence length fed (the context by
-    default)."""
+    default); ``head``: ``mlm``, BertForMaskedLM's (its answer: 30522 logits a token), or
+    ``qa``, BertForQuestionAnswering's ``qa_outputs`` (a Dense of 2: each token's start and
+    end logits), the model MLPerf Inference serves (SQuAD v1.1 at 384 tokens)."""
     eps = 1e-12
-    body = (ir.Embedding("word", vocab, width, init="normal"),
-            ir.PositionEmbedding("position", context, width, segments=2),
-            ir.LayerNorm("embeddings.ln", width, eps),
-            *(node for i in range(layers) for node in post_ln_block(f"layer{i}", width, heads, eps)),
+    encoder = (ir.Embedding("word", vocab, width, init="normal"),
+               ir.PositionEmbedding("position", context, width, segments=2),
+               ir.LayerNorm("embeddings.ln", width, eps),
+               *(node for i in range(layers)
+                 for node in post_ln_block(f"layer{i}", width, heads, eps)))
+    if head == "qa":
+        # The IR has no span loss (SQuAD's: a softmax over positions for the start and one
+        # for the end); training is each token's 2-way cross-entropy, the forward is exactly
+        # BertForQuestionAnswering's logits.
+        return ir.Model(name, "transformer",
+                        ir.InputSpec("tokens", (steps or context,), vocab, lengths=lengths),
+                        (*encoder, dense("qa_outputs", width, 2)),
+                        ir.Loss("token_xent", 2, labelled=1.0),
+                        description=f"BERT encoder, {layers} layers, width {width}, "
+                                    "question answering (start and end logits)",
+                        source="Devlin et al. 2019; Hugging Face "
+                               "BertForQuestionAnswering(BertConfig())",
+                        tags=("transformer",))
+    if head != "mlm":
+        raise ValueError(f"unknown BERT head {head!r} (mlm or qa)")
+    body = (*encoder,
             dense("mlm.transform", width, width), ir.Activation("mlm.gelu", "gelu_erf"),
             ir.LayerNorm("mlm.ln", width, eps),
             ir.TiedDense("mlm.decoder", "word", bias=True, table=True))
@@ -88,6 +109,10 @@ def bert(vocab: int = BERT["vocab"], context: int = BERT["context"], width: int 
                     description=f"BERT encoder, {layers} layers, width {width}, masked LM",
                     source="Devlin et al. 2019; Hugging Face BertForMaskedLM(BertConfig())",
                     tags=("transformer",))
+
+
+def bert_qa(**kwargs) -> ir.Model:
+    return bert(**{"name": "bert_base_qa", **kwargs, "head": "qa"})
 
 
 def vit(size: int = VIT["size"], patch: int = VIT["patch"], width: int = VIT["width"],
@@ -110,12 +135,13 @@ def vit(size: int = VIT["size"], patch: int = VIT["patch"], width: int = VIT["wi
 
 
 def at_length(family: str, steps: int, name: str) -> ir.Model:
-    """GPT-2 small (``gpt2``) or BERT-base (``bert_base``) fed ``steps`` tokens; a
+    """GPT-2 small (``gpt2``) or BERT-base (``bert_base``, ``bert_base_qa``) fed ``steps`` tokens; a
     position table longer than the default context where the sequence needs it (the
     sequence-length sweep: the same architecture, its table sized to the sequence)."""
     if family == "gpt2":
         return gpt2(context=max(GPT2["context"], steps), steps=steps, name=name)
-    return bert(context=max(BERT["context"], steps), steps=steps, name=name)
+    head = "qa" if family == "bert_base_qa" else "mlm"
+    return bert(context=max(BERT["context"], steps), steps=steps, name=name, head=head)
 
 
 def gpt2_tiny() -> ir.Model:

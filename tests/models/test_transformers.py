@@ -23,6 +23,7 @@ from models.zoo import get_model
 HF_PARAMETERS = {
     "gpt2": 124_439_808,        # GPT2LMHeadModel(GPT2Config())
     "bert_base": 109_514_298,   # BertForMaskedLM(BertConfig())
+    "bert_base_qa": 108_893_186,  # BertForQuestionAnswering(BertConfig())
     "vit_b16": 86_567_656,      # ViTForImageClassification(ViTConfig(num_labels=1000))
 }
 
