@@ -125,6 +125,7 @@ def _probe(lg, server: Server, config: ServingConfig, expected_s: float, logs: P
     """One LoadGen Server run at ``target_qps`` through a fresh batcher."""
     folder = logs / f"probe-{number:02d}-{target_qps:.1f}qps"
     calls, served, padded = server.calls, server.served, server.padded
+    by_size = dict(server.calls_by_size)
     with Batcher(server, config.server_batch_timeout_ms / 1e3, loadgen_complete(lg)) as batcher:
         result = _run_loadgen(lg, batcher.issue, batcher.flush,
                               loadgen_settings(lg, SCENARIOS["Server"], config, expected_s, target_qps),
@@ -133,7 +134,9 @@ def _probe(lg, server: Server, config: ServingConfig, expected_s: float, logs: P
     batching = {"serve_calls": calls, "samples_served": server.served - served,
                 "padding_samples": server.padded - padded,
                 "mean_batch": (server.served - served) / calls if calls else None,
-                "batch_sizes": dict(sorted(batcher.batch_sizes.items()))}
+                "batch_sizes": dict(sorted(batcher.batch_sizes.items())),
+                "serve_calls_by_size": {str(n): c - by_size.get(n, 0)
+                                        for n, c in sorted(server.calls_by_size.items())}}
     # After serve raised, the rest of the run's samples were completed unserved: LoadGen's
     # verdict on them says nothing of the SUT.
     valid, reason = result.valid, result.reason
@@ -149,6 +152,8 @@ def _probe(lg, server: Server, config: ServingConfig, expected_s: float, logs: P
 
 def _no_answer(found: search.Search, bound_ms: float) -> str:
     """Why a search found no target QPS: the lowest tried, its p99 and LoadGen's reason."""
+    if not found.probes:
+        return f"no target QPS meets the p99 bound of {bound_ms:g} ms: {found.stopped}"
     lowest = min(found.probes, key=lambda p: p.target_qps)
     p99 = "no p99" if lowest.p99_ms is None else f"p99 {lowest.p99_ms:.3g} ms"
     return (f"no target QPS meets the p99 bound of {bound_ms:g} ms: the lowest tried, "
@@ -211,6 +216,7 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
     if scenario is None:
         return row("failed", unknown(scenario_name))
     prepared = None
+    smaller: dict[int, Prepared] = {}   # Server's further prepared sizes
     run_limit = run_deadline_s(config)
     try:
         model = zoo.get_model(model_name)
@@ -229,13 +235,28 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         first_s, expected_s = _warm_up(prepared, select(samples, range(batch)), config.warmup)
         serving["first_serve_ms"] = first_s * 1e3
         serving["settings"] = recorded(scenario, config, expected_s)
-        server = Server(prepared.serve, samples, batch, config.checked)
+        alone_s = expected_s
+        if scenario.name == "Server":
+            # The smaller allowed sizes, each prepared and warmed up as the full one; a lone
+            # sample's unloaded latency is the smallest one's fastest serve.
+            warm = {}
+            for size in config.server_batch_sizes:
+                smaller[size] = adapter.prepare(model, canonical_weights(model, config.seed),
+                                                select(samples, range(size)), case)
+                warm[size] = _warm_up(smaller[size], select(samples, range(size)), config.warmup)
+            if warm:
+                alone_s = warm[min(warm)][1]
+                serving["settings"]["fastest_warmup_batch_ms_by_size"] = {
+                    **{str(n): t * 1e3 for n, (_, t) in warm.items()}, str(batch): expected_s * 1e3}
+        server = Server(prepared.serve, samples, batch, config.checked,
+                        {n: p.serve for n, p in smaller.items()})
         logs = logs_root / key.id().replace("/", "_")
         serving["logs"] = str(logs)
         if scenario.name == "Server":
             floor = search.floor_qps(config.min_query_count, config.max_duration_ms)
             start = search.START_FRACTION * batch / expected_s
-            serving["settings"].update(search_start_qps=start, search_floor_qps=floor)
+            serving["settings"].update(search_start_qps=start, search_floor_qps=floor,
+                                       lone_sample_ms=alone_s * 1e3)
             numbers = itertools.count(1)
 
             def probe(qps: float) -> search.Probe:
@@ -245,7 +266,7 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
                 return _probe(lg, server, config, expected_s, logs, qps, number)
 
             found = search.search(probe, start, config.server_search_runs,
-                                  config.server_latency_bound_ms, floor)
+                                  config.server_latency_bound_ms, floor, alone_s * 1e3)
             serving["search"] = found.to_dict()
             result = None
             if found.answer is not None:
@@ -258,10 +279,13 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
                                   config.samples, logs)
             serving["result"] = result.to_dict()
         serving["batching"] = {"batch": batch, "serve_calls": server.calls,
+                               "serve_calls_by_size": {str(n): c for n, c in
+                                                       sorted(server.calls_by_size.items())},
                                "samples_served": server.served,
                                "padding_samples": server.padded,
                                "padding": "a short batch is padded with copies of its last "
-                                          "sample; their outputs are dropped"}
+                                          "sample to the smallest prepared size that holds "
+                                          "it; the padding's outputs are dropped"}
         if server.error:
             return row("failed", f"serve raised mid-run: {server.error}")
         missing = server.missing_checked()
@@ -276,8 +300,9 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
     except Exception as error:   # noqa: BLE001 - a failure is a row, never a traceback
         return row("failed", one_line(error))
     finally:
-        if prepared is not None:
-            prepared.close()
+        for held in [prepared, *smaller.values()]:
+            if held is not None:
+                held.close()
     if not serving["check"]["passed"]:
         found = serving["check"]
         return row("failed", found.get("problem") or

@@ -86,8 +86,12 @@ class ServingConfig:
     are compared with float64 (``models/truth.py``'s k); ``warmup``: untimed serves of one
     batch before LoadGen starts, whose fastest sets LoadGen's expected latency.
 
-    Server: ``server_max_batch``, the most samples the batcher serves in one call (every
-    call is padded to it, one prepared shape); ``server_batch_timeout_ms``, how long the
+    Server: ``server_max_batch``, the most samples the batcher serves in one call;
+    ``server_batch_sizes``, smaller prepared sizes a short batch is padded to instead
+    (TensorFlow Serving's ``allowed_batch_sizes``, less its last entry, which is
+    ``server_max_batch``): a short batch goes at the smallest size that holds it, so at low
+    load a lone sample is not charged a full batch's compute; empty, every call is padded to
+    ``server_max_batch`` (one prepared shape); ``server_batch_timeout_ms``, how long the
     oldest pending sample waits for more before a short batch goes; ``server_latency_bound_ms``,
     LoadGen's target latency for the 99th percentile (15 ms is MLPerf Inference's bound for
     ResNet-50 in Server); ``server_search_runs``, the most LoadGen runs of the QPS search,
@@ -111,6 +115,7 @@ class ServingConfig:
     variant: str = "default"
     seed: int = 0
     server_max_batch: int = 8
+    server_batch_sizes: tuple[int, ...] = ()
     server_batch_timeout_ms: float = 1.0
     server_latency_bound_ms: float = 15.0
     server_search_runs: int = 6
@@ -123,6 +128,12 @@ class ServingConfig:
             raise ValueError(f"checked ({self.checked}) exceeds samples ({self.samples})")
         if self.max_duration_ms < self.min_duration_ms:
             raise ValueError("max_duration_ms is below min_duration_ms")
+        sizes = self.server_batch_sizes
+        if not isinstance(sizes, tuple) or any(type(n) is not int or not 0 < n < self.server_max_batch
+                                               for n in sizes) or list(sizes) != sorted(set(sizes)):
+            raise ValueError(f"serving setting server_batch_sizes = {list(sizes)!r}: expected "
+                             f"increasing batch sizes below server_max_batch "
+                             f"({self.server_max_batch})")
 
     @staticmethod
     def of(table: dict[str, Any]) -> ServingConfig:
@@ -130,6 +141,8 @@ class ServingConfig:
         extra = sorted(set(table) - known)
         if extra:
             raise ValueError(f"unknown serving settings {extra} (known: {sorted(known)})")
+        if isinstance(table.get("server_batch_sizes"), list):
+            table = {**table, "server_batch_sizes": tuple(table["server_batch_sizes"])}
         return ServingConfig(**table)
 
 
@@ -187,6 +200,7 @@ def recorded(scenario: Scenario, config: ServingConfig, expected_s: float) -> di
         out["offline_expected_qps"] = OFFLINE_QPS_HEADROOM * batch_size(scenario, config) / expected_s
     if scenario.name == "Server":
         out.update(server_max_batch=config.server_max_batch,
+                   server_batch_sizes=[*config.server_batch_sizes, config.server_max_batch],
                    server_batch_timeout_ms=config.server_batch_timeout_ms,
                    server_target_latency_ms=config.server_latency_bound_ms,
                    server_target_latency_percentile=SERVER_PERCENTILE,

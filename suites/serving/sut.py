@@ -44,9 +44,13 @@ def one_line(error: BaseException) -> str:
 
 
 class Server:
+    """``serve`` answers batches of ``batch``; ``smaller`` maps further prepared sizes
+    (below ``batch``) to their own ``serve``: a chunk goes at the smallest size that holds
+    it (TensorFlow Serving's ``allowed_batch_sizes``)."""
+
     def __init__(self, serve: Callable[[Batch], np.ndarray], samples: Batch, batch: int,
-                 checked: int):
-        self.serve_batch = serve
+                 checked: int, smaller: dict[int, Callable[[Batch], np.ndarray]] | None = None):
+        self.serves = {**(smaller or {}), batch: serve}
         self.samples = samples
         self.batch = batch
         self.checked = checked
@@ -54,18 +58,22 @@ class Server:
         self.padded = 0          # padding samples served and dropped
         self.served = 0          # real samples served
         self.calls = 0
+        self.calls_by_size: dict[int, int] = {}   # prepared size -> serve calls
         self.error = ""
 
     def serve_padded(self, chunk: Sequence[int]) -> np.ndarray:
-        """One call of ``serve`` on the samples ``chunk`` (at most ``batch``), padded to
-        ``batch`` with copies of its last sample; the outputs of ``chunk`` in its order,
-        the padding's dropped. The checked samples' outputs are kept."""
+        """One call of ``serve`` on the samples ``chunk`` (at most ``batch``), padded with
+        copies of its last sample to the smallest prepared size that holds it; the outputs
+        of ``chunk`` in its order, the padding's dropped. The checked samples' outputs are
+        kept."""
         chunk = list(chunk)
-        pad = self.batch - len(chunk)
-        output = self.serve_batch(select(self.samples, chunk + [chunk[-1]] * pad))
-        if len(output) != self.batch:
-            raise ValueError(f"serve returned {len(output)} outputs for a batch of {self.batch}")
+        size = min(n for n in self.serves if n >= len(chunk))
+        pad = size - len(chunk)
+        output = self.serves[size](select(self.samples, chunk + [chunk[-1]] * pad))
+        if len(output) != size:
+            raise ValueError(f"serve returned {len(output)} outputs for a batch of {size}")
         self.calls += 1
+        self.calls_by_size[size] = self.calls_by_size.get(size, 0) + 1
         self.served += len(chunk)
         self.padded += pad
         for index, out in zip(chunk, output[:len(chunk)]):
@@ -106,11 +114,11 @@ def loadgen_complete(lg: Any) -> Complete:
 
 
 class Batcher:
-    """Server's dynamic batching over ``server`` (its ``serve_padded``, so every call has the
-    prepared shape: one compiled graph, one CUDA graph, one set of buffers per case, where a
-    model per batch size would cost ``max_batch`` preparations and their memory; a short
-    batch pays the full batch's compute, as a padded batch of TensorFlow Serving's
-    ``allowed_batch_sizes`` does). ``submit`` is LoadGen's issue callback's whole work;
+    """Server's dynamic batching over ``server`` (its ``serve_padded``, so every call has a
+    prepared shape: one compiled graph, one CUDA graph, one set of buffers per prepared size,
+    where a model per batch size would cost ``max_batch`` preparations and their memory; a
+    short batch pays the compute of the size it is padded to, as a padded batch of
+    TensorFlow Serving's ``allowed_batch_sizes`` does). ``submit`` is LoadGen's issue callback's whole work;
     ``flush`` (LoadGen's FlushQueries, sent once every query is issued) sends what waits
     without waiting for more. After an exception in ``serve`` the error is kept in
     ``server.error`` and every sample is completed at once unserved, so LoadGen ends."""

@@ -90,7 +90,7 @@ def test_models_cuts_a_suite_to_the_models_named():
     assert {m for g in [*cut["groups"], *cut["cold_start"]] for m in g.models} == {"resnet50"}
     assert len(cut["cold_start"]) == 1 and only_models(suite, []) is suite
     with pytest.raises(SuiteError, match=r"--models: suite serving-gpu serves no vgg16 \(it "
-                                         r"serves bert_base:s=384, gpt2, resnet50\)"):
+                                         r"serves bert_base_qa:s=384, gpt2, resnet50\)"):
         only_models(suite, ["resnet50", "vgg16"])
 
 
@@ -217,7 +217,7 @@ def test_serving_gpu_asks_each_framework_only_for_variants_and_precisions_it_has
     for framework in ("torch", "jax", "tf", "ort"):
         cases = [c for group in suite["groups"] for c in group.cases(framework)]
         assert {c.config.variant for c in cases} - {"default"} <= set(registry[framework].variants)
-        assert {c.model for c in cases if c.kind == "serve"} == {"resnet50", "bert_base:s=384"}
+        assert {c.model for c in cases if c.kind == "serve"} == {"resnet50", "bert_base_qa:s=384"}
         assert {c.scenario for c in cases if c.model == "resnet50"} == {
             "SingleStream", "MultiStream", "Offline", "Server"}
         # GPT-2 small generates 128 tokens after a 128-token prompt in every framework.
@@ -227,5 +227,5 @@ def test_serving_gpu_asks_each_framework_only_for_variants_and_precisions_it_has
              for group in suite["groups"] for c in group.cases("torch") if c.kind == "serve"}
     assert torch == {(v, p) for v in ("eager", "compile", "compile_reduce_overhead")
                      for p in ("fp32", "bf16")}
-    assert get_model("bert_base:s=384").input.shape == (384,)
+    assert get_model("bert_base_qa:s=384").input.shape == (384,)
     assert [g.models for g in suite["cold_start"]] == [("resnet50",)]

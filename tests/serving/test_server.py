@@ -76,6 +76,20 @@ def test_the_batcher_completes_each_sample_with_its_own_output_under_concurrency
     assert not server.error
 
 
+def test_a_short_batch_goes_at_the_smallest_prepared_size_that_holds_it():
+    sizes = []
+
+    def counted(batch: Batch) -> np.ndarray:
+        sizes.append(batch.size)
+        return identity(batch)
+
+    server = Server(counted, SAMPLES, 8, checked=0, smaller={1: counted, 4: counted})
+    for chunk in ([5], [1, 2], [3, 4, 6, 7, 9], list(range(8))):
+        np.testing.assert_array_equal(server.serve_padded(chunk), SAMPLES.x[chunk])
+    assert sizes == [1, 4, 8, 8] and server.calls_by_size == {1: 1, 4: 1, 8: 2}
+    assert server.served == 16 and server.padded == 0 + 2 + 3 + 0
+
+
 def test_submitting_never_waits_for_the_model():
     started, release = threading.Event(), threading.Event()
 
@@ -156,11 +170,23 @@ def test_the_search_stops_after_its_runs_with_the_best_so_far():
     assert found.stopped == "the 3 runs of the search were used"
 
 
-def test_an_unmeetable_bound_stops_at_the_first_probe_whose_fastest_sample_missed_it():
+def test_a_bound_a_lone_sample_misses_runs_no_probe():
     fake = QueueingServer(capacity=1000.0, service_ms=2.0, bound_ms=1.0)
-    found = search.search(fake, 500.0, runs=6, bound_ms=1.0, floor=10.0)
-    assert found.answer is None and len(found.probes) == 1
-    assert "fastest sample took 2 ms, over the 1 ms bound" in found.stopped
+    found = search.search(fake, 500.0, runs=6, bound_ms=1.0, floor=10.0, alone_ms=2.0)
+    assert found.answer is None and found.probes == ()
+    assert found.stopped == "a sample alone takes 2 ms, over the 1 ms bound: no QPS can meet it"
+
+
+def test_an_overloaded_probe_s_slow_fastest_sample_does_not_end_the_search():
+    # Beyond capacity every sample queues (its fastest took 400 ms): a lower load passes.
+    def overloaded_above_100(qps: float) -> search.Probe:
+        if qps > 100.0:
+            return search.Probe(qps, False, "over", p99_ms=9000.0, min_ms=400.0)
+        return search.Probe(qps, True, p99_ms=12.0, min_ms=5.0)
+    found = search.search(overloaded_above_100, 400.0, runs=4, bound_ms=15.0, floor=10.0,
+                          alone_ms=5.0)
+    assert [p.target_qps for p in found.probes][:2] == [400.0, 100.0]
+    assert found.answer is not None and found.answer.target_qps == 100.0
 
 
 def test_a_bound_missed_at_every_load_goes_down_to_the_floor_and_stops():
@@ -177,12 +203,17 @@ def test_server_settings_are_checked():
         ServingConfig(server_latency_bound_ms=0)
     with pytest.raises(ValueError, match="server_max_batch"):
         ServingConfig(server_max_batch=2.5)
+    for sizes in ([8], [2, 1], [0], [1, 1]):
+        with pytest.raises(ValueError, match="server_batch_sizes"):
+            ServingConfig.of({"server_max_batch": 8, "server_batch_sizes": sizes})
+    assert ServingConfig.of({"server_batch_sizes": [1, 4]}).server_batch_sizes == (1, 4)
 
 
 # Every probe lasts min_query_count = 500 queries (LoadGen's early stopping needs about
 # 460 for a 99th percentile with none over the bound) or 200 ms, whichever is longer.
 SERVER = ServingConfig(samples=16, min_duration_ms=200, max_duration_ms=5000, min_query_count=500,
-                       warmup=1, server_max_batch=4, server_batch_timeout_ms=1.0,
+                       warmup=1, server_max_batch=4, server_batch_sizes=(1,),
+                       server_batch_timeout_ms=1.0,
                        server_latency_bound_ms=50.0, server_search_runs=3)
 
 
@@ -215,6 +246,8 @@ def test_a_server_search_through_the_real_loadgen_keeps_every_probe(tmp_path):
         assert probe["valid"] == (probe["reason"] == "")
         assert probe["valid"] <= (probe["p99_ms"] <= SERVER.server_latency_bound_ms)
         assert probe["batching"]["samples_served"] == probe["query_count"]
+        by_size = probe["batching"]["serve_calls_by_size"]
+        assert set(by_size) <= {"1", "4"} and sum(by_size.values()) == probe["batching"]["serve_calls"]
     assert row.serving["check"]["passed"]
     if passed:
         assert found["answer_qps"] == max(passed)
@@ -223,15 +256,18 @@ def test_a_server_search_through_the_real_loadgen_keeps_every_probe(tmp_path):
                                                                           rel=1e-5)
 
 
-def test_a_bound_no_qps_meets_is_a_failed_row_with_the_lowest_qps_and_its_p99(tmp_path):
-    config = ServingConfig(**{**SERVER.__dict__, "server_latency_bound_ms": 1e-3})
+def test_a_bound_no_qps_meets_is_a_failed_row_that_says_why(tmp_path):
+    # A lone sample (the fastest warm-up serve of the smallest prepared size, 1) already
+    # takes longer than 1 microsecond: no LoadGen run is made.
+    config = ServingConfig(**{**SERVER.__dict__, "server_latency_bound_ms": 1e-3,
+                              "server_batch_sizes": (1,)})
     row = run_server(tmp_path, NumpyAdapter(), config)
-    probes = row.serving["search"]["probes"]
-    lowest = min(probes, key=lambda p: p["target_qps"])
-    assert row.status == "failed"
-    assert row.reason.startswith("no target QPS meets the p99 bound of 0.001 ms: the lowest tried, "
-                                 f"{lowest['target_qps']:.4g} QPS, had p99 {lowest['p99_ms']:.3g} ms")
-    assert "fastest sample took" in row.reason and "result" not in row.serving
+    lone = row.serving["settings"]["lone_sample_ms"]
+    assert row.serving["settings"]["fastest_warmup_batch_ms_by_size"]["1"] == lone
+    assert row.status == "failed" and row.serving["search"]["probes"] == []
+    assert row.reason == (f"no target QPS meets the p99 bound of 0.001 ms: a sample alone takes "
+                          f"{lone:.3g} ms, over the 0.001 ms bound: no QPS can meet it")
+    assert "result" not in row.serving
 
 
 def test_a_server_that_crashes_mid_run_is_a_failed_row_and_the_next_case_runs(tmp_path):
