@@ -81,6 +81,11 @@ class Server:
                 self.outputs[index] = np.array(out)
         return output[:len(chunk)]
 
+    def warm(self) -> None:
+        """One uncounted serve at each prepared size, in the calling thread."""
+        for size, serve in sorted(self.serves.items()):
+            serve(select(self.samples, [i % len(self.samples.x) for i in range(size)]))
+
     def answer(self, indices: Sequence[int]) -> None:
         """Serve ``indices`` in batches of ``batch``, keeping the checked samples' outputs."""
         for start in range(0, len(indices), self.batch):
@@ -133,10 +138,16 @@ class Batcher:
         self._ready = threading.Condition()
         self._flushed = False
         self._stopped = False
+        self._warmed = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="serving-batcher", daemon=True)
 
     def __enter__(self) -> Batcher:
+        # The batcher's thread serves once at each prepared size before LoadGen starts: a
+        # framework's first call in a new thread pays that thread's setup (PyTorch creates
+        # its cuBLAS and cuDNN handles per thread), which would stall the run's first samples
+        # and every arrival behind them (one stall sets a 662-query run's p99).
         self._thread.start()
+        self._warmed.wait()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -177,6 +188,12 @@ class Batcher:
             return [self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))]
 
     def _loop(self) -> None:
+        try:
+            self.server.warm()
+        except Exception as error:   # noqa: BLE001 - a failure of serve becomes the row's reason
+            self.server.error = one_line(error)
+        finally:
+            self._warmed.set()
         while (batch := self._next_batch()) is not None:
             ids = [rid for rid, _, _ in batch]
             outputs = None

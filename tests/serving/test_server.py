@@ -90,12 +90,31 @@ def test_a_short_batch_goes_at_the_smallest_prepared_size_that_holds_it():
     assert server.served == 16 and server.padded == 0 + 2 + 3 + 0
 
 
+def test_the_batcher_thread_serves_each_prepared_size_before_the_run_starts():
+    # A framework's first call in a new thread pays that thread's setup: the batcher's
+    # thread pays it before LoadGen issues anything, and the warm-up counts as no call.
+    seen = []
+
+    def recorded(batch: Batch) -> np.ndarray:
+        seen.append((threading.current_thread().name, batch.size))
+        return identity(batch)
+
+    server = Server(recorded, SAMPLES, 8, checked=0, smaller={1: recorded})
+    with Batcher(server, 0.0, lambda ids, outputs: None):
+        assert seen == [("serving-batcher", 1), ("serving-batcher", 8)]
+    assert server.calls == 0 and server.served == 0
+
+
 def test_submitting_never_waits_for_the_model():
     started, release = threading.Event(), threading.Event()
 
+    calls = []
+
     def held(batch: Batch) -> np.ndarray:
-        started.set()
-        release.wait()
+        calls.append(batch.size)
+        if len(calls) > 1:   # the batcher thread's warm-up serve is let through
+            started.set()
+            release.wait()
         return identity(batch)
 
     done: list[int] = []
@@ -109,7 +128,7 @@ def test_submitting_never_waits_for_the_model():
         issuing.join(timeout=30)
         returned = not issuing.is_alive()
         release.set()
-    assert returned and sorted(done) == [1, 2, 3]
+    assert returned and sorted(done) == [1, 2, 3] and calls[0] == 2
 
 
 def test_after_serve_raises_every_sample_is_completed_unserved():
