@@ -71,16 +71,18 @@ class Search:
 
 
 # Poisson arrivals at exactly n = min_query_count per max_duration fall short of n about
-# half the time (seen: 655 of 662 queries in 5 s at 132.4 QPS, LoadGen 5.0.18); at twice
-# that rate n lies sqrt(n / 2) standard deviations below the mean 2n (18 for n = 662).
-FLOOR_HEADROOM = 2.0
+# half the time (seen: 655 of 662 queries in 5 s at 132.4 QPS, LoadGen 5.0.18). A run of T
+# seconds at (n + FLOOR_SIGMAS * sqrt(n)) / T QPS falls short with a chance of about 3e-5
+# (the count is Poisson, about normal with standard deviation sqrt(n)).
+FLOOR_SIGMAS = 4.0
 
 
 def floor_qps(min_query_count: int, max_duration_ms: int) -> float:
     """The lowest target worth a run: below about min_query_count / max_duration LoadGen's
     max duration cuts the run before its minimum query count, and the run is INVALID
     whatever the latency."""
-    return FLOOR_HEADROOM * min_query_count / (max_duration_ms / 1e3)
+    n = min_query_count
+    return (n + FLOOR_SIGMAS * math.sqrt(n)) / (max_duration_ms / 1e3)
 
 
 def search(probe: Callable[[float], Probe], start_qps: float, runs: int, bound_ms: float,

@@ -217,7 +217,7 @@ def test_a_bound_missed_at_every_load_goes_down_to_the_floor_and_stops():
 
 
 def test_server_settings_are_checked():
-    assert search.floor_qps(500, 5000) == search.FLOOR_HEADROOM * 100.0
+    assert search.floor_qps(400, 5000) == pytest.approx((400 + search.FLOOR_SIGMAS * 20) / 5)
     with pytest.raises(ValueError, match="server_latency_bound_ms"):
         ServingConfig(server_latency_bound_ms=0)
     with pytest.raises(ValueError, match="server_max_batch"):
