@@ -9,8 +9,9 @@ Keras 3 backend.
 (the jax_gpu or tf_gpu session's packages plus keras-hub, pinned with its few needed
 requirements in noxfile.py COMPARISON_REQUIREMENTS). ``--backend`` (default: the
 ``KERAS_BACKEND`` environment variable, else the framework installed) picks Keras 3's
-backend and dlbench's adapter: ``jax`` (JaxAdapter, variant ``jit``) or ``tensorflow``
-(TFAdapter, variants ``xla`` and ``graph``).
+backend and dlbench's adapter: ``jax`` (JaxAdapter, variants ``jit`` and, on a GPU,
+``cudnn_attention``, whose fp32 rows say unsupported) or ``tensorflow`` (TFAdapter, variants
+``xla`` and ``graph``).
 
 The twin of each transformer is keras-hub's (0.32.0) backbone built from its constructor,
 sized from dlbench's IR (no preset, no download), with the head its task model puts on it:
@@ -107,8 +108,15 @@ from models.weights import canonical_weights
 MEASURES = ("forward", TRAIN_STEP)
 PRECISIONS = ("fp32", "bf16")
 BACKENDS = ("jax", "tensorflow")
-# dlbench's variant per backend; the Keras side compiles the same way (jit / XLA / graph).
-VARIANTS = {"jax": ("jit",), "tensorflow": ("xla", "graph")}
+# dlbench's variants per backend; the Keras side compiles the same way (jit / XLA / graph).
+# On JAX, cudnn_attention (bf16 on a GPU only) is dlbench's fastest where it applies, and the
+# twin's keras.ops.dot_product_attention takes cuDNN's flash attention itself there: the
+# pair of each side's fastest.
+VARIANTS = {"jax": ("jit", "cudnn_attention"), "tensorflow": ("xla", "graph")}
+
+
+def default_variants(backend: str, device: str) -> tuple[str, ...]:
+    return ("jit",) if backend == "jax" and device == "cpu" else VARIANTS[backend]
 KERAS_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 OUTPUT_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
 UNTIMED_RUNS = 2   # each side's first calls trace and compile, untimed
@@ -436,7 +444,7 @@ def time_pair(prepared, twin: Twin, measure_name: str, settings) -> dict[str, li
 def run_case(ctx, name: str, model: ir.Model, batch_size: int, precision: str, variant: str,
              measures: list[str], settings, float64: bool, write) -> list[dict[str, Any]]:
     """One model × precision × variant: identity, then each measure's timing, as rows."""
-    from adapters.base import CaseConfig
+    from adapters.base import CaseConfig, Unsupported
     adapter, keras, keras_hub, backend = ctx
     shape = shape_of(model)
     base = {"model": name, "batch": batch_size, "steps": int(model.input.shape[0])
@@ -471,6 +479,13 @@ def run_case(ctx, name: str, model: ir.Model, batch_size: int, precision: str, v
                   f"ratio {ours / theirs:.3f}", flush=True)
             rows.append(row)
             write(row)
+    except Unsupported as reason:
+        # cudnn_attention in fp32: dlbench's adapter refuses it, with the reason.
+        row = {**base, "measure": ",".join(measures), "status": "unsupported",
+               "reason": str(reason)}
+        print(f"{name} {precision} {variant}: unsupported: {reason}", flush=True)
+        rows.append(row)
+        write(row)
     except NotEqual as reason:
         row = {**base, "measure": ",".join(measures), "status": "not_equal",
                "reason": str(reason)}
@@ -549,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="GPT-2's and BERT's sequence length "
                         "(default: their context, 1024 and 512)")
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
-    parser.add_argument("--variants", help="dlbench's variants (default: jit on JAX; xla "
+    parser.add_argument("--variants", help="dlbench's variants (default: jit, and "
+                        "cudnn_attention on a GPU, on JAX; xla "
                         "and graph on TensorFlow)")
     parser.add_argument("--measures", default=",".join(MEASURES))
     parser.add_argument("--float64", choices=("auto", "yes", "no"), default="auto",
@@ -566,15 +582,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"KERAS_BACKEND={backend!r}: choose from {BACKENDS}")
     try:
         precisions = parse_list(args.precisions, PRECISIONS, "precisions")
-        variants = parse_list(args.variants or ",".join(VARIANTS[backend]), VARIANTS[backend],
-                              f"variants on {backend}")
+        device = "gpu" if args.device in ("gpu", "cuda") else "cpu"
+        variants = parse_list(args.variants or ",".join(default_variants(backend, device)),
+                              VARIANTS[backend], f"variants on {backend}")
         measures = parse_list(args.measures, MEASURES, "measures")
         models = {name: model_for(name, args.steps) for name in args.models.split(",")}
     except (argparse.ArgumentTypeError, KeyError, ValueError) as error:
         parser.error(str(error).strip("'\""))
     if not all(is_transformer(m) for m in models.values()):
         parser.error("--models: only the transformers (gpt2, bert_base, vit_b16, *_tiny)")
-    device = "gpu" if args.device in ("gpu", "cuda") else "cpu"
     adapter, keras, keras_hub = import_frameworks(backend, device)
     from suites.stats.timer import TimerSettings
     settings = TimerSettings(warmup=args.warmup, min_samples=args.min_samples, max_samples=400,
