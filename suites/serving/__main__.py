@@ -164,6 +164,7 @@ def only_models(suite: dict[str, Any], models: list[str]) -> dict[str, Any]:
 
 
 def resolved(case: Case, default_variant: str) -> Case:
+    """``case`` with the variant ``default`` named: the framework's first."""
     if case.config.variant != "default":
         return case
     return replace(case, config=replace(case.config, variant=default_variant))
