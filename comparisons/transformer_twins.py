@@ -146,7 +146,8 @@ def wants_float64(choice: str, flops: float) -> bool:
 
 class ResultsLog:
     """A twin's JSON Lines file in ``folder`` (none where ``folder`` is None): a first line
-    with the environment and the arguments, then each row as it ends, flushed."""
+    with the environment (the adapter's, plus dlbench's commit, the host and the time, as
+    every benchmark row has them) and the arguments, then each row as it ends, flushed."""
 
     def __init__(self, folder: Path | None, name: str, env: dict[str, Any],
                  argv: list[str] | None):
@@ -154,6 +155,11 @@ class ResultsLog:
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             self.out = (folder / name).open("a")
+            from datetime import datetime
+
+            from suites.instruments.environment import dlbench_commit, host_id
+            env = {**env, "dlbench_commit": dlbench_commit(), "host": host_id(),
+                   "started_at": datetime.now().isoformat(timespec="seconds")}
             self.write({"environment": env, "argv": sys.argv[1:] if argv is None else argv})
 
     def write(self, row: dict[str, Any]) -> None:

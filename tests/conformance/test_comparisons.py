@@ -321,3 +321,16 @@ def test_trace_side_records_a_tracer_failure_instead_of_raising(monkeypatch):
 
 def test_trace_is_skipped_on_a_cpu_with_the_reason():
     assert "--device gpu" in keras_comparison.tracer_unavailable("cpu")
+
+
+def test_a_twin_results_file_names_its_commit_host_and_arguments(tmp_path):
+    # Every result carries its settings: a twin's first line says which dlbench made it.
+    from comparisons.transformer_twins import ResultsLog
+    log = ResultsLog(tmp_path, "twin.jsonl", {"framework_version": "x"}, ["--device", "cpu"])
+    log.write({"model": "gpt2_tiny", "ratio": 1.0})
+    log.close()
+    first, row = [json.loads(line) for line in (tmp_path / "twin.jsonl").read_text().splitlines()]
+    env = first["environment"]
+    assert env["framework_version"] == "x" and first["argv"] == ["--device", "cpu"]
+    assert env["dlbench_commit"] and env["host"] and env["started_at"]
+    assert row == {"model": "gpt2_tiny", "ratio": 1.0}
