@@ -452,6 +452,13 @@ def run_case(ctx, name: str, model: ir.Model, batch_size: int, precision: str, v
             "variant": variant, "backend": backend}
     prepared = twin = None
     rows = []
+
+    def failure(status: str, reason: str, said: str = "") -> None:
+        row = {**base, "measure": ",".join(measures), "status": status, "reason": reason}
+        print(f"{name} {precision} {variant}: {said or status}: {reason}", flush=True)
+        rows.append(row)
+        write(row)
+
     try:
         built = keras_model(keras, keras_hub, shape, precision)
         weights = canonical_weights(model)
@@ -481,25 +488,12 @@ def run_case(ctx, name: str, model: ir.Model, batch_size: int, precision: str, v
             write(row)
     except Unsupported as reason:
         # cudnn_attention in fp32: dlbench's adapter refuses it, with the reason.
-        row = {**base, "measure": ",".join(measures), "status": "unsupported",
-               "reason": str(reason)}
-        print(f"{name} {precision} {variant}: unsupported: {reason}", flush=True)
-        rows.append(row)
-        write(row)
+        failure("unsupported", str(reason))
     except NotEqual as reason:
-        row = {**base, "measure": ",".join(measures), "status": "not_equal",
-               "reason": str(reason)}
-        print(f"{name} {precision} {variant}: no twin: {reason}", flush=True)
-        rows.append(row)
-        write(row)
+        failure("not_equal", str(reason), "no twin")
     except (RuntimeError, MemoryError, ValueError) as error:
         # Failures are data: an out-of-memory or a kernel's refusal is a row.
-        status = "oom" if adapter.is_out_of_memory(error) else "failed"
-        row = {**base, "measure": ",".join(measures), "status": status,
-               "reason": one_line(error)}
-        print(f"{name} {precision} {variant}: {status}: {row['reason']}", flush=True)
-        rows.append(row)
-        write(row)
+        failure("oom" if adapter.is_out_of_memory(error) else "failed", one_line(error))
     finally:
         if prepared is not None:
             prepared.close()
