@@ -23,7 +23,6 @@ tables each name ``models`` and optionally ``batch`` (1), ``repeats`` (3), ``pre
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import tomllib
@@ -33,7 +32,7 @@ from typing import Any
 
 from adapters.registry import load_registry
 from models.measures import PRECISIONS, SERVE
-from suites.instruments.environment import host_environment, host_id
+from suites.instruments.environment import host_environment, host_id, usable_cpus
 from suites.rows.results import CaseKey, OutputError, ResultsFile, Row, Settings, read_rows
 from suites.serving.generate import GenerateConfig
 from suites.serving.scenarios import COLD_START, ServingConfig
@@ -144,7 +143,7 @@ def load(name_or_path: str) -> dict[str, Any]:
 def default_threads(device: str) -> int:
     """Two on the CPU (the budget of the CPU suites' default); on a GPU the CPUs this process
     may run on, as a GPU job of the other suites has (its lane's, under a matrix)."""
-    return len(os.sched_getaffinity(0)) if device == "gpu" else 2
+    return usable_cpus() if device == "gpu" else 2
 
 
 def only_models(suite: dict[str, Any], models: list[str]) -> dict[str, Any]:
@@ -179,18 +178,18 @@ def cold_start_key(suite: str, framework: str, device: str, threads: int,
     return CaseKey(suite, model, group.batch, SERVE, settings, COLD_START)
 
 
-def cold_start_row(suite: str, framework: str, device: str, threads: int, group: ColdStartGroup,
-                   model: str, env: dict[str, Any]) -> Row:
-    """``group.repeats`` cold starts of ``model``, each a fresh process of this interpreter
-    (suites/serving/cold_start.py), as one row: ok only if every repeat answered correctly."""
+def cold_start_row(key: CaseKey, group: ColdStartGroup, env: dict[str, Any]) -> Row:
+    """``group.repeats`` cold starts of ``key``'s model (``cold_start_key``), each a fresh
+    process of this interpreter (suites/serving/cold_start.py), as one row: ok only if every
+    repeat answered correctly."""
     from suites.serving.cold_start import Setting, cold_starts, summarise
-    setting = Setting(framework, model, group.batch, device, group.precision, group.variant,
-                      threads)
+    s = key.settings
+    setting = Setting(s.framework, key.model, group.batch, s.device, group.precision,
+                      group.variant, s.threads)
     records = cold_starts(setting, group.repeats, group.timeout_s)
     summary = summarise(records)
     execution = next((r.execution for r in records if r.execution), "")
-    settings = Settings(framework, device, group.precision, summary.variant, threads, 1, execution)
-    key = CaseKey(suite, model, group.batch, SERVE, settings, COLD_START)
+    key = replace(key, settings=replace(s, execution=execution))
     wall = sum(r.total_s or 0.0 for r in records)
     return Row(key, summary.status, summary.reason, env=env, wall_s=wall,
                time_limit_s=group.timeout_s,
@@ -239,12 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     default_variant = registry[args.framework].variants[0]
     try:
         done = set(read_rows(results.path)) if args.resume else set()
-        cases = [resolved(case, default_variant)
+        every = [resolved(case, default_variant)
                  for group in suite["groups"] for case in group.cases(args.framework)]
-        skipped = [case for case in cases if watchdog.case_id(case) in done]
-        cases = [case for case in cases if case not in skipped]
-        if skipped:
-            print(f"resuming: {len(skipped)} cases already recorded in {results.path}", flush=True)
+        cases = [case for case in every if watchdog.case_key(case).id() not in done]
+        if len(cases) < len(every):
+            print(f"resuming: {len(every) - len(cases)} cases already recorded in "
+                  f"{results.path}", flush=True)
         if cases:
             watchdog.start()   # a framework that cannot start writes no rows file
         results.check_writable()
@@ -263,8 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                                      group, model, default_variant)
                 if key.id() in done:
                     continue
-                row = cold_start_row(suite["name"], args.framework, args.device, threads,
-                                     group, model, env)
+                row = cold_start_row(key, group, env)
                 results.append(row)
                 print(f"{row.key.id()}: {row.status} {row.reason}".rstrip(), flush=True)
     except WorkerFatal as error:

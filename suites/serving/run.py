@@ -230,8 +230,8 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         deadline(config.setup_timeout_s, "preparing the model and its warm-up serves")
         # Copies (select), never views of the query set: an adapter may keep and write
         # into the arrays it is given.
-        prepared = adapter.prepare(model, canonical_weights(model, config.seed),
-                                   select(samples, range(batch)), case)
+        weights = canonical_weights(model, config.seed)
+        prepared = adapter.prepare(model, weights, select(samples, range(batch)), case)
         first_s, expected_s = _warm_up(prepared, select(samples, range(batch)), config.warmup)
         serving["first_serve_ms"] = first_s * 1e3
         serving["settings"] = recorded(scenario, config, expected_s)
@@ -241,8 +241,8 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
             # sample's unloaded latency is the smallest one's fastest serve.
             warm = {}
             for size in config.server_batch_sizes:
-                smaller[size] = adapter.prepare(model, canonical_weights(model, config.seed),
-                                                select(samples, range(size)), case)
+                smaller[size] = adapter.prepare(model, weights, select(samples, range(size)),
+                                                case)
                 warm[size] = _warm_up(smaller[size], select(samples, range(size)), config.warmup)
             if warm:
                 alone_s = warm[min(warm)][1]

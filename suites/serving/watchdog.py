@@ -137,23 +137,22 @@ class Watchdog:
         self._stderr = None
         self.restarts += 1
 
-    def case_id(self, case: Case) -> str:
-        """The id of the row ``case`` will have (its variant as asked: ``default`` resolved
+    def case_key(self, case: Case) -> CaseKey:
+        """The key of the row ``case`` will have (its variant as asked: ``default`` resolved
         by the caller)."""
-        return self.fallback_row(case, "")["case_id"]
-
-    def fallback_row(self, case: Case, reason: str, limit: float | None = None) -> dict[str, Any]:
-        """The case's failed row where the worker announced none (it died or hung before)."""
-        scenario = SCENARIOS.get(case.scenario)
         settings = Settings(self.framework, self.device, case.config.precision,
                             case.config.variant, self.threads, 1)
         if case.kind == GENERATE:
-            key = CaseKey(self.suite, case.model, 1, GENERATE, settings)
-        else:
-            key = CaseKey(self.suite, case.model,
-                          batch_size(scenario, case.config) if scenario else 0, SERVE, settings,
-                          case.scenario)
-        return Row(key, "failed", reason, env=self.env, time_limit_s=limit).to_json()
+            return CaseKey(self.suite, case.model, 1, GENERATE, settings)
+        scenario = SCENARIOS.get(case.scenario)
+        return CaseKey(self.suite, case.model,
+                       batch_size(scenario, case.config) if scenario else 0, SERVE, settings,
+                       case.scenario)
+
+    def fallback_row(self, case: Case, reason: str, limit: float | None = None) -> dict[str, Any]:
+        """The case's failed row where the worker announced none (it died or hung before)."""
+        return Row(self.case_key(case), "failed", reason, env=self.env,
+                   time_limit_s=limit).to_json()
 
     def run(self, case: Case, case_file: Path) -> dict[str, Any]:
         """The case's row in its JSON form: the worker's own, or the one its deadline or its
