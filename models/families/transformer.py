@@ -88,26 +88,22 @@ def bert(vocab: int = BERT["vocab"], context: int = BERT["context"], width: int 
         # The IR has no span loss (SQuAD's: a softmax over positions for the start and one
         # for the end); training is each token's 2-way cross-entropy, the forward is exactly
         # BertForQuestionAnswering's logits.
-        return ir.Model(name, "transformer",
-                        ir.InputSpec("tokens", (steps or context,), vocab, lengths=lengths),
-                        (*encoder, dense("qa_outputs", width, 2)),
-                        ir.Loss("token_xent", 2, labelled=1.0),
-                        description=f"BERT encoder, {layers} layers, width {width}, "
-                                    "question answering (start and end logits)",
-                        source="Devlin et al. 2019; Hugging Face "
-                               "BertForQuestionAnswering(BertConfig())",
-                        tags=("transformer",))
-    if head != "mlm":
+        top = (dense("qa_outputs", width, 2),)
+        loss, task, hf = ir.Loss("token_xent", 2, labelled=1.0), \
+            "question answering (start and end logits)", "BertForQuestionAnswering"
+    elif head == "mlm":
+        top = (dense("mlm.transform", width, width), ir.Activation("mlm.gelu", "gelu_erf"),
+               ir.LayerNorm("mlm.ln", width, eps),
+               ir.TiedDense("mlm.decoder", "word", bias=True, table=True))
+        loss, task, hf = ir.Loss("token_xent", vocab, labelled=0.15), "masked LM", \
+            "BertForMaskedLM"
+    else:
         raise ValueError(f"unknown BERT head {head!r} (mlm or qa)")
-    body = (*encoder,
-            dense("mlm.transform", width, width), ir.Activation("mlm.gelu", "gelu_erf"),
-            ir.LayerNorm("mlm.ln", width, eps),
-            ir.TiedDense("mlm.decoder", "word", bias=True, table=True))
     return ir.Model(name, "transformer",
-                    ir.InputSpec("tokens", (steps or context,), vocab, lengths=lengths), body,
-                    ir.Loss("token_xent", vocab, labelled=0.15),
-                    description=f"BERT encoder, {layers} layers, width {width}, masked LM",
-                    source="Devlin et al. 2019; Hugging Face BertForMaskedLM(BertConfig())",
+                    ir.InputSpec("tokens", (steps or context,), vocab, lengths=lengths),
+                    (*encoder, *top), loss,
+                    description=f"BERT encoder, {layers} layers, width {width}, {task}",
+                    source=f"Devlin et al. 2019; Hugging Face {hf}(BertConfig())",
                     tags=("transformer",))
 
 
