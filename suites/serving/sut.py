@@ -57,7 +57,6 @@ class Server:
         self.outputs: dict[int, np.ndarray] = {}
         self.padded = 0          # padding samples served and dropped
         self.served = 0          # real samples served
-        self.calls = 0
         self.calls_by_size: dict[int, int] = {}   # prepared size -> serve calls
         self.error = ""
 
@@ -72,7 +71,6 @@ class Server:
         output = self.serves[size](select(self.samples, chunk + [chunk[-1]] * pad))
         if len(output) != size:
             raise ValueError(f"serve returned {len(output)} outputs for a batch of {size}")
-        self.calls += 1
         self.calls_by_size[size] = self.calls_by_size.get(size, 0) + 1
         self.served += len(chunk)
         self.padded += pad
@@ -80,6 +78,11 @@ class Server:
             if index < self.checked and index not in self.outputs:
                 self.outputs[index] = np.array(out)
         return output[:len(chunk)]
+
+    @property
+    def calls(self) -> int:
+        """Serve calls so far (the warm-up's not counted)."""
+        return sum(self.calls_by_size.values())
 
     def warm(self) -> None:
         """One uncounted serve at each prepared size, in the calling thread."""
