@@ -16,7 +16,7 @@ import pytest
 
 from models.inputs import Batch
 from suites.serving import loadgen_log, search
-from suites.serving.run import serve_case
+from suites.serving.run import _no_answer, serve_case
 from suites.serving.scenarios import ServingConfig
 from suites.serving.sut import Batcher, Server
 from tests.serving.test_serving import DATA, NumpyAdapter
@@ -300,3 +300,12 @@ def test_a_server_that_crashes_mid_run_is_a_failed_row_and_the_next_case_runs(tm
                            ServingConfig(samples=8, min_duration_ms=200, min_query_count=64, warmup=1),
                            "serving-test", tmp_path, {})
     assert following.status == "ok", following.reason
+
+
+def test_a_search_that_ran_probes_names_the_lowest_qps_tried_and_its_p99():
+    probes = (search.Probe(400.0, False, "over", p99_ms=30.0),
+              search.Probe(100.0, False, "still over", p99_ms=20.5))
+    found = search.Search(probes, None, "the floor of 100 QPS failed")
+    assert _no_answer(found, 15.0) == (
+        "no target QPS meets the p99 bound of 15 ms: the lowest tried, 100 QPS, had p99 "
+        "20.5 ms (LoadGen: INVALID: still over); the floor of 100 QPS failed")
