@@ -1,6 +1,7 @@
 """``python -m suites``: run, validate and list benchmark suites.
 
     python -m suites run default-cpu --framework torch --device cpu [--resume] [--out results]
+    python -m suites run transformers-gpu --framework jax --device gpu --models gpt2   # some models
     python -m suites run serving-cpu --framework torch [--device cpu] [--models M ...] [--resume]   # LoadGen
     python -m suites validate suites/my_suite.toml
     python -m suites list
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--resume", action="store_true", help="skip cases already recorded")
     run.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
     run.add_argument("--models", nargs="+", default=[], metavar="MODEL",
-                     help="a serving suite: serve only these of its models")
+                     help="run only these of the suite's models (to share a suite out over GPUs)")
     run.add_argument("--rounds", type=int, default=1,
                      help="run every case's repetitions in this many separate processes "
                           "(suites/harness/rounds.py)")
@@ -227,13 +228,10 @@ def main(argv: list[str] | None = None) -> int:
             from parallel.__main__ import main as run_scaling
             return run_scaling(["run", args.suite, "--framework", args.framework, "--device",
                                 args.device, "--out", str(args.out), "--seed", str(args.seed),
-                                *(["--resume"] if args.resume else [])])
+                                *(["--resume"] if args.resume else []),
+                                *(["--models", *args.models] if args.models else [])])
         if is_serving_suite(args.suite):   # LoadGen scenarios have their own runner
             return run_serving(args)
-        if args.models:
-            print(f"error: --models cuts a serving suite, and {args.suite} is not one",
-                  file=sys.stderr)
-            return 2
     try:
         if args.command in ("run", "matrix") and args.rounds < 1:
             raise SuiteError(f"--rounds must be at least 1, got {args.rounds}")
@@ -247,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.earlier:
                 print(earlier.describe(machine.name, args.earlier), file=sys.stderr)
             return run_rounds(RunRequest(args.suite, args.framework, args.device, args.out,
-                                         args.resume, args.seed, args.case_timeout), args.rounds,
+                                         args.resume, args.seed, args.case_timeout,
+                                         models=tuple(args.models)), args.rounds,
                               earlier)
         if args.command == "run":
             # The matrix's worker pool, so that a GPU suite's device phase goes on in the
@@ -257,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             from suites.harness.pool import WorkerPool
             with WorkerPool() as pool:
                 return Runner(RunRequest(args.suite, args.framework, args.device, args.out,
-                                         args.resume, args.seed, args.case_timeout),
+                                         args.resume, args.seed, args.case_timeout,
+                                         models=tuple(args.models)),
                               pool=pool).run()
         if args.command == "interleave":
             from suites.harness.interleave import run_interleaved

@@ -98,6 +98,9 @@ class RunRequest:
     resume: bool = False
     seed: int = 0
     case_timeout_s: float | None = None   # overrides the suite's case_timeout_s
+    # Only these of the suite's models ("--models"; none: all of them), so that one suite
+    # can be shared out over several GPUs or hosts, each running some of its networks.
+    models: tuple[str, ...] = ()
     # The interpreter that runs the workers ("" = this one): the matrix runs each
     # framework in its own virtualenv while the runner itself needs none.
     python: str = ""
@@ -163,11 +166,25 @@ def plan_jobs(request: RunRequest) -> tuple[str, Path, list[Job]]:
     jobs = expand(suite, entry, request.device, usable_cpus(), physical_cores())
     if not jobs:
         raise SuiteError(f"suite '{suite.name}' has no cases for {entry.name} on {request.device}")
+    jobs = only_models(jobs, request.models, suite.name)
     default_variant = entry.variants[0]
     jobs = [Job(**{**asdict(j), "variant": default_variant if j.variant == "default" else j.variant})
             for j in jobs]
     path = results_path(request.out, suite.name, entry.name, request.device)
     return suite.name, path, jobs
+
+
+def only_models(jobs: list[Job], models: tuple[str, ...], suite: str) -> list[Job]:
+    """``jobs`` of ``models`` only (all of them where none are named); a model that no job
+    runs is a ``SuiteError`` naming the ones that do."""
+    if not models:
+        return jobs
+    present = list(dict.fromkeys(job.model for job in jobs))
+    missing = [m for m in models if m not in present]
+    if missing:
+        raise SuiteError(f"--models: suite {suite} runs no {', '.join(missing)} here "
+                         f"(it runs {', '.join(present)})")
+    return [job for job in jobs if job.model in models]
 
 
 def timed_measures(measures) -> tuple[str, ...]:

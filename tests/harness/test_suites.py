@@ -76,6 +76,8 @@ def test_bad_suites_name_the_problem(tmp_path, text, message):
     (["run", "default-cpux", "--framework", "torch"], "unknown suite 'default-cpux'"),
     (["run", "SUITE", "--framework", "torch", "--device", "gpu"], "has no cases for torch on gpu"),
     (["validate", "BADSUITE"], "unknown key 'batchs'"),
+    (["run", "SUITE", "--framework", "torch", "--models", "lenet", "vgg16"],
+     "--models: suite t runs no vgg16 here (it runs lenet)"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, args, message):
     good = write(tmp_path, GOOD.replace("[[cases]]", "[[cases]]\ndevices = [\"cpu\"]"))
@@ -87,6 +89,15 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, args, message):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_models_cut_a_suite_to_the_networks_named():
+    from suites.harness.runner import RunRequest, plan_jobs
+    request = RunRequest("transformers-gpu", "jax", "gpu", Path("results"))
+    _, _, every = plan_jobs(request)
+    _, _, cut = plan_jobs(RunRequest(**{**request.__dict__, "models": ("vit_b16",)}))
+    assert {j.model for j in every} > {"vit_b16"} == {j.model for j in cut}
+    assert cut == [j for j in every if j.model == "vit_b16"]
 
 
 def test_expansion_is_a_cross_product_filtered_by_device():
