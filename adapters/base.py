@@ -301,6 +301,16 @@ class Prepared(abc.ABC):
         loss, grads = self.loss_and_gradients()
         return GradientSummary.of(loss, grads, keep_arrays)
 
+    def train_step_gradient_summary(self, keep_arrays: bool) -> GradientSummary:
+        """``gradient_summary`` of the training step itself: one call of the timed step's
+        own program from the canonical weights and zeroed optimizer buffers, on the seeded
+        batch, and its loss and gradients as the step computed them (read back from the
+        optimizer's first-step state, or from the parameters' ``.grad``). The fingerprint
+        of a job that times ``train_step`` and not ``gradient`` reads this: it checks the
+        program that was timed, and compiles no gradient program for the fingerprint
+        alone. Raises ``Unsupported`` where there is no training step."""
+        raise Unsupported("no train_step")
+
     def trained_weights(self) -> dict[str, np.ndarray]:
         """The trainable body parameters as the ``train_step`` measure has left them, keyed
         by canonical name in the IR's layouts (as the weights given to ``prepare``).

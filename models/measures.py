@@ -127,6 +127,7 @@ GENERATE = "generate"
 # per step, so they stay out of the step tables, rankings and ratios.
 LOADGEN_MEASURES = tuple(m.name for m in DECLARED if m.driver == "loadgen")
 TRAIN_STEP = "train_step"
+GRADIENT = "gradient"
 # FLOPs per example relative to the forward pass, for the measures rated in TFLOP/s.
 FLOP_FACTORS = {m.name: m.flop_factor for m in DECLARED if m.flop_factor is not None}
 # The extra numeric timing fields some measures' rows carry, in declaration order.

@@ -45,7 +45,7 @@ from adapters.base import (
 from adapters.jax.network import ATTENTION, Context, Decode, Lengths, Numerics, build, loss_value
 from adapters.jax.profile import profile_steps
 from adapters.memory import peak_rss, reset_peak_rss
-from adapters.summary import DEVICE_SUMMARY_VALUES, OutputSummary
+from adapters.summary import DEVICE_SUMMARY_VALUES, GradientSummary, OutputSummary
 from models.analysis import analyse
 from models.families.transformer import not_a_decoder
 from models.inputs import Batch
@@ -250,6 +250,22 @@ def make_optimizer(declared: Optimizer) -> tuple[Any, str]:
     raise Unsupported(f"no optax optimizer for {declared!r}")
 
 
+def first_step_gradients(opt_state: Any, declared: Optimizer) -> dict[str, np.ndarray]:
+    """The gradients of a first step from zeroed buffers, read off optax's state after it
+    (optax 0.2.8): ``scale_by_adam``'s first moment is mu = b1*0 + (1 - b1)*g
+    (``update_moment``), ``trace``'s momentum buffer is m*0 + g. Divided here in float64:
+    fp32's (1 - b1)*g is within one rounding of the exact product, so g comes back within
+    about 2 units of fp32's last place, far inside any gradient's error bound."""
+    for part in jax.tree.leaves(opt_state,
+                                is_leaf=lambda node: hasattr(node, "mu") or hasattr(node, "trace")):
+        if isinstance(declared, AdamW) and hasattr(part, "mu"):
+            return {name: np.asarray(m, np.float64) / (1 - declared.beta1)
+                    for name, m in part.mu.items()}
+        if isinstance(declared, SGDMomentum) and hasattr(part, "trace"):
+            return {name: np.asarray(b, np.float64) for name, b in part.trace.items()}
+    raise Unsupported(f"no first moment in optax's state for {declared!r}")
+
+
 class Inputs(NamedTuple):
     """One batch on the device (a pytree: ``jax.device_put`` places it whole)."""
 
@@ -417,15 +433,8 @@ class JaxPrepared(Prepared):
         handle is the loss: all outputs of one executable become ready together, and the
         donated state of a call is deleted by the next one. Op by op the update is
         dispatched after the loss, so the handle is the whole new state."""
-        if optax is None:
-            raise Unsupported("train_step needs optax (adapters/registry.toml pins it)")
         if self.train_state is None:
-            self.optimizer, self.extra["optimizer"] = make_optimizer(optimizer_for(self.model))
-            # Copies made on the device: a donated buffer must be the copy's own, never the
-            # canonical network's (jax.device_put of a numpy array may alias host memory
-            # on the CPU).
-            params = jax.tree.map(lambda a: jnp.array(a, copy=True), self.trainable)
-            self.train_state = (params, self.optimizer.init(params))
+            self.train_state = self._fresh_train_state()
             jax.block_until_ready(self.train_state)
         fn, jit, batch = self.train_fn, self.jit, (self.fixed, self.x, self.labels, self.lengths)
         # The memory plan and the profile's HLO lower the step after the timed calls, when
@@ -441,6 +450,29 @@ class JaxPrepared(Prepared):
             self.train_state = (params, opt_state)
             return loss if jit else (params, opt_state, loss)
         return run
+
+    def _fresh_train_state(self) -> tuple[Any, Any]:
+        """Parameters and optimizer state as before a first training step: copies of the
+        canonical parameters made on the device (a donated buffer must be the copy's own,
+        never the canonical network's: jax.device_put of a numpy array may alias host
+        memory on the CPU) and the optimizer's initial (zeroed) buffers."""
+        if optax is None:
+            raise Unsupported("train_step needs optax (adapters/registry.toml pins it)")
+        if self.optimizer is None:
+            self.optimizer, self.extra["optimizer"] = make_optimizer(optimizer_for(self.model))
+        params = jax.tree.map(lambda a: jnp.array(a, copy=True), self.trainable)
+        return params, self.optimizer.init(params)
+
+    def train_step_gradient_summary(self, keep_arrays: bool) -> GradientSummary:
+        """One call of the training step's program on a fresh state (the timed copy's state
+        is left as it is: the state passed here is its own, donated), and the gradients
+        read off the optimizer's state after it (``first_step_gradients``)."""
+        params, opt_state = self._fresh_train_state()
+        _, opt_state, loss = self.train_fn(params, opt_state, self.fixed, self.x,
+                                           self.labels, self.lengths)
+        grads = first_step_gradients(opt_state, optimizer_for(self.model))
+        return GradientSummary.of(float(loss), {
+            name: self.net.canonical(name, g) for name, g in grads.items()}, keep_arrays)
 
     def step_grad_input(self) -> Callable[[], Any]:
         return self._single_layer_backward("grad_input")

@@ -665,12 +665,34 @@ class TFPrepared(Prepared):
         return OutputSummary(shape, head, mean, math.sqrt(squares / count))
 
     def gradient_summary(self, keep_arrays: bool) -> GradientSummary:
-        """Norms in float64 on the gradients' device; the arrays fetched only if kept."""
         loss, grads = self.run_gradient()
+        return self._summarise(loss, grads, keep_arrays)
+
+    def train_step_gradient_summary(self, keep_arrays: bool) -> GradientSummary:
+        """The training copy's variables set back to the canonical ones and its optimizer's
+        buffers and step count to zero (assignments: the traced step sees the same
+        variables, so nothing is traced or compiled again), one call of the timed
+        ``train_step``, and the gradients read off the optimizer's buffers
+        (``first_step_gradients``)."""
+        training = self._training()
+        step = self.step_train()
+        optimizer = training.optimizer
+        with tf.device(self.device):
+            for copy_, canonical in zip(training.variables, self.variables, strict=True):
+                copy_.assign(canonical)
+            for buffer in optimizer_buffers(optimizer):
+                buffer.assign(tf.zeros_like(buffer))
+            optimizer.iterations.assign(0)
+        loss = step()
+        return self._summarise(loss, first_step_gradients(optimizer, optimizer_for(self.model)),
+                               keep_arrays)
+
+    def _summarise(self, loss: tf.Tensor, grads: list, keep_arrays: bool) -> GradientSummary:
+        """Norms in float64 on the gradients' device; the arrays fetched only if kept."""
         dense = [tf.convert_to_tensor(g) for g in grads]   # IndexedSlices made dense
         with tf.device(self.device):
             norms = {name: float(tf.norm(tf.cast(g, tf.float64)))
-                     for name, g in zip(self.params, dense)}
+                     for name, g in zip(self.params, dense, strict=True)}
         arrays = {name: tf.cast(g, tf.float32).numpy()
                   for name, g in zip(self.params, dense)} if keep_arrays else None
         return GradientSummary(float(loss), norms, arrays)
@@ -679,6 +701,30 @@ class TFPrepared(Prepared):
         del self.frozen, self.body, self.params, self.variables, self.x, self.host_x
         del self.inputs, self.run_forward, self.run_gradient, self.epoch_runs
         del self.network, self.training, self.run_train, self.run_serve
+
+
+def optimizer_buffers(optimizer: keras.optimizers.Optimizer) -> list[tf.Variable]:
+    """A Keras optimizer's per-variable buffers (Keras 3.15: ``Adam``'s ``_momentums`` and
+    ``_velocities``, ``SGD``'s ``momentums``), each list in the order of the variables it
+    was built for."""
+    if isinstance(optimizer, keras.optimizers.Adam):   # AdamW is an Adam
+        return [*optimizer._momentums, *optimizer._velocities]
+    return list(optimizer.momentums)
+
+
+def first_step_gradients(optimizer: keras.optimizers.Optimizer, declared: Optimizer
+                         ) -> list[tf.Tensor]:
+    """The gradients of a first step from zeroed buffers, read off them after it (Keras
+    3.15): ``Adam`` adds (g - m)*(1 - beta_1) to its first moment m
+    (keras/src/optimizers/adam.py ``update_step``), so m = (1 - beta_1)*g; ``SGD`` sets its
+    velocity to momentum*v - lr*g (sgd.py), so v = -lr*g. Divided in float64: the fp32
+    product is within one rounding of the exact one, so g comes back within about 2 units
+    of fp32's last place, far inside any gradient's error bound."""
+    if isinstance(declared, AdamW):
+        return [tf.cast(m, tf.float64) / (1 - declared.beta1) for m in optimizer._momentums]
+    if isinstance(declared, SGDMomentum):
+        return [tf.cast(v, tf.float64) / -declared.learning_rate for v in optimizer.momentums]
+    raise Unsupported(f"no first moment in Keras's optimizer for {declared!r}")
 
 
 class TFAdapter(Adapter):

@@ -573,14 +573,25 @@ class TorchPrepared(Prepared):
         return OutputSummary(tuple(out.shape), head, mean, math.sqrt(float(squares) / count))
 
     def gradient_summary(self, keep_arrays: bool) -> GradientSummary:
-        """Norms in float64 on the gradients' device; the arrays fetched only if kept."""
         self.body.train()
         loss, grads = self._gradient()
-        norms = {name: float(torch.linalg.vector_norm(g.detach(), dtype=torch.float64))
-                 for name, g in zip(self.params, grads)}
-        arrays = {name: g.float().cpu().numpy()
-                  for name, g in zip(self.params, grads)} if keep_arrays else None
-        return GradientSummary(float(loss.detach()), norms, arrays)
+        return summarise_gradients(loss, dict(zip(self.params, grads)), keep_arrays)
+
+    def train_step_gradient_summary(self, keep_arrays: bool) -> GradientSummary:
+        """The training copy set back to the canonical weights, one call of the timed
+        ``train_step`` (its compiled module, if compiled), and the ``.grad`` it left on the
+        copy's parameters: the backward pass's gradients at the canonical weights, before
+        the optimizer's update (``zero_grad`` clears them only at the next step's start).
+        The optimizer's buffers keep their history: they do not enter the gradient."""
+        training = self._training()
+        step = self.step_train()
+        with torch.no_grad():
+            for name, param in training.params.items():
+                param.copy_(self.params[name])
+        loss = step()
+        return summarise_gradients(loss, {name: param.grad
+                                          for name, param in training.params.items()},
+                                   keep_arrays)
 
     def canonical_gradient(self, name: str, grad: np.ndarray) -> np.ndarray:
         """A gradient of ``loss_and_gradients`` in the IR's layout: nn.Linear and nn.LSTM
@@ -602,6 +613,16 @@ class TorchPrepared(Prepared):
         self.pinned_x = None
         if self.on_gpu:
             torch.cuda.empty_cache()
+
+
+def summarise_gradients(loss: torch.Tensor, grads: dict[str, torch.Tensor],
+                        keep_arrays: bool) -> GradientSummary:
+    """Norms in float64 on the gradients' device; the arrays fetched only if kept."""
+    norms = {name: float(torch.linalg.vector_norm(g.detach(), dtype=torch.float64))
+             for name, g in grads.items()}
+    arrays = {name: g.float().cpu().numpy() for name, g in grads.items()} if keep_arrays \
+        else None
+    return GradientSummary(float(loss.detach()), norms, arrays)
 
 
 class TorchAdapter(Adapter):

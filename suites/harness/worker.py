@@ -362,7 +362,7 @@ class Worker:
                 started = time.perf_counter()
                 if name == FINGERPRINT:
                     self.fingerprint_row(prepared, key(name), info, started, Unsupported,
-                                         model, job.batch)
+                                         model, job)
                     continue
                 if name == DEVICE_TIME:
                     self.device_time_row(prepared, key(name), info, started, model, job)
@@ -559,12 +559,13 @@ class Worker:
             else "forward"
 
     def fingerprint_row(self, prepared, case_key: CaseKey, info, started, unsupported,
-                        model, batch: int) -> None:
-        from suites.truth.check import fingerprint_fields
+                        model, job: WorkerJob) -> None:
+        from suites.truth.check import fingerprint_fields, gradients_of
 
         try:
             # The fingerprint and its errors against the float64 truth (suites/truth/check.py).
-            fingerprint = fingerprint_fields(prepared, model, batch, self.plan.seed, unsupported)
+            fingerprint = fingerprint_fields(prepared, model, job.batch, self.plan.seed,
+                                             unsupported, gradients_of(job.measures or job.pending))
             self.write(case_key, "ok", "", started, fingerprint=fingerprint,
                        model_info=info)
         except (KeyboardInterrupt, OutputError):

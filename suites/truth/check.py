@@ -40,6 +40,7 @@ import numpy as np
 
 from adapters.summary import HEAD_EXAMPLES, OutputSummary
 from models import truth as truth_module
+from models.measures import GRADIENT, TRAIN_STEP
 from suites.rows.results import FINGERPRINT, read_rows
 from suites.truth import pool as truth_pool
 
@@ -160,21 +161,36 @@ def judgeable_now(row: dict[str, Any]) -> bool:
         return False
 
 
-def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type) -> dict:
+def gradients_of(measures) -> str:
+    """Whose gradients a job's fingerprint checks: the training step's own
+    (``Prepared.train_step_gradient_summary``) where the job times ``train_step`` and not
+    ``gradient``, so that the program checked is the one timed and no gradient program is
+    compiled for the fingerprint alone (on a GPU, compiling those was a fifth of
+    transformers-gpu's cost: docs/engineering-notes.md); else a gradient pass's."""
+    return TRAIN_STEP if TRAIN_STEP in measures and GRADIENT not in measures else GRADIENT
+
+
+def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type,
+                       gradients: str = GRADIENT) -> dict:
     """The fingerprint dict of ``prepared`` (``adapters.base.Fingerprint``) with its errors
-    against float64 under ``vs_f64``. The adapter summarises its output and gradients
-    (``adapters/summary.py``); the gradient arrays reach the host only where the truth
-    judges them element by element."""
+    against float64 under ``vs_f64``, and ``gradients_of``: the program whose gradients it
+    holds (``gradients``: "gradient" or "train_step", ``gradients_of``). The adapter
+    summarises its output and gradients (``adapters/summary.py``); the gradient arrays reach
+    the host only where the truth judges them element by element."""
     from adapters.base import Fingerprint
 
     truth, skipped = _truth_of(model, batch, seed)
     output = prepared.output_summary(HEAD_EXAMPLES)
+    summarise = prepared.train_step_gradient_summary if gradients == TRAIN_STEP \
+        else prepared.gradient_summary
     try:
-        gradients = prepared.gradient_summary(
-            keep_arrays=truth is not None and truth.grads is not None)
+        summary = summarise(keep_arrays=truth is not None and truth.grads is not None)
     except unsupported:
-        gradients = None
-    fields = asdict(Fingerprint.from_summaries(output, gradients))
+        summary = None
+    fields = asdict(Fingerprint.from_summaries(output, summary))
+    if summary is not None:
+        fields["gradients_of"] = gradients
+    gradients = summary
     if truth is None:
         fields["vs_f64"] = {"skipped": skipped}
         return fields

@@ -480,6 +480,44 @@ def test_train_step_is_two_adamw_updates(adapter, entry, name):
                                         f"could tell a missing weight decay")
 
 
+@pytest.mark.parametrize("name", ["lstm_tiny", "sae_tiny_ae2", *ADAMW_MODELS])
+def test_the_training_steps_own_gradients_are_within_the_fp32_bound(adapter, entry, name,
+                                                                   tmp_path, monkeypatch):
+    """The fingerprint of a job that times ``train_step`` reads the gradients of the timed
+    step itself (``Prepared.train_step_gradient_summary``: one step from the canonical
+    weights and zeroed optimizer buffers, read back from the optimizer's state or
+    ``.grad``), after the timed steps have moved the training copy on. They must be the
+    float64 truth's within the fp32 bound, as a gradient pass's are: a copy not set back
+    to the canonical weights, a buffer not zeroed or a moment not divided by (1 - beta1)
+    is off by far more. Networks without ReLU or max pooling, whose gradients are judged:
+    the LSTM (SGD), the stacked autoencoder's tied weights and frozen prefix (SGD), GPT-2's
+    tied head (AdamW)."""
+    from models.error_bounds import bounds
+    from models.measures import TRAIN_STEP
+    from suites.truth.check import fingerprint_fields
+
+    if TRAIN_STEP not in entry.measures:
+        pytest.skip(f"{entry.name} has no training step")
+    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
+    model, _, _, prepared = prepare(adapter, name)
+    try:
+        step = prepared.step(TRAIN_STEP)
+        for _ in range(3):
+            prepared.sync(step())
+        fields = fingerprint_fields(prepared, model, goldens.BATCH, 0, Unsupported, TRAIN_STEP)
+        after = prepared.trained_weights()
+    finally:
+        prepared.close()
+    errors, limits = fields["vs_f64"], bounds(model, goldens.BATCH, "fp32")
+    assert fields["gradients_of"] == TRAIN_STEP
+    assert limits.grad_judged and set(fields["grad_norms"]) == analyse(model).trainable_names
+    assert errors["loss"] <= limits.loss, errors
+    assert errors["grad_norms"] <= limits.grad, errors
+    if errors["grad"] is not None:
+        assert errors["grad"] <= limits.grad, errors
+    assert all(np.isfinite(w).all() for w in after.values())
+
+
 def test_train_step_refused_with_a_reason_where_unlisted(adapter, entry):
     from models.measures import TRAIN_STEP
 

@@ -152,6 +152,27 @@ def test_fingerprint_of_a_smooth_network_judges_every_gradient(tmp_path, monkeyp
     assert set(vs["per_param"]) == analyse(model).trainable_names
 
 
+def test_a_job_timing_the_training_step_is_fingerprinted_by_the_step(tmp_path, monkeypatch):
+    # The training step's own gradients where it is timed and the gradient pass is not.
+    assert truth_check.gradients_of(("forward", "train_step")) == "train_step"
+    assert truth_check.gradients_of(("gradient", "train_step")) == "gradient"
+    assert truth_check.gradients_of(("forward",)) == "gradient"
+    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
+    model = get_model("lstm_tiny")
+    prepared, asked = _Prepared(model, BATCH), []
+
+    def from_the_step(keep_arrays):
+        asked.append(keep_arrays)
+        return prepared.gradient_summary(keep_arrays)
+    prepared.train_step_gradient_summary = from_the_step
+    fields = truth_check.fingerprint_fields(prepared, model, BATCH, 0, NotImplementedError,
+                                            "train_step")
+    assert asked == [True] and fields["gradients_of"] == "train_step"
+    assert fields["vs_f64"]["grad"] < 1e-14
+    assert truth_check.fingerprint_fields(_Prepared(model, BATCH), model, BATCH, 0,
+                                          NotImplementedError)["gradients_of"] == "gradient"
+
+
 # --------------------------------------------------------------------------------------
 # Gradients only where they are judged.
 
