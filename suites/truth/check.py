@@ -40,7 +40,7 @@ import numpy as np
 
 from adapters.summary import HEAD_EXAMPLES, OutputSummary
 from models import truth as truth_module
-from models.measures import GRADIENT, TRAIN_STEP
+from models.measures import BY_NAME, GRADIENT, TRAIN_STEP
 from suites.rows.results import FINGERPRINT, read_rows
 from suites.truth import pool as truth_pool
 
@@ -162,29 +162,33 @@ def judgeable_now(row: dict[str, Any]) -> bool:
 
 
 def gradients_of(measures) -> str:
-    """Whose gradients a job's fingerprint checks: the training step's own
-    (``Prepared.train_step_gradient_summary``) where the job times ``train_step`` and not
-    ``gradient``, so that the program checked is the one timed and no gradient program is
-    compiled for the fingerprint alone (on a GPU, compiling those was a fifth of
-    transformers-gpu's cost: docs/engineering-notes.md); else a gradient pass's."""
-    return TRAIN_STEP if TRAIN_STEP in measures and GRADIENT not in measures else GRADIENT
+    """Whose gradients a job's fingerprint checks: those of the program it timed, so that
+    no gradient program is compiled for the fingerprint alone (on a GPU, compiling those
+    was a fifth of transformers-gpu's cost: docs/engineering-notes.md). A gradient pass's
+    ("gradient") where the job times a backward pass; else the training step's own
+    (``Prepared.train_step_gradient_summary``) where it times ``train_step``; else none
+    (""): a job that times only forward passes or copies is fingerprinted by its output."""
+    phases = {BY_NAME[m].phase for m in measures if m in BY_NAME}
+    if "backward" in phases:
+        return GRADIENT
+    return TRAIN_STEP if TRAIN_STEP in measures else ""
 
 
 def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type,
                        gradients: str = GRADIENT) -> dict:
     """The fingerprint dict of ``prepared`` (``adapters.base.Fingerprint``) with its errors
     against float64 under ``vs_f64``, and ``gradients_of``: the program whose gradients it
-    holds (``gradients``: "gradient" or "train_step", ``gradients_of``). The adapter
+    holds (``gradients``: "gradient", "train_step" or "" for none: ``gradients_of``). The adapter
     summarises its output and gradients (``adapters/summary.py``); the gradient arrays reach
     the host only where the truth judges them element by element."""
     from adapters.base import Fingerprint
 
     truth, skipped = _truth_of(model, batch, seed)
     output = prepared.output_summary(HEAD_EXAMPLES)
-    summarise = prepared.train_step_gradient_summary if gradients == TRAIN_STEP \
-        else prepared.gradient_summary
+    hook = {GRADIENT: "gradient_summary", TRAIN_STEP: "train_step_gradient_summary"}.get(gradients)
     try:
-        summary = summarise(keep_arrays=truth is not None and truth.grads is not None)
+        summary = hook and getattr(prepared, hook)(
+            keep_arrays=truth is not None and truth.grads is not None)
     except unsupported:
         summary = None
     fields = asdict(Fingerprint.from_summaries(output, summary))

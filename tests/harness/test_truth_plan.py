@@ -153,12 +153,18 @@ def test_fingerprint_of_a_smooth_network_judges_every_gradient(tmp_path, monkeyp
 
 
 def test_a_job_timing_the_training_step_is_fingerprinted_by_the_step(tmp_path, monkeypatch):
-    # The training step's own gradients where it is timed and the gradient pass is not.
+    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
+    # The gradients of the program timed: a backward pass's, else the training step's;
+    # none for a job that times forward passes and copies alone.
     assert truth_check.gradients_of(("forward", "train_step")) == "train_step"
     assert truth_check.gradients_of(("gradient", "train_step")) == "gradient"
-    assert truth_check.gradients_of(("forward",)) == "gradient"
-    monkeypatch.setenv("DLBENCH_TRUTH_CACHE", str(tmp_path))
+    assert truth_check.gradients_of(("epoch_gradient",)) == "gradient"
+    assert truth_check.gradients_of(("forward", "transfer", "epoch_forward")) == ""
     model = get_model("lstm_tiny")
+    only_output = truth_check.fingerprint_fields(_Prepared(model, BATCH), model, BATCH, 0,
+                                                 NotImplementedError, "")
+    assert only_output["loss"] is None and only_output["grad_norms"] is None
+    assert "gradients_of" not in only_output and only_output["vs_f64"]["output"] < 1e-14
     prepared, asked = _Prepared(model, BATCH), []
 
     def from_the_step(keep_arrays):
