@@ -564,8 +564,11 @@ class Worker:
 
         try:
             # The fingerprint and its errors against the float64 truth (suites/truth/check.py).
+            # A profile or counters job stands for the measure it profiles.
+            measured = [self.profiled_measure(job) if name in (PROFILE, COUNTERS) else name
+                        for name in job.measures or job.pending]
             fingerprint = fingerprint_fields(prepared, model, job.batch, self.plan.seed,
-                                             unsupported, gradients_of(job.measures or job.pending))
+                                             unsupported, gradients_of(measured))
             self.write(case_key, "ok", "", started, fingerprint=fingerprint,
                        model_info=info)
         except (KeyboardInterrupt, OutputError):
