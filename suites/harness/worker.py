@@ -558,17 +558,23 @@ class Worker:
         return "gradient" if "gradient" in self.entry.measures and not forward_only \
             else "forward"
 
+    def fingerprint_gradients(self, job: WorkerJob) -> str:
+        """Whose gradients the job's fingerprint holds (suites/truth/check.py
+        ``gradients_of``): those of what it measured, a profile or counters standing for
+        the measure it profiles."""
+        from suites.truth.check import gradients_of
+
+        return gradients_of([self.profiled_measure(job) if name in (PROFILE, COUNTERS)
+                             else name for name in job.measures or job.pending])
+
     def fingerprint_row(self, prepared, case_key: CaseKey, info, started, unsupported,
                         model, job: WorkerJob) -> None:
-        from suites.truth.check import fingerprint_fields, gradients_of
+        from suites.truth.check import fingerprint_fields
 
         try:
             # The fingerprint and its errors against the float64 truth (suites/truth/check.py).
-            # A profile or counters job stands for the measure it profiles.
-            measured = [self.profiled_measure(job) if name in (PROFILE, COUNTERS) else name
-                        for name in job.measures or job.pending]
             fingerprint = fingerprint_fields(prepared, model, job.batch, self.plan.seed,
-                                             unsupported, gradients_of(measured))
+                                             unsupported, self.fingerprint_gradients(job))
             self.write(case_key, "ok", "", started, fingerprint=fingerprint,
                        model_info=info)
         except (KeyboardInterrupt, OutputError):
