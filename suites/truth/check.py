@@ -28,6 +28,7 @@ a pool of processes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -163,8 +164,9 @@ def judgeable_now(row: dict[str, Any]) -> bool:
 
 def gradients_of(measures) -> str:
     """Whose gradients a job's fingerprint checks: those of the program it timed, so that
-    no gradient program is compiled for the fingerprint alone (on a GPU, compiling those
-    was a fifth of transformers-gpu's cost: docs/engineering-notes.md). A gradient pass's
+    no gradient program is compiled for the fingerprint alone (in the published
+    transformers-gpu run, fingerprints with those compiles took 6.9 of its 41 GPU-minutes:
+    docs/engineering-notes.md). A gradient pass's
     ("gradient") where the job times a backward pass; else the training step's own
     (``Prepared.train_step_gradient_summary``) where it times ``train_step``; else none
     (""): a job that times only forward passes or copies is fingerprinted by its output."""
@@ -186,25 +188,24 @@ def fingerprint_fields(prepared, model, batch: int, seed: int, unsupported: type
     truth, skipped = _truth_of(model, batch, seed)
     output = prepared.output_summary(HEAD_EXAMPLES)
     hook = {GRADIENT: "gradient_summary", TRAIN_STEP: "train_step_gradient_summary"}.get(gradients)
-    try:
-        summary = hook and getattr(prepared, hook)(
-            keep_arrays=truth is not None and truth.grads is not None)
-    except unsupported:
-        summary = None
+    summary = None
+    if hook is not None:
+        with contextlib.suppress(unsupported):
+            summary = getattr(prepared, hook)(
+                keep_arrays=truth is not None and truth.grads is not None)
     fields = asdict(Fingerprint.from_summaries(output, summary))
     if summary is not None:
         fields["gradients_of"] = gradients
-    gradients = summary
     if truth is None:
         fields["vs_f64"] = {"skipped": skipped}
         return fields
-    if gradients is None:
+    if summary is None:
         loss, grads = None, None
-    elif gradients.grads is None:
+    elif summary.grads is None:
         # Norms only: the truth holds no gradients for this network (errors() says why).
-        loss, grads = gradients.loss, {}
+        loss, grads = summary.loss, {}
     else:
-        loss, grads = gradients.loss, gradients.grads
+        loss, grads = summary.loss, summary.grads
         grads = {name: prepared.canonical_gradient(name, g) for name, g in grads.items()}
     found = errors(output, loss, grads, truth, canonical=True)
     found["reference_s"] = round(truth.seconds, 3)
