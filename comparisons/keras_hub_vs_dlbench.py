@@ -116,7 +116,10 @@ VARIANTS = {"jax": ("jit", "cudnn_attention"), "tensorflow": ("xla", "graph")}
 
 
 def default_variants(backend: str, device: str) -> tuple[str, ...]:
+    """``VARIANTS[backend]``, less JAX's ``cudnn_attention`` on a CPU (it needs cuDNN)."""
     return ("jit",) if backend == "jax" and device == "cpu" else VARIANTS[backend]
+
+
 KERAS_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 OUTPUT_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
 UNTIMED_RUNS = 2   # each side's first calls trace and compile, untimed
