@@ -5,7 +5,9 @@ Every row names the process that measured it (``env["worker_pid"]``), and prepar
 model writes a line straight to file descriptor 2, as a framework's C++ logging does.
 
 * ``FAKE_CRASH=<model>``: preparing that model kills the worker with SIGKILL, as a
-  segfault or the kernel's OOM killer would.
+  segfault or the kernel's OOM killer would. ``FAKE_ABORT=<model>``: preparing it writes a
+  FATAL line and a stack trace to file descriptor 2 and aborts (SIGABRT), as a failed CHECK
+  in TensorFlow's C++ does (``ABORT_LINES``).
 * The ``cached`` variant keeps a "compilation cache": it writes a file into
   ``FAKE_CACHE_DIR`` (set from the registry's compile_cache env), as a framework's
   persistent cache does.
@@ -59,6 +61,20 @@ from adapters.base import (
 
 REGISTRY = Path(__file__).with_name("data") / "fake_registry.toml"
 CRASH = "FAKE_CRASH"
+ABORT = "FAKE_ABORT"
+# What a failed CHECK writes before abort() (absl's format, as TensorFlow 2.21 wrote it on an
+# H200 for a 16,384-token attention), the stack trace shortened, then a fresh worker's noise.
+ABORT_LINES = (
+    "I0000 00:00:1795916197.420224    6482 port.cc:153] oneDNN custom operations are on.\n"
+    "F0000 00:00:1795916234.236931    6530 conv_2d_gpu.h:1028] Check failed: "
+    "(::tsl::TfCheckOkDeprecationMarker(), GpuLaunchKernel(SwapDimension1And2InTensor3UsingTiles"
+    "<T, kNumThreads, kTileSize, kTileSize, conjugate>, total_tiles_count, kNumThreads, 0, "
+    "d.stream(), input, input_dims, output)) is OK (INTERNAL: an illegal memory access was "
+    "encountered) \n"
+    "*** Check failure stack trace: ***\n"
+    "    @     0x7f714d51d314  absl::lts_20250814::log_internal::LogMessage::SendToLog()\n"
+    "    @     0x7f7132d11745  tensorflow::EinsumOp<>::Compute()\n"
+    "    @     0x7f71ec729ecc  (unknown)\n")
 GPU_LOCK = "FAKE_GPU_LOCK"
 EVENTS = "FAKE_EVENTS"
 OOM = "FAKE_OOM"
@@ -226,6 +242,9 @@ class FakeAdapter(Adapter):
         record_event(f"{self.config.device} {model.name} b{batch.size}")
         if os.environ.get(CRASH) == model.name:
             os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get(ABORT) == model.name:
+            os.write(2, ABORT_LINES.encode())
+            os.abort()
         others = [name for name in PREPARED if name != model.name]
         PREPARED.append(model.name)
         if os.environ.get(OOM) == model.name or \

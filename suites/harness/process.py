@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -101,3 +102,76 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.kill()
     proc.wait()
     psutil.wait_procs(children, timeout=10)
+
+
+# The line in which a dying native runtime names its cause, on the stderr that the log
+# holds: absl's or glog's FATAL (TensorFlow and XLA; seen on an H200: "F0000 00:00:1795916234.2
+# 6530 conv_2d_gpu.h:1028] Check failed: ... is OK (INTERNAL: an illegal memory access was
+# encountered)"), a C++ exception that reached std::terminate ("terminate called after
+# throwing an instance of 'c10::Error'", then "  what():  ..."), CPython's "Fatal Python
+# error: ...". A stack trace follows each, so the log's last line is a frame, not the cause.
+_FATAL_LINES = (re.compile(r"^F\d{4} [\d:.]+\s+\d+ (?P<where>[^\s\]]+)\] (?P<what>.+)$"),
+                re.compile(r"^\s*what\(\):\s*(?P<what>\S.*)$"),
+                re.compile(r"^(?P<what>Fatal Python error: .+)$"))
+# Never the cause: a stack trace's lines and header, absl's INFO lines and its note on
+# logging before initialisation (each TensorFlow process writes both).
+_NOT_CAUSE = re.compile(r"^\s*(@\s+0x|#\d+\s+0x|\*\*\* |File \"|Current thread|Thread 0x)"
+                        r"|^I\d{4} |^WARNING: All log messages before absl")
+# How much of the log's end is read, and of the cause is kept (its start and end: a
+# CHECK's condition is long, its status comes last).
+_TAIL_BYTES = 1 << 20
+_WORDS = 300
+
+
+def signal_name(code: int) -> str:
+    """The signal that ended a process whose exit code is ``code`` (< 0): "SIGABRT"."""
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def died(code: int) -> str:
+    """How a worker ended, for a row's reason: "killed by SIGABRT", "exit code 1"."""
+    return f"killed by {signal_name(code)}" if code < 0 else f"exit code {code}"
+
+
+def log_size(path: Path) -> int:
+    """The log's size now, where a worker's last words will start (0 before it exists)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def last_words(path: Path, since: int = 0) -> str:
+    """The cause a worker that died left on its log after byte ``since`` (``cause_in``)."""
+    try:
+        with path.open("rb") as log:
+            log.seek(max(since, log.seek(0, 2) - _TAIL_BYTES))
+            return cause_in(log.read().decode("utf-8", "replace"))
+    except OSError:
+        return ""
+
+
+def cause_in(stderr: str) -> str:
+    """The cause a process that died left on its stderr: the last fatal line of a known
+    form, else the last line that is not a stack frame or noise; "" for none."""
+    fallback = ""
+    for line in reversed(stderr.splitlines()):
+        for pattern in _FATAL_LINES:
+            found = pattern.match(line)
+            if found:
+                where = found.groupdict().get("where")
+                return _shorten(f"{where}: {found['what']}" if where else found["what"])
+        if not fallback and line.strip() and not _NOT_CAUSE.match(line):
+            fallback = line
+    return _shorten(fallback)
+
+
+def _shorten(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) <= _WORDS:
+        return text
+    half = (_WORDS - 5) // 2
+    return f"{text[:half]} ... {text[-half:]}"

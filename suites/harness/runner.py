@@ -59,7 +59,7 @@ from suites.harness.events import (
 )
 from suites.harness.job import WorkerJob
 from suites.harness.pool import GPU, WorkerKey, WorkerPool
-from suites.harness.process import WorkerProcess
+from suites.harness.process import WorkerProcess, died, last_words, log_size
 from suites.harness.spec import (
     Job,
     SuiteError,
@@ -449,6 +449,7 @@ class Runner:
                                             lambda measure, job=job: self.key(job, measure).id()))
                               for job, names in remaining),
                         cache_dir, phase, str(self.log_path))
+            log_start = log_size(self.log_path)
             finished, code, fatal = self.run_worker(plan, progress, task)
             if fatal:
                 self.fatal = fatal
@@ -474,7 +475,9 @@ class Runner:
             if code != 0 and remaining:
                 # The worker died inside the first unfinished job: record that, go on.
                 job, names = remaining.pop(0)
-                reason = f"worker process died (exit code {code}); see {self.log_path}"
+                words = last_words(self.log_path, log_start)
+                reason = (f"worker process died ({died(code)})"
+                          f"{f': {words}' if words else ''}; see {self.log_path}")
                 self.record_without_worker(job, names, "failed", reason, progress, task)
                 console.print(f"[red]failed[/] {job.model} b{job.batch}: {reason}")
         return 0

@@ -309,18 +309,6 @@ def write_inputs(setting: Setting, folder: Path) -> None:
              reference=reference.forward(model, weights, batch, train=False), **extra)
 
 
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return _one_line(lines[-1]) if lines else ""
-
-
 def run_child(setting: Setting, data: Path, repeat: int, timeout_s: float,
               python: str = sys.executable) -> ColdStart:
     """One cold start of ``setting`` on the files in ``data`` (``write_inputs``)."""
@@ -375,12 +363,13 @@ def run_child(setting: Setting, data: Path, repeat: int, timeout_s: float,
                          reason=f"no answer within the time limit of {timeout_s:g} s: killed "
                                 f"{after} with its process group")
     if result is None:
+        from suites.harness.process import cause_in, signal_name  # the parent's side only
         how = (f"exited with code {child.returncode}" if child.returncode >= 0
-               else f"was killed by {_signal_name(child.returncode)}")
-        tail = _last_line(stderr)
+               else f"was killed by {signal_name(child.returncode)}")
+        words = cause_in(stderr)
         return ColdStart(**record, status="failed",
                          reason=f"the child {how} {after} and printed no result"
-                                + (f"; its last line: {tail}" if tail else ""))
+                                + (f"; its last words: {words}" if words else ""))
     if result.get("variant"):
         record["variant"] = result["variant"]    # "default" resolved to the framework's first
     return ColdStart(**record, status=result["status"], reason=result.get("reason", ""),

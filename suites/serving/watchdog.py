@@ -16,7 +16,8 @@ the warm-up, or Server's backlog), so the run is ended only once no serve has re
 ``watchdog_margin_s`` past its deadline (the worker's heartbeat says when serves return).
 On a busy 2-core host Offline's query of a tiny model outlasted 20 s + 30 s while serving.
 A worker that dies mid-case (a segfault, the OOM killer) gives a failed row naming
-how it ended and the last line of its stderr (kept in ``log``). One worker serves the
+how it ended and the cause its stderr gives (kept in ``log``; suites/harness/process.py
+``cause_in``: a FATAL line, a C++ exception's ``what()``, else the last line). One worker serves the
 cases one after another while none hangs, so the framework is imported once per suite."""
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from models.measures import GENERATE, SERVE
-from suites.harness.process import WorkerProcess
+from suites.harness.process import WorkerProcess, last_words, log_size, signal_name
 from suites.rows.results import CaseKey, Row, Settings
 from suites.serving.generate import GenerateConfig
 from suites.serving.scenarios import SCENARIOS, ServingConfig, batch_size
@@ -66,12 +66,7 @@ class Case:
 def _how(code: int | None) -> str:
     if code is None:
         return "stopped answering"
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
+    return f"was killed by {signal_name(code)}" if code < 0 else f"exited with code {code}"
 
 
 class Watchdog:
@@ -85,6 +80,7 @@ class Watchdog:
         self.worker: WorkerProcess | None = None
         self.env: dict[str, Any] = {}
         self._stderr: IO[bytes] | None = None
+        self._log_start = 0     # where the live worker's stderr begins on the log
         self.restarts = 0
 
     def _event(self, timeout: float) -> dict[str, Any] | None:
@@ -100,6 +96,7 @@ class Watchdog:
     def start(self) -> None:
         """A fresh worker, ready to serve; ``WorkerFatal`` where it cannot be."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_start = log_size(self.log)
         self._stderr = open(self.log, "ab")   # noqa: SIM115 - open while the worker lives
         command = [self.python, "-m", "suites.serving.worker", "--framework", self.framework,
                    "--device", self.device, "--threads", str(self.threads),
@@ -118,8 +115,8 @@ class Watchdog:
         self.env = event["env"]
 
     def _stderr_tail(self) -> str:
-        lines = [line for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
-        return f"; its last line: {' '.join(lines[-1].split())[:300]}" if lines else ""
+        words = last_words(self.log, self._log_start)
+        return f"; its last words: {words}" if words else ""
 
     def stop(self) -> None:
         if self.worker is not None:

@@ -3,7 +3,9 @@ suites/harness/runner.py), with the stand-in framework on its stand-in GPU (test
 ``FAKE_OOM`` / ``FAKE_OOM_AFTER_OTHERS``; ``FAKE_EVENTS`` says which process prepared
 what). Checked: a job refused only after other jobs runs in a fresh worker and its rows
 say why; a job refused there too is ``oom`` with both attempts in its reason; a job that
-is its worker's first is ``oom`` at once; every case has exactly one row."""
+is its worker's first is ``oom`` at once; every case has exactly one row. A worker that
+aborts (``FAKE_ABORT``) leaves its job's rows ``failed``, naming the FATAL line it wrote, and
+the next job runs in a fresh one."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from suites.harness.runner import Runner, RunRequest
-from tests.fake_framework import EVENTS, GPU_LOCK, OOM, OOM_AFTER_OTHERS, REGISTRY
+from tests.fake_framework import ABORT, EVENTS, GPU_LOCK, OOM, OOM_AFTER_OTHERS, REGISTRY
 from tests.tiny_suites import cases, tiny_suite
 
 FIRST, SECOND = "lenet_tiny", "sae_tiny_se"
@@ -110,3 +112,17 @@ def test_a_job_refused_as_its_workers_first_is_oom_at_once(tmp_path, stand_in_gp
     note = first["forward"]["timing"]["fresh_process_after"]
     assert note.startswith(f"{SECOND} b2 fp32 eager ran out of device memory in the worker")
     assert "not trusted" in note
+
+
+def test_a_worker_that_aborts_leaves_failed_rows_that_name_the_cause_and_the_next_job_goes_on(
+        tmp_path, stand_in_gpu, monkeypatch):
+    # The abort's FATAL line, not the stack trace after it, is the rows' cause.
+    monkeypatch.setenv(ABORT, FIRST)
+    rows = run(tmp_path, [FIRST, SECOND])
+    first = by_measure(rows, FIRST)
+    assert {row["status"] for row in first.values()} == {"failed"}
+    for row in first.values():
+        assert row["reason"].startswith("worker process died (killed by SIGABRT): "
+                                        "conv_2d_gpu.h:1028: Check failed: "), row["reason"]
+        assert "(INTERNAL: an illegal memory access was encountered); see " in row["reason"]
+    assert {row["status"] for row in by_measure(rows, SECOND).values()} == {"ok"}

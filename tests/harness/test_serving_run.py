@@ -201,7 +201,7 @@ def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_p
     crashed = rows[1]
     assert crashed["reason"].startswith("the serving worker was killed by SIGKILL during "
                                         "preparing the model and its warm-up serves; its last "
-                                        "line: fake: preparing resnet_tiny b1")
+                                        "words: fake: preparing resnet_tiny b1")
     assert rows[2]["serving"]["check"]["passed"] and rows[2]["serving"]["result"]["valid"]
     slow = rows[3]
     assert slow["serving"]["settings"]["loadgen_run_deadline_s"] == 1.2
