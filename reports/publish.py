@@ -148,10 +148,13 @@ def shown_path(folder: Path) -> str:
 
 def rerun_lines(keys: list[tuple[str, str, str]]) -> list[str]:
     """The commands that run a folder's suites again: the data-parallel suites through
-    ``python -m parallel``, one framework after another; the others through the matrix, one
-    line per device (``nox -s matrix`` installs each framework's virtualenv)."""
-    # The scaling suites' files, read as data (reports/ imports no parallel/ code).
-    scaling_dir = Path(__file__).resolve().parent.parent / "parallel" / "suites"
+    ``python -m parallel``, one framework after another; the serving suites, which run under
+    LoadGen's harness and not the matrix, through each framework's nox session; the others
+    through the matrix, one line per device (``nox -s matrix`` installs each framework's
+    virtualenv)."""
+    # The scaling and serving suites' files, read as data (reports/ imports neither's code).
+    root = Path(__file__).resolve().parent.parent
+    scaling_dir, serving_dir = root / "parallel" / "suites", root / "suites" / "serving"
     lines = []
     for device in sorted({k[2] for k in keys}):
         mine = [k for k in keys if k[2] == device]
@@ -160,7 +163,11 @@ def rerun_lines(keys: list[tuple[str, str, str]]) -> list[str]:
             names = " ".join(fw for s, fw in scaling if s == suite)
             lines.append(f"    for fw in {names}; do python -m parallel run {suite} "
                          f"--framework $fw --device {device}; done")
-        rest = [k for k in mine if k[:2] not in scaling]
+        serving = sorted({(s, fw) for s, fw, _ in mine if (serving_dir / f"{s}.toml").exists()})
+        for suite in sorted({suite for suite, _ in serving}):
+            sessions = " ".join(f"{fw}_{device}" for s, fw in serving if s == suite)
+            lines.append(f"    nox -s {sessions} -- {suite}")
+        rest = [k for k in mine if k[:2] not in scaling and k[:2] not in serving]
         if rest:
             lines.append(f"    nox -s matrix -- --device {device} --frameworks "
                          + " ".join(sorted({fw for _, fw, _ in rest})) + " --suites "

@@ -939,6 +939,18 @@ def test_publish_names_one_commit_once_and_no_unknown_beside_a_known_version(tmp
     assert "CUDA None, cuDNN None" not in block
 
 
+def test_publish_reruns_a_serving_suite_through_the_framework_sessions_not_the_matrix():
+    """The matrix runs no serving suite (LoadGen's harness runs them): a folder holding one
+    says to run it through each framework's nox session, as the user guide does."""
+    from reports.publish import rerun_lines
+
+    lines = rerun_lines([("serving-cpu", "torch", "cpu"), ("serving-cpu", "jax", "cpu"),
+                         ("default-cpu", "torch", "cpu"), ("transformers-cpu", "jax", "cpu")])
+    assert lines == ["    nox -s jax_cpu torch_cpu -- serving-cpu",
+                     "    nox -s matrix -- --device cpu --frameworks jax torch --suites "
+                     "default-cpu transformers-cpu"]
+
+
 def test_publish_refuses_a_torn_line(tmp_path, capsys):
     from reports import publish
     source = tmp_path / "src" / "s" / "h"
