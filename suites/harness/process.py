@@ -110,6 +110,7 @@ def kill_tree(proc: subprocess.Popen) -> None:
 # encountered)"), a C++ exception that reached std::terminate ("terminate called after
 # throwing an instance of 'c10::Error'", then "  what():  ..."), CPython's "Fatal Python
 # error: ...". A stack trace follows each, so the log's last line is a frame, not the cause.
+# Most telling first.
 _FATAL_LINES = (re.compile(r"^F\d{4} [\d:.]+\s+\d+ (?P<where>[^\s\]]+)\] (?P<what>.+)$"),
                 re.compile(r"^\s*what\(\):\s*(?P<what>\S.*)$"),
                 re.compile(r"^(?P<what>Fatal Python error: .+)$"))
@@ -155,18 +156,19 @@ def last_words(path: Path, since: int = 0) -> str:
 
 
 def cause_in(stderr: str) -> str:
-    """The cause a process that died left on its stderr: the last fatal line of a known
-    form, else the last line that is not a stack frame or noise; "" for none."""
-    fallback = ""
-    for line in reversed(stderr.splitlines()):
-        for pattern in _FATAL_LINES:
+    """The cause a process that died left on its stderr: the last fatal line of the most
+    telling form found (a FATAL line before ``what()``, both before CPython's fatal error,
+    which with faulthandler on follows an abort as "Fatal Python error: Aborted"), else the
+    last line that is not a stack frame or noise; "" for none."""
+    lines = stderr.splitlines()
+    for pattern in _FATAL_LINES:
+        for line in reversed(lines):
             found = pattern.match(line)
             if found:
                 where = found.groupdict().get("where")
                 return _shorten(f"{where}: {found['what']}" if where else found["what"])
-        if not fallback and line.strip() and not _NOT_CAUSE.match(line):
-            fallback = line
-    return _shorten(fallback)
+    return _shorten(next((line for line in reversed(lines)
+                          if line.strip() and not _NOT_CAUSE.match(line)), ""))
 
 
 def _shorten(text: str) -> str:

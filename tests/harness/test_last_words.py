@@ -16,6 +16,12 @@ def test_a_failed_check_is_named_by_its_fatal_line_not_the_stack_trace_after_it(
     assert " ... " in cause and len(cause) <= 300
 
 
+def test_the_fatal_line_outranks_the_generic_abort_that_faulthandler_writes_after_it():
+    stderr = ABORT_LINES + ("Fatal Python error: Aborted\n\n"
+                            "Current thread 0x00007f (most recent call first):\n")
+    assert cause_in(stderr).startswith("conv_2d_gpu.h:1028: Check failed: ")
+
+
 def test_an_uncaught_cpp_exception_is_named_by_what():
     stderr = ("terminate called after throwing an instance of 'c10::Error'\n"
               "  what():  CUDA error: an illegal memory access was encountered\n"
