@@ -73,6 +73,37 @@ def cpu_rows():
     return rows
 
 
+SERVE_ROWS = Path(__file__).resolve().parents[1] / "data" / "serving_rows"
+
+
+def serve_rows():
+    """ResNet-50 SingleStream rows made from a real one (tests/data/serving_rows): ort and
+    tf VALID, torch INVALID, jax's default variant failed, and a faster non-default variant
+    that stays out."""
+    import copy
+    import json
+    template = next(json.loads(line) for path in SERVE_ROWS.rglob("ort_cpu.jsonl")
+                    for line in path.read_text().splitlines()
+                    if json.loads(line)["scenario"] == "SingleStream")
+    rows = []
+    for fw, variant, p90, valid, status in (("ort", "ort_all", 100.0, True, "ok"),
+                                            ("tf", "graph", 125.0, True, "ok"),
+                                            ("torch", "eager", 90.0, False, "ok"),
+                                            ("torch", "compile", 50.0, True, "ok"),
+                                            ("jax", "jit", None, False, "failed")):
+        row = copy.deepcopy(template)
+        row["model"] = "resnet50"
+        row["case_id"] = f"serving-cpu/{fw}/cpu/resnet50/b1/serve/SingleStream/fp32/{variant}/t2"
+        row["settings"].update(framework=fw, variant=variant)
+        row["status"] = status
+        row["reason"] = "the serving worker was killed by SIGKILL" if status != "ok" else ""
+        result = row["serving"]["result"]
+        result["valid"] = valid
+        result["percentiles_ms"] = {**result["percentiles_ms"], "90.00": p90}
+        rows.append(row)
+    return rows
+
+
 @pytest.fixture
 def published(tmp_path) -> Path:
     root = tmp_path / "published"
@@ -80,6 +111,7 @@ def published(tmp_path) -> Path:
                          ("cpu", cpu_rows())):
         (root / folder).mkdir(parents=True)
         fx._write(root / folder / "rows.jsonl", rows)
+    fx._write(root / "cpu" / "serve.jsonl", serve_rows())
     return root
 
 
@@ -139,6 +171,18 @@ def test_all_compiled_row_takes_each_frameworks_fastest_compiled_variant(publish
                        "time (within 3%)")                  # all compiled: no mode flag
     _, ratios, _ = table_row(block, "H100", "ResNet-50 b256 bf16, training step")
     assert ratios.startswith("**jax jit 1.00** · torch eager 2.53 · tf graph 2.84")
+
+
+def test_a_serving_row_sets_the_default_variants_latencies_side_by_side_never_ranked(
+        published, tmp_path):
+    block = glance.block(published, tmp_path)
+    _, ratios, verdict = table_row(block, "CPU",
+                                   "ResNet-50 b1 fp32 strict, serving: SingleStream p90 latency")
+    # An INVALID run and a failed row have no figure; the compiled variant is not a default.
+    assert ratios == ("**ort ort_all 1.00** · tf graph 1.25 · torch — (LoadGen: INVALID) · "
+                      "jax — (failed)")
+    assert verdict == "not ranked: one LoadGen run each, no interval (p90 of ort ort_all: 100.0 ms)"
+    assert "serving" not in block.split("#### H100:", 1)[1].split("####", 1)[0]   # none there
 
 
 def test_cli_writes_checks_and_refuses_a_readme_without_markers(published, tmp_path, capsys):
