@@ -133,7 +133,7 @@ class Answer:
                 + (", all compiled" if q.compiled else ""))
 
     def who(self, row: dict) -> str:
-        return f"{row['framework']} {row['variant']}"
+        return _who(row)
 
     def figure(self) -> str:
         return "device time" if self.ranking.figure == ranking.DEVICE else "wall time"
@@ -165,11 +165,7 @@ class Answer:
                       else "95% intervals overlap")
             text = (f"{_joined([self.who(x) for x in r.tied])} not distinguishable by "
                     f"{self.figure()} ({within})")
-        if self.mixes_compiled():
-            compiled = [self.who(x) for x in r.order if modes.is_compiled(x["framework"],
-                                                                             x["variant"])]
-            text += f"; compiled ({', '.join(compiled)}) vs uncompiled"
-        return text
+        return text + _compiled_note(r.order)
 
     def mixes_compiled(self) -> bool:
         return modes.mixes_compiled((x["framework"], x["variant"]) for x in self.ranking.order)
@@ -274,14 +270,20 @@ class ServingAnswer:
         q = self.question
         text = (f"not ranked: one LoadGen run each, no interval (p{float(q.percentile):g} of "
                 f"{_who(order[0])}: {self.latency(order[0]):.1f} ms)")
-        if modes.mixes_compiled((x["framework"], x["variant"]) for x in order):
-            compiled = [_who(x) for x in order if modes.is_compiled(x["framework"], x["variant"])]
-            text += f"; compiled ({', '.join(compiled)}) vs uncompiled"
-        return text
+        return text + _compiled_note(order)
 
 
 def _who(row: dict) -> str:
     return f"{row['framework']} {row['variant']}"
+
+
+def _compiled_note(order: Sequence[dict]) -> str:
+    """"; compiled (jax jit) vs uncompiled" where the rows set a compiled mode beside an
+    uncompiled one (reports/pipeline/modes.py), else ""."""
+    if not modes.mixes_compiled((x["framework"], x["variant"]) for x in order):
+        return ""
+    compiled = [_who(x) for x in order if modes.is_compiled(x["framework"], x["variant"])]
+    return f"; compiled ({', '.join(compiled)}) vs uncompiled"
 
 
 def _serving_missing(row: dict | None) -> str:

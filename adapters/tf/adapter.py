@@ -694,7 +694,7 @@ class TFPrepared(Prepared):
             norms = {name: float(tf.norm(tf.cast(g, tf.float64)))
                      for name, g in zip(self.params, dense, strict=True)}
         arrays = {name: tf.cast(g, tf.float32).numpy()
-                  for name, g in zip(self.params, dense)} if keep_arrays else None
+                  for name, g in zip(self.params, dense, strict=True)} if keep_arrays else None
         return GradientSummary(float(loss), norms, arrays)
 
     def close(self) -> None:

@@ -124,17 +124,15 @@ _TAIL_BYTES = 1 << 20
 _WORDS = 300
 
 
-def signal_name(code: int) -> str:
-    """The signal that ended a process whose exit code is ``code`` (< 0): "SIGABRT"."""
+def ended(code: int) -> str:
+    """How a process whose exit code is ``code`` ended, for a row's reason: "was killed by
+    SIGABRT" (a negative code: the signal), "exited with code 1"."""
+    if code >= 0:
+        return f"exited with code {code}"
     try:
-        return signal.Signals(-code).name
+        return f"was killed by {signal.Signals(-code).name}"
     except ValueError:
-        return f"signal {-code}"
-
-
-def died(code: int) -> str:
-    """How a worker ended, for a row's reason: "killed by SIGABRT", "exit code 1"."""
-    return f"killed by {signal_name(code)}" if code < 0 else f"exit code {code}"
+        return f"was killed by signal {-code}"
 
 
 def log_size(path: Path) -> int:

@@ -59,7 +59,7 @@ from suites.harness.events import (
 )
 from suites.harness.job import WorkerJob
 from suites.harness.pool import GPU, WorkerKey, WorkerPool
-from suites.harness.process import WorkerProcess, died, last_words, log_size
+from suites.harness.process import WorkerProcess, ended, last_words, log_size
 from suites.harness.spec import (
     Job,
     SuiteError,
@@ -476,7 +476,7 @@ class Runner:
                 # The worker died inside the first unfinished job: record that, go on.
                 job, names = remaining.pop(0)
                 words = last_words(self.log_path, log_start)
-                reason = (f"worker process died ({died(code)})"
+                reason = (f"worker process died (it {ended(code)})"
                           f"{f': {words}' if words else ''}; see {self.log_path}")
                 self.record_without_worker(job, names, "failed", reason, progress, task)
                 console.print(f"[red]failed[/] {job.model} b{job.batch}: {reason}")

@@ -363,12 +363,10 @@ def run_child(setting: Setting, data: Path, repeat: int, timeout_s: float,
                          reason=f"no answer within the time limit of {timeout_s:g} s: killed "
                                 f"{after} with its process group")
     if result is None:
-        from suites.harness.process import cause_in, signal_name  # the parent's side only
-        how = (f"exited with code {child.returncode}" if child.returncode >= 0
-               else f"was killed by {signal_name(child.returncode)}")
+        from suites.harness.process import cause_in, ended  # the parent's side only
         words = cause_in(stderr)
         return ColdStart(**record, status="failed",
-                         reason=f"the child {how} {after} and printed no result"
+                         reason=f"the child {ended(child.returncode)} {after} and printed no result"
                                 + (f"; its last words: {words}" if words else ""))
     if result.get("variant"):
         record["variant"] = result["variant"]    # "default" resolved to the framework's first

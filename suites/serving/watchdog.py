@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from models.measures import GENERATE, SERVE
-from suites.harness.process import WorkerProcess, last_words, log_size, signal_name
+from suites.harness.process import WorkerProcess, ended, last_words, log_size
 from suites.rows.results import CaseKey, Row, Settings
 from suites.serving.generate import GenerateConfig
 from suites.serving.scenarios import SCENARIOS, ServingConfig, batch_size
@@ -66,7 +66,7 @@ class Case:
 def _how(code: int | None) -> str:
     if code is None:
         return "stopped answering"
-    return f"was killed by {signal_name(code)}" if code < 0 else f"exited with code {code}"
+    return ended(code)
 
 
 class Watchdog:

@@ -122,7 +122,7 @@ def test_a_worker_that_aborts_leaves_failed_rows_that_name_the_cause_and_the_nex
     first = by_measure(rows, FIRST)
     assert {row["status"] for row in first.values()} == {"failed"}
     for row in first.values():
-        assert row["reason"].startswith("worker process died (killed by SIGABRT): "
+        assert row["reason"].startswith("worker process died (it was killed by SIGABRT): "
                                         "conv_2d_gpu.h:1028: Check failed: "), row["reason"]
         assert "(INTERNAL: an illegal memory access was encountered); see " in row["reason"]
     assert {row["status"] for row in by_measure(rows, SECOND).values()} == {"ok"}

@@ -4,7 +4,7 @@ fatal error, else the last line that is no stack frame or noise."""
 
 from __future__ import annotations
 
-from suites.harness.process import cause_in, died, last_words
+from suites.harness.process import cause_in, ended, last_words
 from tests.fake_framework import ABORT_LINES
 
 
@@ -52,6 +52,6 @@ def test_last_words_read_only_what_the_dead_worker_wrote(tmp_path):
     assert last_words(tmp_path / "missing.log") == ""
 
 
-def test_how_a_worker_died():
-    assert died(-6) == "killed by SIGABRT" and died(-9) == "killed by SIGKILL"
-    assert died(3) == "exit code 3" and died(-200) == "killed by signal 200"
+def test_how_a_worker_ended():
+    assert ended(-6) == "was killed by SIGABRT" and ended(-9) == "was killed by SIGKILL"
+    assert ended(3) == "exited with code 3" and ended(-200) == "was killed by signal 200"
