@@ -72,6 +72,7 @@ from torch import nn
 from adapters.base import CaseConfig, RunConfig
 from adapters.torch import TorchAdapter
 from adapters.torch.adapter import sdpa_ops
+from comparisons.kernel_gap import kernel_iterations, kernel_pair, kernel_said
 from comparisons.transformer_twins import (
     FLOAT64_MAX_FLOPS,
     MODELS,
@@ -373,8 +374,10 @@ def identity(model: ir.Model, weights, batch: Batch, prepared, twin: Twin, preci
 
 
 def time_pair(prepared, twin: Twin, measure_name: str, compiled: bool,
-              settings: TimerSettings) -> dict[str, list[float]]:
-    """Both sides' medians (ms) in A-B-B-A order, each side in the measure's mode."""
+              settings: TimerSettings, kernels: int = 0
+              ) -> tuple[dict[str, list[float]], dict[str, Any] | None]:
+    """Both sides' medians (ms) in A-B-B-A order, each side in the measure's mode; then,
+    where ``kernels`` > 0, both sides' kernels over that many steps each (kernel_pair)."""
     steps = {"dlbench": prepared.step(measure_name), "hf": twin.step(measure_name)}
     training = measure_name == TRAIN_STEP
     twin.model.train(training)
@@ -385,12 +388,15 @@ def time_pair(prepared, twin: Twin, measure_name: str, compiled: bool,
     medians: dict[str, list[float]] = {"dlbench": [], "hf": []}
     for label in ("dlbench", "hf", "hf", "dlbench"):
         medians[label].append(measure(steps[label], prepared.sync, settings).median_s * 1e3)
-    return medians
+    traced = kernel_pair(steps, prepared.sync, kernels, "hf", measure_name,
+                         {label: sum(runs) / len(runs) for label, runs in medians.items()}) \
+        if kernels else None
+    return medians, traced
 
 
 def run_case(adapter: TorchAdapter, transformers, name: str, model: ir.Model, batch_size: int,
              precision: str, variant: str, measures: list[str], settings: TimerSettings,
-             float64: bool, write) -> list[dict[str, Any]]:
+             float64: bool, write, kernels: int = 0) -> list[dict[str, Any]]:
     """One model × precision × variant: identity, then each measure's timing, as rows."""
     weights = canonical_weights(model)
     batch = make_batch(model, batch_size)
@@ -412,14 +418,19 @@ def run_case(adapter: TorchAdapter, transformers, name: str, model: ir.Model, ba
                  if check.float64_output is not None else "")
               + ("" if check.same else "  DIFFER"), flush=True)
         for measure_name in measures:
-            medians = time_pair(prepared, twin, measure_name, variant == "compile", settings)
+            medians, traced = time_pair(prepared, twin, measure_name, variant == "compile",
+                                        settings, kernels)
             ours, theirs = (sum(medians[k]) / 2 for k in ("dlbench", "hf"))
             row = {**base, "measure": measure_name, "status": "ok", "dlbench_ms": ours,
                    "hf_ms": theirs, "ratio": ours / theirs, "runs_ms": medians,
                    "same_function": check.same, "identity": vars(check) | {"same": check.same},
                    "attention": attention}
+            if traced is not None:
+                row["kernels"] = traced
             print(f"  {measure_name:<10} dlbench {ours:10.3f} ms  HF {theirs:10.3f} ms  "
                   f"ratio {ours / theirs:.3f}", flush=True)
+            if traced is not None:
+                print(f"    kernels: {kernel_said(traced)}", flush=True)
             rows.append(row)
             write(row)
     except (RuntimeError, MemoryError, ValueError) as error:
@@ -461,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, help="a folder: JSON lines appended to "
                         f"{RESULTS_FILE} there")
+    parser.add_argument("--kernels", type=kernel_iterations, default=0, metavar="N",
+                        help="after each timing, trace N steps of each side's kernels with "
+                             "CUPTI and write where each side's time goes (default 0: none)")
     args = parser.parse_args(argv)
     try:
         precisions = parse_list(args.precisions, PRECISIONS, "precisions")
@@ -496,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         for precision in precisions:
             for variant in variants:
                 rows += run_case(adapter, transformers, name, model, batch, precision, variant,
-                                 measures, settings, float64, write)
+                                 measures, settings, float64, write, args.kernels)
     print_table(rows, "hf", "HF")
     log.close()
     return exit_status(rows)

@@ -81,6 +81,7 @@ from typing import Any
 
 import numpy as np
 
+from comparisons.kernel_gap import kernel_iterations, kernel_pair, kernel_said
 from comparisons.transformer_twins import (
     FLOAT64_MAX_FLOPS,
     MODELS,
@@ -430,9 +431,11 @@ def identity(keras, model: ir.Model, weights, batch: Batch, prepared, twin: Twin
     return check | {"same": bool(same)}
 
 
-def time_pair(prepared, twin: Twin, measure_name: str, settings) -> dict[str, list[float]]:
+def time_pair(prepared, twin: Twin, measure_name: str, settings, kernels: int = 0
+              ) -> tuple[dict[str, list[float]], dict[str, Any] | None]:
     """Both sides' medians (ms) in A-B-B-A order, after each side's untimed compiling
-    calls."""
+    calls; then, where ``kernels`` > 0, both sides' kernels over that many steps each
+    (kernel_pair)."""
     from suites.stats.timer import measure
     steps = {"dlbench": prepared.step(measure_name), TWIN: twin.step(measure_name)}
     for step in steps.values():
@@ -441,11 +444,15 @@ def time_pair(prepared, twin: Twin, measure_name: str, settings) -> dict[str, li
     medians: dict[str, list[float]] = {"dlbench": [], TWIN: []}
     for label in ("dlbench", TWIN, TWIN, "dlbench"):
         medians[label].append(measure(steps[label], prepared.sync, settings).median_s * 1e3)
-    return medians
+    traced = kernel_pair(steps, prepared.sync, kernels, TWIN, measure_name,
+                         {label: sum(runs) / len(runs) for label, runs in medians.items()}) \
+        if kernels else None
+    return medians, traced
 
 
 def run_case(ctx, name: str, model: ir.Model, batch_size: int, precision: str, variant: str,
-             measures: list[str], settings, float64: bool, write) -> list[dict[str, Any]]:
+             measures: list[str], settings, float64: bool, write,
+             kernels: int = 0) -> list[dict[str, Any]]:
     """One model × precision × variant: identity, then each measure's timing, as rows."""
     from adapters.base import CaseConfig, Unsupported
     adapter, keras, keras_hub, backend = ctx
@@ -480,13 +487,17 @@ def run_case(ctx, name: str, model: ir.Model, batch_size: int, precision: str, v
                  f"{check['float64_loss']:.1e}" if check["float64_output"] is not None else "")
               + ("" if check["same"] else "  DIFFER"), flush=True)
         for measure_name in measures:
-            medians = time_pair(prepared, twin, measure_name, settings)
+            medians, traced = time_pair(prepared, twin, measure_name, settings, kernels)
             ours, theirs = (sum(medians[k]) / 2 for k in ("dlbench", TWIN))
             row = {**base, "measure": measure_name, "status": "ok", "dlbench_ms": ours,
                    f"{TWIN}_ms": theirs, "ratio": ours / theirs, "runs_ms": medians,
                    "same_function": check["same"], "identity": check, "attention": attention}
+            if traced is not None:
+                row["kernels"] = traced
             print(f"  {measure_name:<10} dlbench {ours:10.3f} ms  keras {theirs:10.3f} ms  "
                   f"ratio {ours / theirs:.3f}", flush=True)
+            if traced is not None:
+                print(f"    kernels: {kernel_said(traced)}", flush=True)
             rows.append(row)
             write(row)
     except Unsupported as reason:
@@ -573,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, help="a folder: JSON lines appended to "
                         f"{RESULTS_FILE} there")
+    parser.add_argument("--kernels", type=kernel_iterations, default=0, metavar="N",
+                        help="after each timing, trace N steps of each side's kernels with "
+                             "CUPTI and write where each side's time goes (default 0: none)")
     args = parser.parse_args(argv)
     backend = args.backend or default_backend()
     if backend not in BACKENDS:
@@ -610,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
         for precision in precisions:
             for variant in variants:
                 rows += run_case(ctx, name, model, batch, precision, variant, measures,
-                                 settings, float64, write)
+                                 settings, float64, write, args.kernels)
     print_table(rows, TWIN, "keras")
     log.close()
     return exit_status(rows)

@@ -116,6 +116,7 @@ from pathlib import Path
 import numpy as np
 
 from adapters.base import CaseConfig, RunConfig
+from comparisons.kernel_gap import format_trace, trace_side, tracer_unavailable
 from models.families.googlenet import INCEPTION
 from models.inputs import make_batch
 from models.measures import TRAIN_STEP
@@ -653,99 +654,6 @@ def identity_check(prepared, reference: KerasSteps, tf
             gradient_norm(ours_grads.values()),
             gradient_norm(tf.cast(t, tf.float32).numpy() for t in theirs_grads))}
     return differences, dtypes
-
-
-# --- --trace: where each side's time goes on the GPU -------------------------------------
-TRACE_TOP = 5          # top kernels kept per side in the JSON
-TRACE_PRINTED_TOP = 3  # and printed
-
-
-def tracer_unavailable(device: str) -> str | None:
-    """Why ``--trace`` cannot run here, or None."""
-    if device != "gpu":
-        return "kernel trace skipped: --trace needs --device gpu (CUPTI traces CUDA kernels)"
-    from suites.instruments.kernel_trace import unavailable_reason
-
-    return unavailable_reason()
-
-
-def trace_summary(kernels, measure: str, timed_ms: float | None = None) -> dict:
-    """One side's traced iterations (a ``KernelTrace``), per iteration: the traced wall
-    time, the kernel busy time (overlapping kernels once) and what lies outside it (host
-    work, launches and syncs the GPU waited for), the kernel sum by layer type
-    (``suites.instruments.profiling``'s patterns on kernel names), the layout transposes' share,
-    the top kernels, the convolution kernel families and ``suites.instruments.kernel_check``'s check
-    of the kernel total against the traced wall time and the timed median. Raises
-    ``KernelTotalError`` for a kernel total no GPU can produce."""
-    from suites.instruments.kernel_check import TimedReference, kernel_check
-    from suites.instruments.kernel_trace import kernel_profile
-
-    profile = kernel_profile(kernels, measure)
-    check = kernel_check(profile, kernels, TimedReference(median_ms=timed_ms))
-    timeline = profile.timeline or {}
-    busy = float(timeline.get("busy_ms", profile.total_ms))
-    wall = float(profile.wall_ms or 0.0)
-    return {"iterations": profile.iterations, "wall_ms": wall, "kernel_busy_ms": busy,
-            "outside_kernels_ms": wall - busy, "kernel_sum_ms": profile.total_ms,
-            "transpose_ms": float(timeline.get("transpose_ms", 0.0)),
-            "kernels": float(timeline.get("kernels", 0.0)),
-            "by_layer_type": dict(profile.by_layer_type),
-            "top_kernels": [{"name": k.name, "ms": k.ms, "calls": k.calls}
-                            for k in profile.top_kernels[:TRACE_TOP]],
-            "conv_families": dict(profile.conv_families), "kernel_check": check}
-
-
-def trace_side(run, sync, iterations: int, label: str, measure: str,
-               timed_ms: float | None = None) -> dict:
-    """Warm-up, then ``iterations`` traced runs of one side's step; a tracer that fails
-    (CUPTI refused, an impossible kernel total) is recorded, not raised, so the timings
-    stand."""
-    from suites.instruments.kernel_trace import trace
-    from suites.instruments.profiling import WARMUP_RUNS
-
-    try:
-        for _ in range(WARMUP_RUNS):
-            sync(run())
-        return trace_summary(trace(run, sync, iterations, label), measure, timed_ms)
-    except Exception as error:
-        return {"failed": f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"}
-
-
-def short_kernel_name(name: str, width: int = 44) -> str:
-    """A kernel name without ``void``, template arguments and parameters, cut to width."""
-    text = name.removeprefix("void ")
-    for mark in ("<", "("):
-        text = text.split(mark, 1)[0] or text
-    return text if len(text) <= width else text[:width - 3] + "..."
-
-
-def format_trace(measure: str, summaries: dict[str, dict]) -> list[str]:
-    """The compact table of one pair's traces: a row of ms per iteration per side, then
-    each side's top kernels."""
-    from suites.instruments.kernel_trace import dominant_family
-    from suites.instruments.profiling import LAYER_TYPES
-
-    iterations = next((s["iterations"] for s in summaries.values() if "iterations" in s), 0)
-    head = f"trace {measure}, ms/it. ({iterations} it.)"
-    lines = [f"  {head:<32} {'wall':>7} {'busy':>7} {'outside':>7} {'transp':>6} "
-             + " ".join(f"{kind:>6}" for kind in LAYER_TYPES) + "  conv family"]
-    tops = []
-    for side, summary in summaries.items():
-        if "failed" in summary:
-            lines.append(f"    {side:<30} trace failed: {summary['failed']}")
-            continue
-        families = summary["conv_families"]
-        family = dominant_family(families)
-        share = families.get(family, 0.0) / (sum(families.values()) or 1.0)
-        lines.append(f"    {side:<30} {summary['wall_ms']:7.3f} {summary['kernel_busy_ms']:7.3f} "
-                     f"{summary['outside_kernels_ms']:7.3f} {summary['transpose_ms']:6.3f} "
-                     + " ".join(f"{summary['by_layer_type'].get(kind, 0.0):6.3f}"
-                                for kind in LAYER_TYPES)
-                     + (f"  {family} {share:.0%}" if family else ""))
-        tops.append(f"    top {side}: " + " | ".join(
-            f"{k['ms']:.3f} {short_kernel_name(k['name'])}"
-            for k in summary["top_kernels"][:TRACE_PRINTED_TOP]))
-    return lines + tops
 
 
 def print_table(results: list[dict]) -> None:

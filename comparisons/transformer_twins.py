@@ -2,7 +2,7 @@
 TensorFlow, ONNX Runtime's optimizer on the Hugging Face export) share, framework-free:
 the sizes a twin's config needs read from dlbench's IR, the models and shapes they run,
 the ±5% bar and its table of fastest variants, the command line's list parsing, the
-results file and the exit status."""
+results file and the exit status. Where a gap's cause is measured: comparisons/kernel_gap.py."""
 
 from __future__ import annotations
 

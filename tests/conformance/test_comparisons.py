@@ -4,8 +4,8 @@ Their GPU use (batch 16+, several models) is as their docstrings say; nothing he
 the timings. The Flax and Hugging Face comparisons need those packages (nox's tests
 session installs them: noxfile.COMPARISON_REQUIREMENTS); the torchvision one runs where
 torchvision loads beside torch (not in the CPU test session: the noxfile says why).
-The Keras comparison's other models get their identity check in the TensorFlow session, and its ``--trace``
-reduction and table are checked here on recorded kernels and a stand-in CUPTI."""
+The Keras comparison's other models get their identity check in the TensorFlow session; the
+kernel traces that measure a gap's cause are checked in tests/comparisons/test_kernel_gap.py."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 
 from comparisons import keras_vs_dlbench as keras_comparison
-from suites.instruments.kernel_trace import KernelRecord, KernelTrace
-from tests.fake_cupti import FakeCupti, install
 
 ROOT = Path(__file__).resolve().parents[2]
 # framework -> (module, the package it compares with, tiny CPU arguments)
@@ -218,109 +216,6 @@ def test_keras_policy_is_set_for_the_build_only(package):
     assert policy().name == "float32"
     with keras_comparison.keras_policy(keras, "fp32"):
         assert policy().name == "float32"
-
-
-MS = 1_000_000  # ns
-
-
-def two_traced_iterations() -> KernelTrace:
-    """Two iterations 5 ms apart: a convolution (2 ms), a layout transpose (0.5 ms), a
-    max pool (0.5 ms) and an LRN (0.2 ms) in sequence on one stream, plus, in the first
-    iteration only, a GEMM (0.5 ms) on another stream inside the convolution's time."""
-    records = []
-    for start in (0, 5 * MS):
-        for name, begin, end in (
-                ("sm90_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nhwc_kernel_cudnn",
-                 0, 2 * MS),
-                ("void tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned "
-                 "int, 256, 32, 32, false>(unsigned int const*, int, int, int, unsigned int*)",
-                 2 * MS, 2.5 * MS),
-                ("void tensorflow::functor::MaxPoolForwardNHWC<float>(int, float const*)",
-                 2.5 * MS, 3 * MS),
-                ("void tensorflow::LRN_kernel<float>(float const*, float*)", 3 * MS,
-                 3.2 * MS)):
-            records.append(KernelRecord(name, int(start + begin), int(start + end)))
-    records.append(KernelRecord("ampere_sgemm_128x64_nn", 1 * MS, int(1.5 * MS), stream_id=1))
-    return KernelTrace(tuple(records), iterations=2, wall_ms=10.0)
-
-
-def test_trace_summary_is_per_iteration_and_splits_the_kernel_time():
-    summary = keras_comparison.trace_summary(two_traced_iterations(), "forward", timed_ms=4.0)
-    assert summary["iterations"] == 2
-    assert summary["wall_ms"] == pytest.approx(5.0)
-    # Busy merges the overlapping GEMM; the sum counts it.
-    assert summary["kernel_busy_ms"] == pytest.approx(3.2)
-    assert summary["kernel_sum_ms"] == pytest.approx(3.45)
-    assert summary["outside_kernels_ms"] == pytest.approx(1.8)
-    assert summary["transpose_ms"] == pytest.approx(0.5)
-    assert summary["kernels"] == pytest.approx(4.5)
-    assert summary["by_layer_type"] == pytest.approx(
-        {"conv": 2.0, "pool": 0.5, "relu": 0.0, "fc": 0.25, "concat": 0.0, "norm": 0.2,
-         "other": 0.5})
-    assert summary["conv_families"] == pytest.approx({"implicit GEMM": 2.0})
-    top = summary["top_kernels"]
-    assert len(top) == 5 and top[0]["name"].startswith("sm90_xmma_fprop")
-    assert top[0]["ms"] == pytest.approx(2.0) and top[0]["calls"] == pytest.approx(1.0)
-    assert summary["kernel_check"]["kernel_busy_ms"] == pytest.approx(3.2)
-    json.dumps(summary)   # goes into the result's JSON as it is
-
-
-def test_trace_table_is_one_row_per_side_and_their_top_kernels():
-    summary = keras_comparison.trace_summary(two_traced_iterations(), "forward")
-    lines = keras_comparison.format_trace("forward", {
-        "dlbench": summary, "tf_keras": {"failed": "RuntimeError: CUPTI refused"}})
-    assert lines[0].startswith("  trace forward, ms/it. (2 it.)") and "outside" in lines[0]
-    assert lines[1].split()[:5] == ["dlbench", "5.000", "3.200", "1.800", "0.500"]
-    assert lines[1].endswith("implicit GEMM 100%")
-    assert "tf_keras" in lines[2] and "trace failed: RuntimeError: CUPTI refused" in lines[2]
-    assert lines[3].startswith("    top dlbench: 2.000 sm90_xmma_fprop_implicit_gemm_f32f32")
-    assert "| 0.500 tensorflow::functor::SwapDimension1And2In... |" in lines[3]
-    assert lines[3].count("|") == keras_comparison.TRACE_PRINTED_TOP - 1
-    assert len(lines) == 4
-
-
-@pytest.mark.parametrize(("name", "short"), [
-    ("void tensorflow::functor::MaxPoolForwardNHWC<float>(int, float const*)",
-     "tensorflow::functor::MaxPoolForwardNHWC"),
-    ("ampere_sgemm_128x64_nn", "ampere_sgemm_128x64_nn"),
-    ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(...)",
-     "cudnn::winograd_nonfused::winogradForward..."),
-])
-def test_short_kernel_name(name, short):
-    assert keras_comparison.short_kernel_name(name) == short
-
-
-def test_trace_side_warms_up_then_traces_under_cupti(monkeypatch):
-    fake = install(monkeypatch, FakeCupti())
-    runs = []
-
-    def run():
-        runs.append(1)
-        fake.launch("sm90_xmma_fprop_implicit_gemm_f32f32_kernel__5x_cudnn", 400_000)
-        fake.idle(100_000)
-
-    summary = keras_comparison.trace_side(run, lambda handle: None, 3, "test", "forward",
-                                          timed_ms=0.5)
-    assert len(runs) == 2 + 3    # warm-up, then the traced iterations
-    assert summary["iterations"] == 3
-    assert summary["wall_ms"] == pytest.approx(0.5)
-    assert summary["kernel_busy_ms"] == pytest.approx(0.4)
-    assert summary["outside_kernels_ms"] == pytest.approx(0.1)
-    assert summary["by_layer_type"]["conv"] == pytest.approx(0.4)
-
-
-def test_trace_side_records_a_tracer_failure_instead_of_raising(monkeypatch):
-    fake = FakeCupti()
-    fake.refuse = "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
-    install(monkeypatch, fake)
-    summary = keras_comparison.trace_side(lambda: None, lambda handle: None, 2, "test",
-                                          "gradient")
-    assert summary.keys() == {"failed"}
-    assert "MULTIPLE_SUBSCRIBERS" in summary["failed"]
-
-
-def test_trace_is_skipped_on_a_cpu_with_the_reason():
-    assert "--device gpu" in keras_comparison.tracer_unavailable("cpu")
 
 
 def test_a_twin_results_file_names_its_commit_host_and_arguments(tmp_path):
