@@ -50,7 +50,7 @@ class Machine:
 
 # The canonical folders, one place (published/README.md describes them).
 MACHINES = (Machine("H100", "h100", ("h100-practice",)),
-            Machine("H200", "h200", ("h200-practice", "h200-transformers")),
+            Machine("H200", "h200", ("h200-practice", "h200-transformers", "h200-serving")),
             Machine("CPU", "cpu"))
 
 TRAIN = "train"     # the training step where rows have one, else forward + backward
