@@ -129,7 +129,8 @@ def unavailable_reason() -> str | None:
         load_cupti()    # the bindings load libcupti
     except ImportError as error:
         return (f"CUPTI kernel tracer unavailable: cupti-python cannot be imported ({error}); "
-                f"it needs cupti-python==13.4.0, pyelftools and a CUDA 13 CUPTI library")
+                f"it needs cupti-python==13.0.1 (adapters/registry.toml), pyelftools and a "
+                f"CUDA 13 CUPTI library")
     except Exception as error:   # the package is there, libcupti (or the driver) is not
         return f"CUPTI kernel tracer unavailable: {type(error).__name__}: {error}"
     return None
