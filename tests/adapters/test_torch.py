@@ -123,6 +123,21 @@ def test_train_step_in_layout_variants_trains_as_eager(adapter, variant, name, c
         np.testing.assert_allclose(weights[param], value, rtol=1e-5, atol=1e-6, err_msg=param)
 
 
+def test_compiled_train_step_compiles_the_loss_with_the_forward(adapter):
+    """The compiled training step is one graph from features to loss, as JAX's jit and
+    TensorFlow's XLA compile theirs: the cross-entropy is traced with the network, not
+    left eager after a compiled module."""
+    prepared = prepare(adapter, "lenet_tiny", variant="compile")
+    loss = prepared._training().loss     # dynamo only traces here; nothing is compiled
+    inputs = prepared.inputs
+    explained = torch._dynamo.explain(loss._torchdynamo_orig_callable)(
+        inputs.x, inputs.lengths, inputs.labels)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    code = explained.graphs[0].code
+    assert "cross_entropy" in code and "conv2d" in code
+    prepared.close()
+
+
 def test_bf16_train_step_keeps_fp32_master_weights(adapter):
     fp32 = prepare(adapter, "lenet_tiny")
     initial = fp32.trained_weights()
