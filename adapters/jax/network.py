@@ -38,6 +38,35 @@ ATTENTION = {None: "jax.nn.dot_product_attention, implementation=None (the XLA i
 Params = dict[str, jax.Array]
 
 
+def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool,
+                    key_lengths: jax.Array | None, implementation: str = "cudnn") -> jax.Array:
+    """jax.nn.dot_product_attention on cuDNN's fused kernel, (N, T, heads, d) in and out.
+
+    cuDNN's kernel takes no boolean mask: the keys past each sequence's length are masked
+    from the lengths themselves (``key_value_seq_lengths``, the same keys as the boolean
+    mask of the XLA path). Its backward takes no odd sequence length: JAX raises
+    "Unsupported sequence length Q 197, KV 197" where ViT-B/16's attention is
+    differentiated (jax 0.11.2, jax/_src/cudnn/fused_attention_stablehlo.py
+    check_is_flash_attention; the forward takes any length). An odd length is therefore
+    padded by one zero step, and the kernel is given the true lengths
+    (``query_seq_lengths``, ``key_value_seq_lengths``): the extra key is masked for every
+    query, the extra query's row is sliced off, so each real query attends to exactly its
+    keys and the function, and its gradients, are unchanged. ``implementation`` is for the
+    tests, which check the padding on the CPU with the XLA implementation."""
+    n, steps = q.shape[:2]
+    lengths: dict[str, jax.Array] = {}
+    if key_lengths is not None:
+        lengths["key_value_seq_lengths"] = key_lengths.astype(jnp.int32)
+    if steps % 2:
+        pad = ((0, 0), (0, 1), (0, 0), (0, 0))
+        q, k, v = (jnp.pad(t, pad) for t in (q, k, v))
+        full = jnp.full((n,), steps, jnp.int32)
+        lengths = {"query_seq_lengths": full, "key_value_seq_lengths": full, **lengths}
+    o = jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation=implementation,
+                                     **lengths)
+    return o[:, :steps]
+
+
 class Lengths(NamedTuple):
     """Sequence lengths in the forms the LSTM and the masked mean need, made once; a
     NamedTuple so it passes through ``jax.jit`` as a pytree of device arrays."""
@@ -444,11 +473,12 @@ class Builder:
                 positions = start + jnp.arange(steps)
                 padding = {"mask": (jnp.arange(k.shape[1])[None, :] <= positions[:, None])[None, None]}
                 causal = False
-            elif node.padding and self.num.attention == "cudnn":
-                # cuDNN's fused attention takes no boolean mask; it masks the keys past each
-                # sequence's length from the lengths themselves (jax.nn.dot_product_attention
-                # API doc, key_value_seq_lengths): the same keys as the mask below.
-                padding = {"key_value_seq_lengths": ctx.lengths.count.astype(jnp.int32)}
+            elif self.num.attention == "cudnn":
+                o = cudnn_attention(q.astype(k.dtype), k, v, causal,
+                                    ctx.lengths.count if node.padding else None)
+                o = o.reshape(n, steps, node.dim)
+                y = jnp.dot(o, self._cast(params, out_w), precision=self.num.precision)
+                return y + self._cast(params, out_b)
             elif node.padding:
                 # Keys past each sequence's length are masked, for every query row
                 # (padded rows attend to the valid keys): (N, 1, 1, T), True = attend.

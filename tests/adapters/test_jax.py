@@ -133,6 +133,44 @@ def test_cudnn_attention_asks_jax_for_cudnn_and_the_default_for_xla():
                 "cudnn_attention")
 
 
+@pytest.mark.parametrize("steps, causal, lengths", [(9, False, None), (9, True, None),
+                                                   (9, False, [9, 4]), (8, True, [8, 3])])
+def test_cudnn_attention_pads_an_odd_length_and_keeps_the_function(steps, causal, lengths):
+    """cuDNN's backward takes no odd sequence length (ViT-B/16's 197 tokens), so an odd
+    length is padded by a zero step with the true lengths given to the kernel. Checked
+    here with the XLA implementation (no cuDNN on a CPU): outputs and the gradients of
+    q, k and v equal the unpadded attention's, up to the reassociation of the sums over
+    the keys, now one (masked, exactly zero) term longer."""
+    from adapters.jax.network import cudnn_attention
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.standard_normal((2, steps, 2, 8)), jnp.float32) for _ in range(3))
+    key_lengths = None if lengths is None else jnp.asarray(lengths, jnp.float32)
+    mask = None if lengths is None else \
+        (jnp.arange(steps)[None, :] < jnp.asarray(lengths)[:, None])[:, None, None, :]
+
+    def ours(q, k, v):
+        return cudnn_attention(q, k, v, causal, key_lengths, implementation="xla")
+
+    def plain(q, k, v):
+        return jax.nn.dot_product_attention(q, k, v, is_causal=causal, mask=mask,
+                                            implementation="xla")
+
+    cotangent = jnp.asarray(rng.standard_normal((2, steps, 2, 8)), jnp.float32)
+    with jax.default_matmul_precision("highest"):
+        out, pull = jax.vjp(ours, q, k, v)
+        expected, pull_expected = jax.vjp(plain, q, k, v)
+        grads, grads_expected = pull(cotangent), pull_expected(cotangent)
+    assert out.shape == expected.shape == (2, steps, 2, 8)
+    # Each output is a convex combination of at most ``steps`` values, each gradient a sum
+    # of ``steps + 1`` products of O(1) terms: fp32 reassociation moves it by at most about
+    # (steps + 1) unit roundoffs of those magnitudes.
+    tolerance = (steps + 1) * 2.0 ** -24 * 64
+    np.testing.assert_allclose(out, expected, rtol=0, atol=tolerance)
+    for ours_grad, expected_grad in zip(grads, grads_expected, strict=True):
+        scale = float(jnp.abs(expected_grad).max()) + 1.0
+        np.testing.assert_allclose(ours_grad, expected_grad, rtol=0, atol=tolerance * scale)
+
+
 # --- layout, variants, measures -----------------------------------------------------------
 
 def test_images_are_nhwc_on_the_device_and_outputs_canonical(adapter):
