@@ -51,7 +51,7 @@ The issue's bar (issue 60, Twins): dlbench's fastest variant within ±5% of the 
 fastest, per model, precision and measure; the closing table says so or names the gap.
 Each side's attention backend (flash, efficient, cuDNN, math) is read from torch.profiler
 and written beside the timings, the first cause to look at. Results: a table on stdout,
-and ``--out DIR`` appends JSON lines to DIR/hf_transformers_vs_dlbench.jsonl (an
+and ``--out DIR`` appends JSON lines to DIR/hf_transformers_vs_dlbench.ndjson (an
 environment line, then one line per case, flushed as it is measured). Exit status 1 when a
 pair computes different functions, 2 when transformers is missing.
 """
@@ -104,7 +104,7 @@ VARIANTS = ("eager", "compile")
 # compilation against its budget and cut the warm-up short).
 UNTIMED_RUNS = 2
 OUTPUT_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
-RESULTS_FILE = "hf_transformers_vs_dlbench.jsonl"
+RESULTS_FILE = "hf_transformers_vs_dlbench.ndjson"
 
 # --- the weights: dlbench's canonical names → Hugging Face's ---------------------------
 # One row per canonical parameter group: (family, dlbench prefix, Hugging Face prefix,

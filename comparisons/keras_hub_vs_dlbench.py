@@ -64,7 +64,7 @@ the row records ``keras.config.is_flash_attention_enabled()`` beside dlbench's a
 
 The issue's bar (issue 60, Twins): dlbench's fastest variant within ±5% of the twin's
 fastest, per model, precision and measure. Results: a table on stdout, and ``--out DIR``
-appends JSON lines to DIR/keras_hub_vs_dlbench.jsonl (an environment line, then one line
+appends JSON lines to DIR/keras_hub_vs_dlbench.ndjson (an environment line, then one line
 per case, flushed as measured). Exit status 1 when a pair computes different functions,
 2 when keras-hub or the backend is missing.
 """
@@ -124,7 +124,7 @@ def default_variants(backend: str, device: str) -> tuple[str, ...]:
 KERAS_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 OUTPUT_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
 UNTIMED_RUNS = 2   # each side's first calls trace and compile, untimed
-RESULTS_FILE = "keras_hub_vs_dlbench.jsonl"
+RESULTS_FILE = "keras_hub_vs_dlbench.ndjson"
 TWIN = "keras"
 # Families keras-hub's backbone cannot compute as dlbench does, and why.
 NOT_EQUAL = {

@@ -42,7 +42,7 @@ The twin of each transformer is what a user of ONNX Runtime's transformer toolin
    (±5%) is taken against the twin's fastest form.
 
 Results: a table on stdout, and ``--out DIR`` appends JSON lines to DIR/
-ort_hf_vs_dlbench.jsonl (an environment line, then one line per case). Exit status 1 when
+ort_hf_vs_dlbench.ndjson (an environment line, then one line per case). Exit status 1 when
 a pair computes different functions, 2 when a package a step needs is missing.
 
 The exporter (``--exporters``): ``dynamo`` is torch.onnx.export's default in torch 2.13
@@ -99,7 +99,7 @@ EXPORTERS = ("dynamo", "torchscript")
 # it, or eager (its matmul-softmax-matmul modules), whose BERT export the optimizer fuses.
 ATTENTIONS = ("sdpa", "eager")
 VARIANT = "ort_fused"   # dlbench's side: the ORT adapter's transformer fast path
-RESULTS_FILE = "ort_hf_vs_dlbench.jsonl"
+RESULTS_FILE = "ort_hf_vs_dlbench.ndjson"
 MANIFEST = "export.json"
 
 

@@ -147,7 +147,10 @@ def wants_float64(choice: str, flops: float) -> bool:
 class ResultsLog:
     """A twin's JSON Lines file in ``folder`` (none where ``folder`` is None): a first line
     with the environment (the adapter's, plus dlbench's commit, the host and the time, as
-    every benchmark row has them) and the arguments, then each row as it ends, flushed."""
+    every benchmark row has them) and the arguments, then each row as it ends, flushed.
+    The scripts name it ``<twin>_vs_dlbench.ndjson``: the report's twins section reads those
+    (reports/sections/twins.py), and its benchmark-row loader, which reads ``*.jsonl``,
+    passes them by."""
 
     def __init__(self, folder: Path | None, name: str, env: dict[str, Any],
                  argv: list[str] | None):

@@ -28,6 +28,7 @@ from reports.sections import profiles as tp
 from reports.sections import scaling as ts
 from reports.sections import serving as tsv
 from reports.sections import timeline as ttl
+from reports.sections import twins as ttw
 
 CONVENTIONS = (
     "Times are medians in milliseconds over independent repetitions of each case, with "
@@ -216,9 +217,11 @@ def judge(loaded: Loaded) -> Judged:
                   with_verdicts(measurements))
 
 
-def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
+def make_report(loaded: Loaded, reference: tuple[Path, ...] = (),
+                twins: tuple[Table, ...] = ()) -> Report:
     """The report; with ``reference`` (published folders among the inputs) a section puts
-    the other rows beside the reference rows (reports/compare.py)."""
+    the other rows beside the reference rows (reports/compare.py); ``twins``: the twins
+    section's tables (reports/sections/twins.py), read beside the rows."""
     judged = judge(loaded)
     frame, equiv, steady, core = judged.frame, judged.equiv, judged.steady, judged.core
     hist = historical.load_historical()
@@ -328,6 +331,8 @@ def make_report(loaded: Loaded, reference: tuple[Path, ...] = ()) -> Report:
                                 tables=(*tsv.serving_tables(serving),
                                         *tsv.generation_tables(generation)),
                                 plots=tuple(tsv.serving_plots(serving))))
+    if twins:
+        sections.append(Section("twins", ttw.TITLE, ttw.PARAGRAPHS, tables=twins))
     failures = tm.failure_tables(core)
     if failures:
         sections.append(Section("failures", "Failures", tables=tuple(failures)))
@@ -388,7 +393,7 @@ def build(paths: list[Path], out: Path, reference: tuple[Path, ...] = (),
     from reports.render import html as html_out
     from reports.render import markdown as md_out
     from reports.sections import text as text_out
-    report = make_report(load(paths), reference)
+    report = make_report(load(paths), reference, tuple(ttw.twin_tables(paths)))
     out.mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(exist_ok=True)
     if pages:   # a checked-in folder holds this build's figures only

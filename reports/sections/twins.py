@@ -1,0 +1,133 @@
+"""The twins section: each adapter against its framework's own model (comparisons/, issue
+60's bar: each framework's fastest variant within ±5% of its twin's fastest, or the measured
+cause of the gap), from the twin scripts' JSON lines found under the report's inputs.
+
+The scripts append an environment line per invocation (framework versions, GPU, dlbench's
+commit), then a row per case; a published folder keeps them as ``*_vs_dlbench.ndjson``
+(the report's row loader reads ``*.jsonl`` and would refuse them). Where a case was run
+more than once, its last row counts. The cause is the dlbench-fastest row's kernel
+comparison (``--kernels``: comparisons/kernel_gap.py), where it was traced."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from comparisons.transformer_twins import TOLERANCE
+from reports.render.table import Table, cell
+
+TITLE = "Twins: each adapter against its framework's own model"
+# A twin script's results file -> the twin's name and its rows' time field.
+TWINS = {"hf_transformers_vs_dlbench": ("Hugging Face transformers", "hf_ms"),
+         "keras_hub_vs_dlbench": ("keras-hub", "keras_ms"),
+         "ort_hf_vs_dlbench": ("ONNX Runtime's optimizer on the Hugging Face export", "twin_ms")}
+SUFFIX = ".ndjson"
+BACKEND = {"jax": "jax", "tensorflow": "tf"}
+PARAGRAPHS = (
+    "Each twin is the same network as its framework's users write it (Hugging Face "
+    "transformers for PyTorch, keras-hub for JAX and TensorFlow, ONNX Runtime's own "
+    "optimizer on the Hugging Face export), given dlbench's canonical weights and checked to "
+    "compute dlbench's function before both are timed in A-B-B-A order "
+    "(docs/user-guide.md, twins). Ratio: dlbench's time over the twin's, each side's "
+    f"fastest variant; the bar is ±{TOLERANCE:.0%}. Cause: where both sides' kernels were "
+    "traced (--kernels), dlbench's step minus the twin's by kind of kernel and outside "
+    "kernels, largest first.",)
+
+
+def twin_files(paths: Sequence[Path]) -> list[Path]:
+    """Every ``<twin>_vs_dlbench.ndjson`` under ``paths`` (files or folders), sorted."""
+    found: list[Path] = []
+    for path in paths:
+        candidates = [path] if path.is_file() else sorted(path.rglob(f"*{SUFFIX}"))
+        found += [p for p in candidates
+                  if p.name.endswith(SUFFIX) and p.name[:-len(SUFFIX)] in TWINS]
+    return sorted(set(found))
+
+
+def read_twins(files: Iterable[Path]) -> list[dict[str, Any]]:
+    """The rows of ``files``, each with its framework, twin, time field and commit (from
+    the environment line before it); the last row of each case."""
+    latest: dict[tuple, dict[str, Any]] = {}
+    for path in files:
+        twin, field = TWINS[path.name[:-len(SUFFIX)]]
+        env: dict[str, Any] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "environment" in row:
+                env = row["environment"]
+                continue
+            framework = ("torch" if field == "hf_ms" else "ort" if field == "twin_ms"
+                         else BACKEND.get(row.get("backend", ""), row.get("backend", "")))
+            row = {**row, "framework": framework, "twin": twin, "field": field,
+                   "commit": str(env.get("dlbench_commit", ""))[:7],
+                   "gpu": env.get("gpu_model") or "CPU"}
+            latest[(framework, row["model"], row["precision"], row["variant"],
+                    row["measure"], row["gpu"])] = row
+    return list(latest.values())
+
+
+def _ours(row: dict[str, Any]) -> str:
+    return row.get("dlbench_variant") or row["variant"]
+
+
+def _verdict(ratio: float) -> str:
+    if abs(ratio - 1) <= TOLERANCE:
+        return f"within ±{TOLERANCE:.0%}"
+    return "dlbench faster" if ratio < 1 else "dlbench slower"
+
+
+def _cause(row: dict[str, Any]) -> str:
+    traced = row.get("kernels") or {}
+    return traced.get("cause", "")
+
+
+def twins_table(rows: Sequence[dict[str, Any]]) -> Table | None:
+    """Per framework, GPU, model, precision and measure: each side's fastest variant, the
+    ratio, the verdict against the bar and the measured cause."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("status") == "ok":
+            key = (row["framework"], row["gpu"], row["model"], row["precision"], row["measure"])
+            groups.setdefault(key, []).append(row)
+    if not groups:
+        return None
+    body = []
+    for (framework, gpu, model, precision, measure), group in sorted(groups.items()):
+        ours = min(group, key=lambda r: r["dlbench_ms"])
+        theirs = min(group, key=lambda r: r[r["field"]])
+        ratio = ours["dlbench_ms"] / theirs[theirs["field"]]
+        verdict = _verdict(ratio)
+        body.append((cell(framework), cell(gpu), cell(model), cell(precision), cell(measure),
+                     cell(f"{_ours(ours)} {ours['dlbench_ms']:.3g}"),
+                     cell(f"{theirs['variant']} {theirs[theirs['field']]:.3g}"),
+                     cell(f"{ratio:.3f}", kind="fail" if verdict == "dlbench slower" else ""),
+                     cell(verdict), cell(_cause(ours)),
+                     cell(", ".join(sorted({ours["commit"], theirs["commit"]} - {""}))
+                          or "not recorded")))
+    twins = sorted({r["twin"] for r in rows})
+    return Table("twins", "Fastest variant against fastest variant (ms, wall medians)",
+                 ("Framework", "GPU", "Model", "Precision", "Measure", "dlbench", "Twin",
+                  "Ratio", "Verdict", "Measured cause", "Commit"),
+                 tuple(body), numeric=(False,) * 7 + (True,) + (False,) * 3,
+                 notes=(f"Twins: {'; '.join(twins)}.",))
+
+
+def not_compared_table(rows: Sequence[dict[str, Any]]) -> Table | None:
+    """The cases that were not timed, with their reason (a twin that computes another
+    function, a variant the framework refuses, a failure)."""
+    body = sorted({(r["framework"], r["model"], r["precision"], r["variant"], r["status"],
+                    str(r.get("reason", ""))[:200]) for r in rows if r.get("status") != "ok"})
+    if not body:
+        return None
+    return Table("twins-not-compared", "Not compared", ("Framework", "Model", "Precision",
+                                                         "Variant", "Status", "Reason"),
+                 tuple(tuple(cell(v) for v in r) for r in body))
+
+
+def twin_tables(paths: Sequence[Path]) -> list[Table]:
+    rows = read_twins(twin_files(paths))
+    return [t for t in (twins_table(rows), not_compared_table(rows)) if t is not None]
