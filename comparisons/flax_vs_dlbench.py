@@ -28,8 +28,9 @@ the adapter's (the same optax SGD, parameters and momentum donated). Each trains
 copy of the weights, so forward and gradient keep reading the canonical ones.
 Each pair is timed in A-B-B-A order, ``--rounds`` times, so drift favours neither, and
 each side's figure is the median of its runs' medians. The ratio is dlbench / Flax;
-the exit status is 1 when a ratio is outside ±tolerance or the outputs differ, 2 when
-jax, flax or optax is missing or the device is not there.
+the exit status is 1 when the outputs differ or, on a GPU, a ratio is outside ±tolerance
+(on the CPU, a smoke run, timings on shared cores decide nothing), 2 when jax, flax or
+optax is missing or the device is not there.
 
 On the CPU (jax 0.10.2) XLA's optimised forward programs of the two are the same op for
 op, and the gradients differ only by Flax's update of the running statistics (vectors of
@@ -335,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text(json.dumps({"environment": env, "flax": flax.__version__,
                                         "results": results}, indent=1))
+    if args.device == "cpu":
+        return 0   # a smoke run: the outputs were checked above, timings are not judged
     return 0 if worst <= args.tolerance else 1
 
 
