@@ -97,7 +97,8 @@ def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 def fastest_pairs(rows: list[dict[str, Any]], twin: str) -> list[dict[str, Any]]:
     """Per model, precision and measure: each side's fastest variant, and their ratio (the
-    issue's bar). ``twin`` names the twin's fields (``{twin}_ms``)."""
+    issue's bar). ``twin`` names the twin's fields (``{twin}_ms``); ``rows`` gives the two
+    rows the pair came from (dlbench's, the twin's)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         if row["status"] == "ok":
@@ -110,7 +111,8 @@ def fastest_pairs(rows: list[dict[str, Any]], twin: str) -> list[dict[str, Any]]
         out.append({"model": model, "precision": precision, "measure": measure_name,
                     "dlbench_variant": ours["variant"], "dlbench_ms": ours["dlbench_ms"],
                     f"{twin}_variant": theirs["variant"], f"{twin}_ms": theirs[f"{twin}_ms"],
-                    "ratio": ratio, "within": abs(ratio - 1) <= TOLERANCE})
+                    "ratio": ratio, "within": abs(ratio - 1) <= TOLERANCE,
+                    "rows": (ours, theirs)})
     return out
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from comparisons.transformer_twins import TOLERANCE
+from comparisons.transformer_twins import TOLERANCE, fastest_pairs
 from reports.render.table import Table, cell
 
 TITLE = "Twins: each adapter against its framework's own model"
@@ -70,44 +70,40 @@ def read_twins(files: Iterable[Path]) -> list[dict[str, Any]]:
     return list(latest.values())
 
 
-def _ours(row: dict[str, Any]) -> str:
-    return row.get("dlbench_variant") or row["variant"]
-
-
-def _verdict(ratio: float) -> str:
-    if abs(ratio - 1) <= TOLERANCE:
+def _verdict(pair: dict[str, Any]) -> str:
+    if pair["within"]:
         return f"within ±{TOLERANCE:.0%}"
-    return "dlbench faster" if ratio < 1 else "dlbench slower"
-
-
-def _cause(row: dict[str, Any]) -> str:
-    traced = row.get("kernels") or {}
-    return traced.get("cause", "")
+    return "dlbench faster" if pair["ratio"] < 1 else "dlbench slower"
 
 
 def twins_table(rows: Sequence[dict[str, Any]]) -> Table | None:
-    """Per framework, GPU, model, precision and measure: each side's fastest variant, the
-    ratio, the verdict against the bar and the measured cause."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    """Per framework, GPU, model, precision and measure: each side's fastest variant
+    (comparisons/transformer_twins.py ``fastest_pairs``, the scripts' own closing table),
+    the ratio, the verdict against the bar, the measured cause (the dlbench-fastest row's
+    kernel comparison) and the commits."""
+    sides: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for row in rows:
-        if row.get("status") == "ok":
-            key = (row["framework"], row["gpu"], row["model"], row["precision"], row["measure"])
-            groups.setdefault(key, []).append(row)
-    if not groups:
+        sides.setdefault((row["framework"], row["gpu"], row["field"]), []).append(row)
+    pairs = sorted(((framework, gpu, pair) for (framework, gpu, field), group in sides.items()
+                    for pair in fastest_pairs(group, field.removesuffix("_ms"))),
+                   key=lambda item: (item[0], item[1], item[2]["model"], item[2]["precision"],
+                                     item[2]["measure"]))
+    if not pairs:
         return None
     body = []
-    for (framework, gpu, model, precision, measure), group in sorted(groups.items()):
-        ours = min(group, key=lambda r: r["dlbench_ms"])
-        theirs = min(group, key=lambda r: r[r["field"]])
-        ratio = ours["dlbench_ms"] / theirs[theirs["field"]]
-        verdict = _verdict(ratio)
-        body.append((cell(framework), cell(gpu), cell(model), cell(precision), cell(measure),
-                     cell(f"{_ours(ours)} {ours['dlbench_ms']:.3g}"),
+    for framework, gpu, pair in pairs:
+        ours, theirs = pair["rows"]
+        verdict = _verdict(pair)
+        commits = sorted({ours["commit"], theirs["commit"]} - {""})
+        body.append((cell(framework), cell(gpu), cell(pair["model"]), cell(pair["precision"]),
+                     cell(pair["measure"]),
+                     cell(f"{ours.get('dlbench_variant') or ours['variant']} "
+                          f"{ours['dlbench_ms']:.3g}"),
                      cell(f"{theirs['variant']} {theirs[theirs['field']]:.3g}"),
-                     cell(f"{ratio:.3f}", kind="fail" if verdict == "dlbench slower" else ""),
-                     cell(verdict), cell(_cause(ours)),
-                     cell(", ".join(sorted({ours["commit"], theirs["commit"]} - {""}))
-                          or "not recorded")))
+                     cell(f"{pair['ratio']:.3f}",
+                          kind="fail" if verdict == "dlbench slower" else ""),
+                     cell(verdict), cell((ours.get("kernels") or {}).get("cause", "")),
+                     cell(", ".join(commits) or "not recorded")))
     twins = sorted({r["twin"] for r in rows})
     return Table("twins", "Fastest variant against fastest variant (ms, wall medians)",
                  ("Framework", "GPU", "Model", "Precision", "Measure", "dlbench", "Twin",
