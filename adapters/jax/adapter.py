@@ -455,13 +455,18 @@ class JaxPrepared(Prepared):
         """Parameters and optimizer state as before a first training step: copies of the
         canonical parameters made on the device (a donated buffer must be the copy's own,
         never the canonical network's: jax.device_put of a numpy array may alias host
-        memory on the CPU) and the optimizer's initial (zeroed) buffers."""
+        memory on the CPU) and the optimizer's initial (zeroed) buffers, all committed to
+        the device. optax makes some of its buffers (AdamW's step count, created from a
+        constant) uncommitted, and jit keys its cache on each argument's placement: the
+        step's own outputs, which the next call takes, are committed, so from an uncommitted
+        state the second call compiled the whole step again (published/h200-transformers:
+        15 of JAX's 16 train_step rows say "compiles": 2, GPT-2's bf16 step 21.5 s for both)."""
         if optax is None:
             raise Unsupported("train_step needs optax (adapters/registry.toml pins it)")
         if self.optimizer is None:
             self.optimizer, self.extra["optimizer"] = make_optimizer(optimizer_for(self.model))
         params = jax.tree.map(lambda a: jnp.array(a, copy=True), self.trainable)
-        return params, self.optimizer.init(params)
+        return jax.device_put((params, self.optimizer.init(params)), self.device)
 
     def train_step_gradient_summary(self, keep_arrays: bool) -> GradientSummary:
         """One call of the training step's program on a fresh state (the timed copy's state

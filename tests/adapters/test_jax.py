@@ -905,12 +905,15 @@ def test_worker_rows_record_the_cpus_xla_used(tmp_path):
 
 # --- the compile-event log (first calls) ------------------------------------------------------
 
-def test_rows_record_one_compile_per_step_and_none_when_compiled_already(adapter):
-    """A jit row's compile_events count the backend compilations of its step's timed calls
-    (the first call's): one each for forward, gradient and train_step, none for a forward
-    timed again (jit's cache), and the memory plan's re-lowering after the timed calls
-    (train_step's from its state's shapes: the state itself was donated) is not counted."""
-    prepared = prepare(adapter, "conv_tiny", variant="jit")
+@pytest.mark.parametrize("name", ["conv_tiny", "gpt2_tiny"])
+def test_rows_record_one_compile_per_step_and_none_when_compiled_already(adapter, name):
+    """A jit row's compile_events count the backend compilations of its step's timed calls:
+    one each for forward, gradient and train_step, none for a forward timed again (jit's
+    cache), and the memory plan's re-lowering after the timed calls (train_step's from its
+    state's shapes: the state itself was donated) is not counted. The second call compiles
+    nothing: with AdamW (gpt2_tiny's optimizer; conv_tiny's is SGD) a fresh state whose
+    step count was left uncommitted compiled the step again at the second call."""
+    prepared = prepare(adapter, name, variant="jit")
     events = {}
     try:
         for label, measure in (("forward", "forward"), ("gradient", "gradient"),
