@@ -114,6 +114,20 @@ def _server_answer(row: dict[str, Any]) -> tuple[float | None, float | None]:
     return answer, _settings(row).get("server_target_latency_ms")
 
 
+def _qps(value: float | None) -> str:
+    """A rate per second: four significant digits, whole numbers from 1000 up (no exponent)."""
+    return MISSING if value is None else f"{value:.0f}" if value >= 1000 else f"{value:.4g}"
+
+
+def _server_failed_above(row: dict[str, Any], answer: float | None) -> float | None:
+    """The smallest target above the answer (above nothing when none passed) that LoadGen
+    did not call VALID: the search's bracket, within which the largest rate that meets the
+    bound lies. A probe whose serve raised is no latency verdict and is left out."""
+    failed = [p["target_qps"] for p in probes(row) if not p.get("valid") and not p.get("error")
+              and (answer is None or p["target_qps"] > answer)]
+    return min(failed) if failed else None
+
+
 def headline(row: dict[str, Any]) -> tuple[str, ...]:
     """The scenario's headline cells (``HEADLINE_COLUMNS``) for one row."""
     scenario, result = row["scenario"], _result(row)
@@ -126,10 +140,11 @@ def headline(row: dict[str, Any]) -> tuple[str, ...]:
     if scenario == "Server":
         answer, bound = _server_answer(row)
         tried = probes(row)
-        return ("none" if answer is None else f"{answer:.4g}", _number(bound, "g"),
+        return ("none" if answer is None else _qps(answer),
+                _qps(_server_failed_above(row, answer)), _number(bound, "g"),
                 _percentile(row, "99.00") if answer is not None else MISSING,
-                _number(result.get("completed_samples_per_second") if answer is not None
-                        else None, ".4g"),
+                _qps(result.get("completed_samples_per_second") if answer is not None
+                     else None),
                 f"{sum(bool(p.get('valid')) for p in tried)} of {len(tried)}" if tried else MISSING)
     return ()
 
@@ -138,8 +153,8 @@ HEADLINE_COLUMNS = {
     "SingleStream": ("p90 ms", "p50 ms", "p99 ms", "p99.9 ms"),
     "MultiStream": ("p99 ms / query", "p50 ms", "p90 ms"),
     "Offline": ("samples/s", "batch"),
-    "Server": ("QPS at p99 ≤ bound", "bound ms", "p99 ms there", "completed samples/s",
-               "probes VALID"),
+    "Server": ("QPS at p99 ≤ bound", "failed at QPS", "bound ms", "p99 ms there",
+               "completed samples/s", "probes VALID"),
 }
 
 
@@ -205,6 +220,11 @@ def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
             f"batch sent after {s['server_batch_timeout_ms']:g} ms; the search: at most "
             f"{s['server_search_runs']} LoadGen runs" for s in map(_settings, rows)
             if {"server_max_batch", "server_batch_timeout_ms", "server_search_runs"} <= set(s)})
+        notes.append("QPS at p99 ≤ bound: the largest target QPS that LoadGen called VALID; "
+                     "failed at QPS: the smallest target above it that was not VALID. The "
+                     "largest rate that meets the bound lies between the two; the search "
+                     "stops at 1.1× apart or when its runs are used "
+                     "(suites/serving/search.py).")
     if scenario not in HEADLINE_COLUMNS:
         notes.append(f"{scenario!r} is no scenario the serving harness runs.")
     columns = ("Framework", "Variant", "Precision", "Threads", *heads, "Queries", "Duration",

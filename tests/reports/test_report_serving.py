@@ -77,7 +77,12 @@ def test_the_serving_section_gives_each_scenario_s_headline_and_why_rows_failed(
     server = rows("Server")
     assert server["ort"]["QPS at p99 ≤ bound"] == "9718" and server["ort"]["bound ms"] == "15"
     assert server["ort"]["probes VALID"] == "1 of 4" and server["ort"]["Status"] == "ok"
+    # The search's bracket: the smallest failing target above the answer (13,743 of the
+    # probes 38,872 ✗, 9,718 ✓, 19,436 ✗, 13,743 ✗); with no answer, the lowest tried.
+    assert server["ort"]["failed at QPS"] == "13743"
     assert server["torch"]["QPS at p99 ≤ bound"] == "none"
+    assert server["torch"]["failed at QPS"] == "264.8"
+    assert any("lies between the two" in note for note in tables["Server"].notes)
     assert server["torch"]["Status"].startswith("failed (no target QPS meets the p99 bound")
     # The unknown scenario's failures share one reason: said once, under the table.
     assert any("unknown scenario 'Bursty'" in note for note in tables["Bursty"].notes)
