@@ -218,7 +218,9 @@ def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
         notes += sorted({
             f"Server's batcher: up to {s['server_max_batch']} samples per serve call, a short "
             f"batch sent after {s['server_batch_timeout_ms']:g} ms; the search: at most "
-            f"{s['server_search_runs']} LoadGen runs" for s in map(_settings, rows)
+            f"{s['server_search_runs']} LoadGen runs"
+            + (f" and {s['server_search_seconds']:g} s of them" if "server_search_seconds" in s
+               else "") for s in map(_settings, rows)
             if {"server_max_batch", "server_batch_timeout_ms", "server_search_runs"} <= set(s)})
         notes.append("QPS at p99 ≤ bound: the largest target QPS that LoadGen called VALID; "
                      "failed at QPS: the smallest target above it that was not VALID. The "

@@ -265,8 +265,11 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
                          lambda: server.calls)
                 return _probe(lg, server, config, expected_s, logs, qps, number)
 
-            found = search.search(probe, start, config.server_search_runs,
-                                  config.server_latency_bound_ms, floor, alone_s * 1e3)
+            found = search.search(
+                probe, start, config.server_search_runs, config.server_latency_bound_ms, floor,
+                alone_s * 1e3, config.server_search_seconds,
+                lambda qps: search.run_seconds(qps, config.min_query_count,
+                                               config.min_duration_ms, config.max_duration_ms))
             serving["search"] = found.to_dict()
             result = None
             if found.answer is not None:

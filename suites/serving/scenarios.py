@@ -95,7 +95,9 @@ class ServingConfig:
     oldest pending sample waits for more before a short batch goes; ``server_latency_bound_ms``,
     LoadGen's target latency for the 99th percentile (15 ms is MLPerf Inference's bound for
     ResNet-50 in Server); ``server_search_runs``, the most LoadGen runs of the QPS search,
-    each lasting ``min_duration_ms`` or ``min_query_count`` queries, whichever is longer.
+    each lasting ``min_duration_ms`` or ``min_query_count`` queries, whichever is longer;
+    ``server_search_seconds``, the most seconds of those runs together (search.py: a run
+    that would pass it is not started).
 
     The watchdog (suites/serving/watchdog.py): each LoadGen run must return within
     ``max_duration_ms`` plus ``watchdog_margin_s`` (LoadGen stops issuing at its cap but
@@ -119,6 +121,7 @@ class ServingConfig:
     server_batch_timeout_ms: float = 1.0
     server_latency_bound_ms: float = 15.0
     server_search_runs: int = 6
+    server_search_seconds: float = 600.0
     watchdog_margin_s: float = 30.0
     setup_timeout_s: float = 600.0
 
@@ -204,5 +207,6 @@ def recorded(scenario: Scenario, config: ServingConfig, expected_s: float) -> di
                    server_batch_timeout_ms=config.server_batch_timeout_ms,
                    server_target_latency_ms=config.server_latency_bound_ms,
                    server_target_latency_percentile=SERVER_PERCENTILE,
-                   server_search_runs=config.server_search_runs)
+                   server_search_runs=config.server_search_runs,
+                   server_search_seconds=config.server_search_seconds)
     return out

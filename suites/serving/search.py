@@ -17,7 +17,11 @@ target is below every failing one by construction, so the answer is the largest 
 target. It runs no probe when a sample alone, unloaded, already misses the bound (the
 fastest warm-up serve of the smallest prepared batch: no load can help), and stops when the
 floor, the lowest target whose ``min_query_count`` queries fit in ``max_duration_ms``,
-failed, and when ``serve`` raised. A probe's fastest sample is no such bound: under a load
+failed, and when ``serve`` raised. A budget of LoadGen seconds bounds it too: a run lasts
+about ``min_query_count`` / target or ``min_duration_ms``, whichever is longer
+(``run_seconds``), so a search at thousands of QPS can afford runs enough to close its
+bracket in a few seconds, where one near the floor, a minute a run, stops before the next
+run would pass the budget. A probe's fastest sample is no such bound: under a load
 beyond capacity the queue never empties, and every sample waits (seen on an H200: BERT's
 fastest sample 401 ms at 88 QPS, its lone serve 15 ms)."""
 
@@ -85,10 +89,21 @@ def floor_qps(min_query_count: int, max_duration_ms: int) -> float:
     return (n + FLOOR_SIGMAS * math.sqrt(n)) / (max_duration_ms / 1e3)
 
 
+def run_seconds(target_qps: float, min_query_count: int, min_duration_ms: int,
+                max_duration_ms: int) -> float:
+    """About how long LoadGen's Server run at ``target_qps`` lasts: its minimum query count
+    at that rate or its minimum duration, whichever is longer, within its cap."""
+    seconds = max(min_query_count / target_qps, min_duration_ms / 1e3)
+    return min(seconds, max_duration_ms / 1e3)
+
+
 def search(probe: Callable[[float], Probe], start_qps: float, runs: int, bound_ms: float,
-           floor: float, alone_ms: float = 0.0) -> Search:
+           floor: float, alone_ms: float = 0.0, budget_s: float = math.inf,
+           seconds: Callable[[float], float] = lambda target: 0.0) -> Search:
     """Run at most ``runs`` probes (``probe(target_qps)``) from ``start_qps``; ``alone_ms``:
-    a lone sample's unloaded latency (none is run when it is over ``bound_ms``)."""
+    a lone sample's unloaded latency (none is run when it is over ``bound_ms``);
+    ``budget_s``: no run starts after the first that would take the runs' total, by
+    ``seconds(target)``, past it."""
     if alone_ms > bound_ms:
         return Search((), None, f"a sample alone takes {alone_ms:.3g} ms, over the "
                                 f"{bound_ms:g} ms bound: no QPS can meet it")
@@ -96,9 +111,16 @@ def search(probe: Callable[[float], Probe], start_qps: float, runs: int, bound_m
     passed: Probe | None = None      # the largest passing target so far
     failed: Probe | None = None      # the smallest failing target so far
     target = max(start_qps, floor)
+    spent = 0.0
     while True:
         if len(probes) == runs:
             return Search(tuple(probes), passed, f"the {runs} runs of the search were used")
+        if probes and spent + seconds(target) > budget_s:
+            return Search(tuple(probes), passed,
+                          f"the next run, at {target:.4g} QPS, would take about "
+                          f"{seconds(target):.3g} s, past the search's {budget_s:g} s "
+                          f"({spent:.3g} s spent)")
+        spent += seconds(target)
         found = probe(target)
         probes.append(found)
         if found.error:

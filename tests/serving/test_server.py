@@ -189,6 +189,30 @@ def test_the_search_stops_after_its_runs_with_the_best_so_far():
     assert found.stopped == "the 3 runs of the search were used"
 
 
+def test_a_search_stops_before_a_run_that_would_pass_its_budget_of_seconds():
+    # A run lasts 500 queries at its rate or 1 s, whichever is longer, within a 60 s cap.
+    def seconds(qps: float) -> float:
+        return search.run_seconds(qps, 500, 1000, 60_000)
+    assert (seconds(50.0), seconds(1000.0), seconds(1.0)) == (10.0, 1.0, 60.0)
+    fake = QueueingServer(capacity=1000.0, service_ms=2.0, bound_ms=10.0)   # answer 800 QPS
+    # 50, 100 and 200 QPS take 10 + 5 + 2.5 s; 400 QPS's 1.25 s more would pass 18 s.
+    found = search.search(fake, 50.0, runs=12, bound_ms=10.0, floor=10.0, budget_s=18.0,
+                          seconds=seconds)
+    check_search(found, fake, 12)
+    assert [p.target_qps for p in found.probes] == [50.0, 100.0, 200.0]
+    assert found.stopped == ("the next run, at 400 QPS, would take about 1.25 s, past the "
+                             "search's 18 s (17.5 s spent)")
+    # The first run goes whatever it costs; near capacity runs are short, and the budget
+    # lets the search close its bracket.
+    alone = search.search(fake, 50.0, runs=12, bound_ms=10.0, floor=10.0, budget_s=1.0,
+                          seconds=seconds)
+    assert len(alone.probes) == 1 and alone.stopped.startswith("the next run, at 100 QPS")
+    near = search.search(fake, 700.0, runs=8, bound_ms=10.0, floor=10.0, budget_s=20.0,
+                         seconds=seconds)
+    check_search(near, fake, 8)
+    assert near.stopped.startswith("bracketed")
+
+
 def test_a_bound_a_lone_sample_misses_runs_no_probe():
     fake = QueueingServer(capacity=1000.0, service_ms=2.0, bound_ms=1.0)
     found = search.search(fake, 500.0, runs=6, bound_ms=1.0, floor=10.0, alone_ms=2.0)
