@@ -213,6 +213,32 @@ def test_a_search_stops_before_a_run_that_would_pass_its_budget_of_seconds():
     assert near.stopped.startswith("bracketed")
 
 
+def test_serving_gpu_s_budget_never_cuts_a_search_that_goes_down_to_the_floor():
+    """Each Server table's runs and seconds in serving-gpu hold the longest way down, from
+    any start rate (the floor to 10^5 QPS) by fourths to the floor, so a "no QPS meets the
+    bound" verdict rests on the floor's own run. (serving-cpu's 5 runs reach its floor from
+    starts up to about 4 x 10^4 QPS; beyond, its row says the runs were used.)"""
+    from suites.serving.__main__ import load
+    configs = {g.config for g in load("serving-gpu")["groups"]
+               if "Server" in g.scenarios and isinstance(g.config, ServingConfig)}
+    assert configs
+    for config in configs:
+        floor = search.floor_qps(config.min_query_count, config.max_duration_ms)
+
+        def seconds(qps: float, config=config) -> float:
+            return search.run_seconds(qps, config.min_query_count, config.min_duration_ms,
+                                      config.max_duration_ms)
+
+        def always_over(qps: float) -> search.Probe:
+            return search.Probe(qps, False, "over", p99_ms=1e3, min_ms=1.0)
+
+        for start in np.geomspace(floor, 1e5, 400):
+            found = search.search(always_over, float(start), config.server_search_runs,
+                                  config.server_latency_bound_ms, floor, 0.0,
+                                  config.server_search_seconds, seconds)
+            assert found.stopped == f"the floor of {floor:.4g} QPS failed", (start, found.stopped)
+
+
 def test_a_bound_a_lone_sample_misses_runs_no_probe():
     fake = QueueingServer(capacity=1000.0, service_ms=2.0, bound_ms=1.0)
     found = search.search(fake, 500.0, runs=6, bound_ms=1.0, floor=10.0, alone_ms=2.0)
