@@ -172,6 +172,21 @@ def test_bf16_lstm_and_lrn_run(adapter):
             prepared.close()
 
 
+@pytest.mark.parametrize("variant", ["graph", "xla"])
+def test_train_step_traces_once_with_adamw(adapter, variant):
+    """Later calls reuse the first call's trace (one XLA compile with ``xla``): AdamW's
+    slots are built before tracing, so no call creates variables or retraces (JAX's train
+    step compiled twice from a half-uncommitted first state: tests/adapters/test_jax.py)."""
+    prepared = prepare(adapter, "gpt2_tiny", variant=variant, batch=2)
+    try:
+        run = prepared.step("train_step")
+        for _ in range(4):
+            prepared.sync(run())
+        assert prepared.run_train.experimental_get_tracing_count() == 1
+    finally:
+        prepared.close()
+
+
 @pytest.mark.parametrize("variant", ["graph", "eager", "xla"])
 def test_variants_compute_the_same_function(adapter, variant):
     reference = prepare(adapter, "resnet_tiny")

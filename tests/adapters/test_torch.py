@@ -138,6 +138,26 @@ def test_compiled_train_step_compiles_the_loss_with_the_forward(adapter):
     prepared.close()
 
 
+def test_compiled_train_step_compiles_once_with_adamw(adapter):
+    """Later calls reuse the first call's graph: the AdamW state torch creates at the first
+    optimizer step is outside the compiled region and triggers no recompile (JAX's train
+    step compiled twice from a half-uncommitted first state: tests/adapters/test_jax.py)."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    prepared = prepare(adapter, "gpt2_tiny", variant="compile", batch=2)
+    try:
+        run = prepared.step("train_step")
+        prepared.sync(run())
+        frames = dict(counters["frames"])
+        for _ in range(3):
+            prepared.sync(run())
+        assert frames.get("ok", 0) >= 1
+        assert dict(counters["frames"]) == frames and not counters["recompiles"]
+    finally:
+        prepared.close()
+
+
 def test_bf16_train_step_keeps_fp32_master_weights(adapter):
     fp32 = prepare(adapter, "lenet_tiny")
     initial = fp32.trained_weights()
