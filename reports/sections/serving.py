@@ -225,7 +225,7 @@ def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
         notes.append("QPS at p99 ≤ bound: the largest target QPS that LoadGen called VALID; "
                      "failed at QPS: the smallest target above it that was not VALID. The "
                      "largest rate that meets the bound lies between the two; the search "
-                     "stops at 1.1× apart or when its runs are used "
+                     "stops at 1.1× apart or when its runs or seconds are used "
                      "(suites/serving/search.py).")
     if scenario not in HEADLINE_COLUMNS:
         notes.append(f"{scenario!r} is no scenario the serving harness runs.")
