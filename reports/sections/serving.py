@@ -128,6 +128,37 @@ def _server_failed_above(row: dict[str, Any], answer: float | None) -> float | N
     return min(failed) if failed else None
 
 
+def _collector(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The garbage collector's pauses during the row's LoadGen run (suites/serving/
+    collector.py): a Server row's answering probe's; None in rows from before they were
+    recorded, and for a Server row that found no answer."""
+    if row["scenario"] == "Server":
+        answer, _ = _server_answer(row)
+        found = [p.get("gc") for p in probes(row) if p["target_qps"] == answer]
+        return found[0] if found and found[0] else None
+    return row["serving"].get("gc") or None
+
+
+def _recorded_gc(rows: list[dict[str, Any]]) -> bool:
+    """Whether any row recorded the collector's pauses (rows before it did not: their
+    tables go without the column)."""
+    return any(row["serving"].get("gc") or any(p.get("gc") for p in probes(row))
+               for row in rows)
+
+
+def gc_cell(row: dict[str, Any]) -> Cell:
+    """How many full (generation 2) collections ran during the LoadGen run, and the longest:
+    each holds the interpreter, and the samples in flight, for its length."""
+    found = _collector(row)
+    if found is None:
+        return Cell(MISSING)
+    count = (found.get("collections") or {}).get("2", 0)
+    longest = (found.get("longest_ms") or {}).get("2", 0.0)
+    return Cell(f"{count} (longest {longest:.3g} ms)" if count else "0",
+                title=f"all generations: {found.get('collections')}, "
+                      f"{found.get('total_ms')} ms in all")
+
+
 def headline(row: dict[str, Any]) -> tuple[str, ...]:
     """The scenario's headline cells (``HEADLINE_COLUMNS``) for one row."""
     scenario, result = row["scenario"], _result(row)
@@ -205,6 +236,7 @@ def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
     device, hardware, model, scenario = key
     heads = HEADLINE_COLUMNS.get(scenario, ())
     body = []
+    with_gc = _recorded_gc(rows)
     for row in sorted(rows, key=lambda r: (r["framework"], r["variant"], r["precision"],
                                            r["threads"])):
         status = Cell("ok") if row["status"] == "ok" else failure_cell(row)
@@ -212,7 +244,8 @@ def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
         values = headline(row)
         body.append((Cell(row["framework"]), Cell(row["variant"]), Cell(row["precision"]),
                      Cell(threads), *(Cell(v) for v in values), Cell(_queries(row)),
-                     Cell(_duration(row)), _validity(row), check_cell(row), status))
+                     Cell(_duration(row)), _validity(row),
+                     *((gc_cell(row),) if with_gc else ()), check_cell(row), status))
     notes = sorted({row["serving"]["timing"] for row in rows if row["serving"].get("timing")})
     if scenario == "Server":
         notes += sorted({
@@ -229,10 +262,12 @@ def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
                      "(suites/serving/search.py).")
     if scenario not in HEADLINE_COLUMNS:
         notes.append(f"{scenario!r} is no scenario the serving harness runs.")
+    if with_gc:
+        notes.append(GC_NOTE)
     columns = ("Framework", "Variant", "Precision", "Threads", *heads, "Queries", "Duration",
-               "LoadGen", "float64", "Status")
-    numeric = (False, False, False, True, *(True for _ in heads), True, False, False, False,
-               False)
+               "LoadGen", *(("full GCs",) if with_gc else ()), "float64", "Status")
+    numeric = (False, False, False, True, *(True for _ in heads), True, False, False,
+               *((False,) if with_gc else ()), False, False)
     what = SCENARIOS[scenario].headline if scenario in SCENARIOS else "no headline"
     return Table(slug(f"serving-{device}-{hardware}-{model}-{scenario}"),
                  f"{model} — {scenario} ({what}) — {device.upper()} {hardware}",
@@ -308,6 +343,9 @@ GENERATION_PARAGRAPH = (
 GENERATION_COLUMNS = ("Framework", "Variant", "Precision", "Threads", "TTFT p50 ms",
                       "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "tokens/s",
                       "prompt + new", "runs", "LoadGen", "float64", "Status")
+GC_NOTE = ("full GCs: Python's full (generation 2) garbage collections during the LoadGen run "
+           "(Server: the answering run) and the longest; each holds the interpreter, and with "
+           "it the samples in flight, for its length (suites/serving/collector.py).")
 
 
 def generation_check_cell(row: dict[str, Any]) -> Cell:
@@ -326,6 +364,7 @@ def generation_check_cell(row: dict[str, Any]) -> Cell:
 
 def _generation_table(rows: list[dict[str, Any]], key: tuple[str, str, str]) -> Table:
     device, hardware, model = key
+    with_gc = _recorded_gc(rows)
     body = []
     for row in sorted(rows, key=lambda r: (r["framework"], r["variant"], r["precision"],
                                            r["threads"])):
@@ -340,14 +379,17 @@ def _generation_table(rows: list[dict[str, Any]], key: tuple[str, str, str]) -> 
                      Cell(fmt_ms(tpot.get("50.00"))), Cell(fmt_ms(tpot.get("99.00"))),
                      Cell(_number(figures.get("tokens_per_second"), ".1f")), Cell(length),
                      Cell(_number(settings.get("runs"), "d")), _validity(row),
-                     generation_check_cell(row),
+                     *((gc_cell(row),) if with_gc else ()), generation_check_cell(row),
                      Cell("ok") if row["status"] == "ok" else failure_cell(row)))
     notes = tuple(sorted({row["serving"]["timing"] for row in rows if row["serving"].get("timing")}))
+    columns = (*GENERATION_COLUMNS[:12], *(("full GCs",) if with_gc else ()),
+               *GENERATION_COLUMNS[12:])
     numeric = (False, False, False, True, True, True, True, True, True, False, True, False,
-               False, False)
+               *((False,) if with_gc else ()), False, False)
     return Table(slug(f"generation-{device}-{hardware}-{model}"),
                  f"{model} — greedy generation, batch 1 (TTFT, TPOT, tokens/s) — "
-                 f"{device.upper()} {hardware}", GENERATION_COLUMNS, tuple(body), numeric, notes)
+                 f"{device.upper()} {hardware}", columns, tuple(body), numeric,
+                 (*notes, GC_NOTE) if with_gc else notes)
 
 
 def generation_tables(rows: list[dict[str, Any]]) -> list[Table]:

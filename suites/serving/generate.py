@@ -45,7 +45,7 @@ from models.measures import GENERATE
 from models.weights import canonical_weights
 from suites.rows.results import CaseKey, Row
 from suites.serving import loadgen_log
-from suites.serving.run import Watch, no_watch, row_settings
+from suites.serving.run import Watch, no_watch, row_settings, run_loadgen
 from suites.serving.scenarios import LATENCY_HEADROOM, check_numbers
 from suites.serving.sut import one_line
 from suites.truth.check import output_error
@@ -213,9 +213,10 @@ def _warm_up(generator: Generator, prompt: np.ndarray, new_tokens: int, runs: in
 
 
 def _run_loadgen(lg, generator: Generator, queries: np.ndarray, config: GenerateConfig,
-                 expected_s: float, logs: Path) -> tuple[loadgen_log.LoadgenResult, str]:
-    """LoadGen SingleStream with token latencies over ``queries``; (result, the error a
-    generation raised or "")."""
+                 expected_s: float, logs: Path
+                 ) -> tuple[loadgen_log.LoadgenResult, dict[str, Any], str]:
+    """LoadGen SingleStream with token latencies over ``queries``; (result, the garbage
+    collector's pauses during it, the error a generation raised or "")."""
     errors: list[str] = []
 
     def issue(query_samples) -> None:
@@ -241,21 +242,8 @@ def _run_loadgen(lg, generator: Generator, queries: np.ndarray, config: Generate
     settings.max_query_count = config.runs
     settings.performance_sample_count_override = config.prompts
     settings.single_stream_expected_latency_ns = max(int(expected_s * 1e9 / LATENCY_HEADROOM), 1)
-    logs.mkdir(parents=True, exist_ok=True)
-    output = lg.LogOutputSettings()
-    output.outdir = str(logs)
-    output.copy_summary_to_stdout = False
-    log_settings = lg.LogSettings()
-    log_settings.log_output = output
-    log_settings.enable_trace = False
-    sut = lg.ConstructSUT(issue, lambda: None)
-    qsl = lg.ConstructQSL(config.prompts, config.prompts, lambda indices: None, lambda indices: None)
-    try:
-        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
-    finally:
-        lg.DestroyQSL(qsl)
-        lg.DestroySUT(sut)
-    return loadgen_log.read(logs), errors[0] if errors else ""
+    result, collector = run_loadgen(lg, issue, lambda: None, settings, config.prompts, logs)
+    return result, collector, errors[0] if errors else ""
 
 
 def headline(result: loadgen_log.LoadgenResult) -> dict[str, Any]:
@@ -312,7 +300,8 @@ def generate_case(lg, adapter: Adapter, model_name: str, config: GenerateConfig,
                            env=env, started_at=started_at, wall_s=time.perf_counter() - clock,
                            serving=dict(serving), time_limit_s=seconds),
               what, lambda: counted.calls)
-        result, error = _run_loadgen(lg, counted, queries, config, expected_s, logs)
+        result, serving["gc"], error = _run_loadgen(lg, counted, queries, config, expected_s,
+                                                     logs)
         serving["result"] = result.to_dict()
         serving["generation"] = headline(result)
         if error:

@@ -42,6 +42,7 @@ from models.measures import SERVE
 from models.weights import canonical_weights
 from suites.rows.results import CaseKey, Row, Settings
 from suites.serving import loadgen_log, search
+from suites.serving.collector import GcPauses
 from suites.serving.scenarios import (
     SCENARIOS,
     ServingConfig,
@@ -102,7 +103,10 @@ def no_watch(seconds: float, row: Row, what: str, progress: Callable[[], int] | 
     """In-process use (the tests' direct calls): nothing watches."""
 
 
-def _run_loadgen(lg, issue, flush, settings, samples: int, logs: Path) -> loadgen_log.LoadgenResult:
+def run_loadgen(lg, issue, flush, settings, samples: int,
+                logs: Path) -> tuple[loadgen_log.LoadgenResult, dict[str, Any]]:
+    """One LoadGen run of ``samples`` preloaded samples with its logs in ``logs``: LoadGen's
+    result, read from them, and the garbage collector's pauses during it (collector.py)."""
     logs.mkdir(parents=True, exist_ok=True)
     output = lg.LogOutputSettings()
     output.outdir = str(logs)
@@ -113,11 +117,12 @@ def _run_loadgen(lg, issue, flush, settings, samples: int, logs: Path) -> loadge
     sut = lg.ConstructSUT(issue, flush)
     qsl = lg.ConstructQSL(samples, samples, lambda indices: None, lambda indices: None)
     try:
-        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        with GcPauses() as pauses:
+            lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
     finally:
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
-    return loadgen_log.read(logs)
+    return loadgen_log.read(logs), pauses.to_dict()
 
 
 def _probe(lg, server: Server, config: ServingConfig, expected_s: float, logs: Path,
@@ -127,9 +132,10 @@ def _probe(lg, server: Server, config: ServingConfig, expected_s: float, logs: P
     calls, served, padded = server.calls, server.served, server.padded
     by_size = dict(server.calls_by_size)
     with Batcher(server, config.server_batch_timeout_ms / 1e3, loadgen_complete(lg)) as batcher:
-        result = _run_loadgen(lg, batcher.issue, batcher.flush,
-                              loadgen_settings(lg, SCENARIOS["Server"], config, expected_s, target_qps),
-                              config.samples, folder)
+        result, collector = run_loadgen(
+            lg, batcher.issue, batcher.flush,
+            loadgen_settings(lg, SCENARIOS["Server"], config, expected_s, target_qps),
+            config.samples, folder)
     calls = server.calls - calls
     batching = {"serve_calls": calls, "samples_served": server.served - served,
                 "padding_samples": server.padded - padded,
@@ -147,7 +153,7 @@ def _probe(lg, server: Server, config: ServingConfig, expected_s: float, logs: P
                         scheduled_qps=result.scheduled_samples_per_second,
                         p99_ms=result.percentiles_ms.get("99.00"), min_ms=result.min_ms,
                         query_count=result.query_count, logs=str(folder), batching=batching,
-                        error=server.error)
+                        error=server.error, gc=collector)
 
 
 def _no_answer(found: search.Search, bound_ms: float) -> str:
@@ -277,9 +283,9 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
                 serving["result"] = result.to_dict()
         else:
             deadline(run_limit, f"serve (LoadGen's {scenario.name} run)", lambda: server.calls)
-            result = _run_loadgen(lg, lambda queries: server.issue(lg, queries), lambda: None,
-                                  loadgen_settings(lg, scenario, config, expected_s),
-                                  config.samples, logs)
+            result, serving["gc"] = run_loadgen(
+                lg, lambda queries: server.issue(lg, queries), lambda: None,
+                loadgen_settings(lg, scenario, config, expected_s), config.samples, logs)
             serving["result"] = result.to_dict()
         serving["batching"] = {"batch": batch, "serve_calls": server.calls,
                                "serve_calls_by_size": {str(n): c for n, c in

@@ -54,6 +54,7 @@ class Probe:
     logs: str = ""
     batching: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    gc: dict[str, Any] = field(default_factory=dict)   # collector.GcPauses during the run
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -15,7 +15,7 @@ import pytest
 from reports.pipeline import tidy
 from reports.pipeline.load import load
 from reports.render.build import build
-from reports.sections.serving import cdf_points, serve_rows
+from reports.sections.serving import cdf_points, serve_rows, serving_tables
 
 ROWS = Path(__file__).resolve().parents[1] / "data" / "serving_rows"
 
@@ -113,3 +113,34 @@ def test_no_serve_rows_no_serving_rows(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(fx.make_row("lenet_tiny", 1, "forward", "torch", "cpu", 1.0)) + "\n")
     assert serve_rows(tidy.tidy(load([path])).frame) == []
+
+
+def test_rows_that_recorded_the_collector_s_pauses_get_a_full_gc_column(tmp_path):
+    """suites/serving/collector.py: a run's full collections and the longest, in their own
+    column where a row recorded them (a Server row: its answering probe's); tables of older
+    rows go without it."""
+    copy = tmp_path / "rows"
+    shutil.copytree(ROWS, copy)
+    pauses = {"collections": {"0": 40, "1": 4, "2": 2}, "longest_ms": {"0": 0.1, "1": 1.0,
+              "2": 61.2}, "total_ms": 130.0}
+    for path in copy.rglob("ort_cpu.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            if row["scenario"] == "SingleStream":
+                row["serving"]["gc"] = pauses
+            if row["scenario"] == "Server":
+                for probe in row["serving"]["search"]["probes"]:
+                    probe["gc"] = {**pauses, "collections": {"0": 1, "1": 0, "2": 0}}
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tables = {t.title.split(" — ")[1].split(" (")[0]: t
+              for t in serving_tables(serve_rows(tidy.tidy(load([copy])).frame))}
+
+    def cells(scenario):
+        table = tables[scenario]
+        return {r[0].text: dict(zip(table.columns, (c.text for c in r))) for r in table.rows}
+
+    assert cells("SingleStream")["ort"]["full GCs"] == "2 (longest 61.2 ms)"
+    assert cells("SingleStream")["torch"]["full GCs"] == "—"
+    assert cells("Server")["ort"]["full GCs"] == "0"
+    assert any("generation 2" in note for note in tables["SingleStream"].notes)
+    assert "full GCs" not in tables["Offline"].columns

@@ -86,6 +86,7 @@ def test_generation_through_loadgen_is_one_checked_row_with_ttft_and_tpot(tmp_pa
     # float32 rounding of the reference's logits: within a unit of fp32 roundoff.
     assert found["error"] <= 2.0 ** -24 < found["bound"]
     assert (Path(serving["logs"]) / loadgen_log.SUMMARY).is_file()
+    assert set(serving["gc"]["collections"]) == {"0", "1", "2"}   # collector.GcPauses
 
 
 def test_logits_off_by_more_than_the_bound_fail_the_row(tmp_path):

@@ -315,6 +315,7 @@ def test_a_server_search_through_the_real_loadgen_keeps_every_probe(tmp_path):
         assert probe["valid"] == (probe["reason"] == "")
         assert probe["valid"] <= (probe["p99_ms"] <= SERVER.server_latency_bound_ms)
         assert probe["batching"]["samples_served"] == probe["query_count"]
+        assert set(probe["gc"]["collections"]) == {"0", "1", "2"}   # collector.GcPauses
         by_size = probe["batching"]["serve_calls_by_size"]
         assert set(by_size) <= {"1", "4"} and sum(by_size.values()) == probe["batching"]["serve_calls"]
     assert row.serving["check"]["passed"]

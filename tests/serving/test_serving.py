@@ -4,6 +4,7 @@ The runs use LoadGen's minimums of a few hundred milliseconds: seconds in all.""
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from adapters.base import Adapter, CaseConfig, Memory, Prepared, RunConfig
 from models import reference
 from models.inputs import Batch
 from suites.serving import loadgen_log
+from suites.serving.collector import GcPauses
 from suites.serving.run import serve_case
 from suites.serving.scenarios import ServingConfig
 
@@ -128,6 +130,20 @@ def test_single_stream_through_the_real_loadgen_is_a_valid_checked_row(tmp_path)
     assert serving["check"]["error"] <= 4 * 2.0 ** -24
     assert (Path(serving["logs"]) / loadgen_log.SUMMARY).is_file()
     assert (Path(serving["logs"]) / loadgen_log.DETAIL).is_file()
+    assert set(serving["gc"]["collections"]) == {"0", "1", "2"}
+    assert serving["gc"]["total_ms"] >= max(serving["gc"]["longest_ms"].values()) >= 0
+
+
+def test_the_collector_s_pauses_are_counted_by_generation_inside_the_block_only():
+    gc.collect()
+    with GcPauses() as pauses:
+        gc.collect(2)
+        gc.collect(0)
+    gc.collect(2)    # after the block: not counted
+    found = pauses.to_dict()
+    assert found["collections"]["2"] == 1 and found["collections"]["0"] >= 1
+    assert found["longest_ms"]["2"] > 0 and found["total_ms"] >= found["longest_ms"]["2"]
+    assert pauses._on not in gc.callbacks
 
 
 def test_a_wrong_answer_fails_the_float64_check(tmp_path):
