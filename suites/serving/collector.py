@@ -1,14 +1,13 @@
 """Python's garbage-collector pauses during a LoadGen run, counted and timed into the row.
 
 A full (generation 2) collection scans every object the collector tracks, and a process that
-has imported a framework and built a model tracks 10^5 or more: with PyTorch and ResNet-50 on
-a 2-core CPU one ``gc.collect(2)`` took 89 ms, and one full collection during a 5 s Server
-search of ``resnet_tiny`` 56 to 65 ms. A collection holds the GIL, so the batcher, LoadGen's
-callbacks and every framework call that needs the interpreter wait for it: at hundreds of
-QPS one pause delays more samples than a p99 over 2000 queries leaves room for (20).
-Allocations during the run set collections off (a plain loop of 660 PyTorch serves ran
-none; a Server search under LoadGen, with its responses and the batcher's queue, ran 130
-in 5 s), the framework's objects make the full ones long. Each run's row says how many
+has imported a framework and built a model tracks 10^5 or more: with PyTorch and ResNet-50
+built, one ``gc.collect(2)`` took 89 ms on a 2-core CPU. A collection holds the GIL, so the
+batcher, LoadGen's callbacks and every framework call that needs the interpreter wait for
+it: at a few hundred QPS, one such pause delays more samples than a p99 over 2000 queries
+leaves room for (20). Whether any run meets one depends on what it allocates (in
+serving-cpu's PyTorch cases the LoadGen runs met 0 to 7 collections, none full; preparing
+and warming up, outside the runs, set off many more). Each run's row says how many
 collections of each generation ran and how long the longest took (``gc.callbacks``,
 Python's documented hook), so a tail latency the collector explains can be told from one
 the framework made."""
