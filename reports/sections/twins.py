@@ -19,10 +19,12 @@ from comparisons.transformer_twins import TOLERANCE, fastest_pairs
 from reports.render.table import Table, cell
 
 TITLE = "Twins: each adapter against its framework's own model"
-# A twin script's results file -> the twin's name and its rows' time field.
-TWINS = {"hf_transformers_vs_dlbench": ("Hugging Face transformers", "hf_ms"),
-         "keras_hub_vs_dlbench": ("keras-hub", "keras_ms"),
-         "ort_hf_vs_dlbench": ("ONNX Runtime's optimizer on the Hugging Face export", "twin_ms")}
+# A twin script's results file -> the twin's name, its rows' time field and the framework
+# (None: each row's ``backend``, keras-hub's two).
+TWINS = {"hf_transformers_vs_dlbench": ("Hugging Face transformers", "hf_ms", "torch"),
+         "keras_hub_vs_dlbench": ("keras-hub", "keras_ms", None),
+         "ort_hf_vs_dlbench": ("ONNX Runtime's optimizer on the Hugging Face export", "twin_ms",
+                               "ort")}
 SUFFIX = ".ndjson"
 BACKEND = {"jax": "jax", "tensorflow": "tf"}
 PARAGRAPHS = (
@@ -51,7 +53,7 @@ def read_twins(files: Iterable[Path]) -> list[dict[str, Any]]:
     the environment line before it); the last row of each case."""
     latest: dict[tuple, dict[str, Any]] = {}
     for path in files:
-        twin, field = TWINS[path.name[:-len(SUFFIX)]]
+        twin, field, fixed = TWINS[path.name[:-len(SUFFIX)]]
         env: dict[str, Any] = {}
         for line in path.read_text(encoding="utf-8").splitlines():
             if not line.strip():
@@ -60,8 +62,7 @@ def read_twins(files: Iterable[Path]) -> list[dict[str, Any]]:
             if "environment" in row:
                 env = row["environment"]
                 continue
-            framework = ("torch" if field == "hf_ms" else "ort" if field == "twin_ms"
-                         else BACKEND.get(row.get("backend", ""), row.get("backend", "")))
+            framework = fixed or BACKEND.get(row.get("backend", ""), row.get("backend", ""))
             row = {**row, "framework": framework, "twin": twin, "field": field,
                    "commit": str(env.get("dlbench_commit", ""))[:7],
                    "gpu": env.get("gpu_model") or "CPU"}

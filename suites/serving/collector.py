@@ -43,8 +43,8 @@ class GcPauses:
             return
         generation = info["generation"]
         ms = (time.perf_counter() - self._started) * 1e3
-        self.counts[generation] = self.counts.get(generation, 0) + 1
-        self.longest_ms[generation] = max(self.longest_ms.get(generation, 0.0), ms)
+        self.counts[generation] += 1
+        self.longest_ms[generation] = max(self.longest_ms[generation], ms)
         self.total_ms += ms
 
     def to_dict(self) -> dict[str, Any]:
