@@ -247,7 +247,17 @@ class TorchGenerator:
     attention computes in (bf16 under bf16 autocast). In the compiled variants the prefill
     and the decode step are each one ``torch.compile``d function of fixed shapes (the
     positions are a device tensor, never a Python int the graph would specialise on), so
-    each compiles once."""
+    each compiles once. ``compile_reduce_overhead`` replays both as CUDA graphs: the cache,
+    written in place by every step, is marked a static input (its address fixed, as Hugging
+    Face's StaticCache marks its own), since CUDAGraph Trees replay in-place writes only
+    to static inputs (torch/_inductor/cudagraph_utils.py, ``check_for_mutation``). Where
+    inductor would still skip the graphs, its first calls raise (``cudagraph_or_error``)
+    and the case is ``Unsupported`` with inductor's reason, never a row of plain
+    ``torch.compile`` under this variant's name."""
+
+    # Calls of each pass checked for skipped graphs: inductor decides at the compile (the
+    # first call) and CUDAGraph Trees check input mutation when they record (a later one).
+    GRAPH_CHECKED_CALLS = 3
 
     def __init__(self, prepared: TorchPrepared, max_length: int):
         self.prepared = prepared
@@ -263,11 +273,22 @@ class TorchGenerator:
         self.length = 0
         self.logits: torch.Tensor | None = None
         run = self._pass
+        self.graphs = prepared.variant == REDUCE_OVERHEAD
+        if self.graphs:
+            for cache in self.caches.values():
+                for tensor in cache:
+                    torch._dynamo.mark_static_address(tensor)
+            torch._dynamo.mark_static_address(self.arange)
         if prepared.variant in COMPILED:
-            self._prefill_pass = torch.compile(run, dynamic=False)
-            self._decode_pass = torch.compile(run, dynamic=False)
+            mode = "reduce-overhead" if self.graphs else None
+            self._prefill_pass = torch.compile(run, dynamic=False, mode=mode)
+            self._decode_pass = torch.compile(run, dynamic=False, mode=mode)
+            if self.graphs:
+                self._prefill_pass = graph_trees_any_thread(self._prefill_pass)
+                self._decode_pass = graph_trees_any_thread(self._decode_pass)
         else:
             self._prefill_pass = self._decode_pass = run
+        self.calls = {id(self._prefill_pass): 0, id(self._decode_pass): 0}
 
     def _pass(self, tokens: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits of the last step and its argmax, both on the device."""
@@ -279,10 +300,29 @@ class TorchGenerator:
         steps = tokens.shape[1]
         if self.length + steps > self.capacity:
             raise ValueError(f"position {self.length + steps} beyond the cache's {self.capacity}")
+        positions = self.arange[self.length:self.length + steps]
         with torch.inference_mode(), self.prepared.autocast():
-            self.logits, token = run(tokens, self.arange[self.length:self.length + steps])
+            if self.graphs and self.calls[id(run)] < self.GRAPH_CHECKED_CALLS:
+                self.calls[id(run)] += 1
+                self.logits, token = self._graphed_or_unsupported(run, tokens, positions)
+            else:
+                self.logits, token = run(tokens, positions)
         self.length += steps
         return int(token)   # the copy to the host waits for the device
+
+    @staticmethod
+    def _graphed_or_unsupported(run, tokens: torch.Tensor, positions: torch.Tensor):
+        from torch._inductor import config
+        try:
+            with config.patch({"triton.cudagraph_or_error": True}):
+                return run(tokens, positions)
+        except RuntimeError as error:
+            if "cudagraph" not in str(error).lower():
+                raise
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            first = next((line for line in lines if "cudagraph" in line.lower()), lines[0])
+            raise Unsupported(f"{REDUCE_OVERHEAD}: inductor would run generation without "
+                              f"CUDA graphs ({first})") from None
 
     def prefill(self, prompt: np.ndarray) -> int:
         self.length = 0

@@ -204,6 +204,42 @@ def test_bf16_generation_caches_bfloat16_and_matches_float64_within_its_bound(ad
     generates_as_float64(adapter, "bf16")
 
 
+def test_compiled_generation_matches_float64_and_compiles_each_pass_once(adapter):
+    """torch.compile's generation: every step within fp32's bound of float64 and every
+    token float64's, over two prompts and 15 steps, from two graphs (the prefill's and the
+    decode step's) compiled once each: a decode step that specialised on its position
+    would recompile at every token."""
+    from torch._dynamo.utils import counters
+
+    from tests.conformance.test_generate import generates_as_float64
+    torch._dynamo.reset()
+    counters.clear()
+    generates_as_float64(adapter, "fp32", "compile")
+    assert dict(counters["frames"]) == {"total": 2, "ok": 2}
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["recompiles"]
+
+
+def test_generation_that_would_skip_cuda_graphs_is_unsupported():
+    """Under compile_reduce_overhead, inductor's refusal of CUDA graphs (raised where
+    ``cudagraph_or_error`` is set) becomes the case's Unsupported with inductor's reason;
+    any other error stays what it is."""
+    from adapters.torch.adapter import TorchGenerator
+
+    def skips(*_):
+        raise RuntimeError("backend='inductor' raised:\nRuntimeError: skipping cudagraphs "
+                           "due to mutated inputs (2 instances). Found from:\n  File x.py")
+
+    def fails(*_):
+        raise RuntimeError("CUDA out of memory")
+
+    with pytest.raises(Unsupported, match=r"compile_reduce_overhead: .*without CUDA graphs "
+                                          r"\(RuntimeError: skipping cudagraphs due to "
+                                          r"mutated inputs \(2 instances\)\. Found from:\)"):
+        TorchGenerator._graphed_or_unsupported(skips, None, None)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        TorchGenerator._graphed_or_unsupported(fails, None, None)
+
+
 def test_grad_input_and_grad_weight_are_separate_kernels(adapter):
     prepared = prepare(adapter, "conv_tiny")
     grad_x = prepared.step("grad_input")()
