@@ -185,6 +185,30 @@ def test_a_serving_row_sets_the_default_variants_latencies_side_by_side_never_ra
     assert "serving" not in block.split("#### H100:", 1)[1].split("####", 1)[0]   # none there
 
 
+def test_a_fastest_variant_serving_row_takes_each_frameworks_fastest_valid_run(published,
+                                                                                tmp_path):
+    """torch's compiled variant (VALID, 50 ms) stands for torch, not its INVALID eager run,
+    and the row says that compiled meets uncompiled; a framework with no valid run keeps
+    its reason. No BERT rows in the folder: no BERT line."""
+    block = glance.block(published, tmp_path)
+    _, ratios, verdict = table_row(
+        block, "CPU", "ResNet-50 b1 fp32 strict, serving: SingleStream p90 latency, each "
+                      "framework's fastest variant")
+    assert ratios == ("**torch compile 1.00** · ort ort_all 2.00 · tf graph 2.50 · "
+                      "jax — (failed)")
+    assert verdict == ("not ranked: one LoadGen run each, no interval (p90 of torch compile: "
+                       "50.0 ms); compiled (torch compile) vs uncompiled")
+    assert "BERT" not in block
+
+
+def test_no_fastest_variant_row_where_every_fastest_is_the_default(published, tmp_path):
+    serve = published / "cpu" / "serve.jsonl"
+    fx._write(serve, [r for r in serve_rows() if r["settings"]["variant"] != "compile"])
+    block = glance.block(published, tmp_path)
+    assert "fastest variant" not in block
+    assert "ResNet-50 b1 fp32 strict, serving: SingleStream p90 latency |" in block
+
+
 def test_cli_writes_checks_and_refuses_a_readme_without_markers(published, tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{glance.BEGIN}\nold\n{glance.END}\n\nafter\n", encoding="utf-8")
