@@ -1004,3 +1004,22 @@ def test_the_row_records_the_attention_implementation(adapter):
                                                   "implementation=None")
     prepared.close()
     assert "attention" not in prepare(adapter, "lenet_tiny", batch=2).extra
+
+
+def test_generation_compiles_the_prefill_and_the_decode_step_once_each(adapter):
+    """jit's generation: two executables (the prefill's shape and the decode step's) over
+    a prefill and three decode steps, then a second prompt's: the position is traced, so
+    a new value compiles nothing, and the donated caches come back placed as they went in
+    (an uncommitted first cache would compile the step again, as the training step once
+    did: test_rows_record_one_compile_per_step_and_none_when_compiled_already)."""
+    from tests.conformance.test_generate import NEW, PROMPT, prepared_for
+    _, _, _, prepared = prepared_for(adapter, "gpt2_tiny", "fp32", "jit")
+    try:
+        generator = prepared.generator(PROMPT + NEW)
+        for prompt in (np.arange(PROMPT) % 7, np.arange(PROMPT) % 5):
+            token = generator.prefill(prompt)
+            for _ in range(3):
+                token = generator.decode(token)
+        assert generator.step._cache_size() == 2
+    finally:
+        prepared.close()

@@ -1238,3 +1238,21 @@ def test_the_row_records_the_attention_implementation(adapter):
     assert prepared.extra["attention"].endswith(", graph")
     prepared.close()
     assert "attention" not in prepare(adapter, "lenet_tiny", batch=2).extra
+
+
+def test_xla_generation_matches_float64_and_traces_each_shape_once(adapter):
+    """XLA's generation (serving-gpu runs it): every step within fp32's bound of float64
+    and every token float64's, over two prompts and 15 steps, from two traces (the
+    prefill's shape and the decode step's): a position passed as a Python int would
+    retrace, and XLA recompile, at every token."""
+    from tests.conformance.test_generate import NEW, PROMPT, generates_as_float64, prepared_for
+    generates_as_float64(adapter, "fp32", "xla")
+    _, _, _, prepared = prepared_for(adapter, "gpt2_tiny", "fp32", "xla")
+    try:
+        generator = prepared.generator(PROMPT + NEW)
+        token = generator.prefill(np.arange(PROMPT) % 7)
+        for _ in range(3):
+            token = generator.decode(token)
+        assert generator.step.experimental_get_tracing_count() == 2
+    finally:
+        prepared.close()
