@@ -106,7 +106,9 @@ def _version_text(framework: str, version: str | None) -> str:
 
 def _gpu_text(gpu: tuple, libraries: tuple) -> str:
     (model, driver), (cuda, cudnn) = gpu, libraries
-    return f"{model or '?'} (driver {driver}, CUDA {cuda}, cuDNN {cudnn})"
+    # A framework that does not say which cuDNN it loaded (ONNX Runtime) records none.
+    return (f"{model or '?'} (driver {driver}, CUDA {cuda or 'not recorded'}, "
+            f"cuDNN {cudnn or 'not recorded'})")
 
 
 def _known(pairs: set[tuple], text) -> list[str]:

@@ -939,6 +939,20 @@ def test_publish_names_one_commit_once_and_no_unknown_beside_a_known_version(tmp
     assert "CUDA None, cuDNN None" not in block
 
 
+def test_publish_says_a_cudnn_a_framework_did_not_record_is_not_recorded(tmp_path):
+    """ONNX Runtime names its CUDA but not the cuDNN it loaded: its GPU line says so, never
+    "cuDNN None"."""
+    from reports.publish import inventory
+
+    row = dict(next(r for r in fx.gpu_rows() if r["settings"]["framework"] == "torch"))
+    row["env"] = {**row["env"], "cuda": "13.0", "cudnn": None}
+    folder = tmp_path / "pub" / "default-gpu" / "gpubox"
+    folder.mkdir(parents=True)
+    fx._write(folder / "torch_gpu.jsonl", [row])
+    block = inventory(tmp_path / "pub")
+    assert "CUDA 13.0, cuDNN not recorded)" in block and "None" not in block
+
+
 def test_publish_reruns_a_serving_suite_through_the_framework_sessions_not_the_matrix():
     """The matrix runs no serving suite (LoadGen's harness runs them): a folder holding one
     says to run it through each framework's nox session, as the user guide does."""
