@@ -266,6 +266,18 @@ def test_a_bound_missed_at_every_load_goes_down_to_the_floor_and_stops():
     assert found.answer is None and found.stopped == "the floor of 20 QPS failed"
 
 
+def test_a_step_down_to_just_above_the_floor_goes_to_the_floor():
+    """From 587.7 QPS by fourths: 146.9, then 36.73, within RESOLUTION of the floor of 36.31,
+    so the floor itself (an H200 search ran both, 55 s each); 42 QPS, 1.16 times the floor,
+    is still a run of its own."""
+    def always_over(qps: float) -> search.Probe:
+        return search.Probe(qps, False, "over", p99_ms=50.0, min_ms=1.0)
+    found = search.search(always_over, 587.68, runs=8, bound_ms=15.0, floor=36.31)
+    assert [round(p.target_qps, 2) for p in found.probes] == [587.68, 146.92, 36.31]
+    found = search.search(always_over, 673.03, runs=8, bound_ms=15.0, floor=36.31)
+    assert [round(p.target_qps, 2) for p in found.probes] == [673.03, 168.26, 42.06, 36.31]
+
+
 def test_server_settings_are_checked():
     assert search.floor_qps(400, 5000) == pytest.approx((400 + search.FLOOR_SIGMAS * 20) / 5)
     with pytest.raises(ValueError, match="server_latency_bound_ms"):
