@@ -26,6 +26,7 @@ from reports.pipeline.naming import sort_key
 from reports.pipeline.tidy import tidy
 from reports.render.table import Cell, Table
 from reports.sections.compare_scaling import section_parts as scaling_section
+from reports.sections.compare_serving import section_parts as serving_section
 
 # Settings compared between your row and the reference row, with the weight of a mismatch
 # when choosing among several reference rows: batch and precision change the computation,
@@ -230,11 +231,13 @@ def section_parts(loaded: Loaded, reference_roots: tuple[Path, ...]
                   ) -> tuple[tuple[str, ...], tuple[Table, ...]]:
     """The comparison section's paragraphs and tables (empty when nothing pairs); the
     data-parallel cases in a table of their own (reports/sections/compare_scaling.py)."""
-    pairs, unmatched = pair_rows(*split(loaded, reference_roots))
+    yours, reference = split(loaded, reference_roots)
+    pairs, unmatched = pair_rows(yours, reference)
     scaling_text, scaling_tables = scaling_section(loaded, reference_roots)
+    serving_text, serving_tables = serving_section(yours, reference)
     names = ", ".join(str(p) for p in reference_roots)
     text = [f"Reference: {names}."]
-    if pairs or unmatched or not scaling_text:
+    if pairs or unmatched or not (scaling_text or serving_text):
         text[0] += (f" {len(pairs)} of your timed rows have a reference row of the same "
                     "model, measure, framework and device.")
     if unmatched:
@@ -242,6 +245,6 @@ def section_parts(loaded: Loaded, reference_roots: tuple[Path, ...]
                           for r in unmatched})
         text.append(f"{len(unmatched)} row(s) without one: " + ", ".join(missing[:20])
                     + (", …" if len(missing) > 20 else "") + ".")
-    text += scaling_text
+    text += [*scaling_text, *serving_text]
     tables = (summary_table(pairs), pair_table(pairs)) if pairs else ()
-    return tuple(text), tables + scaling_tables
+    return tuple(text), tables + scaling_tables + serving_tables

@@ -104,7 +104,7 @@ def probes(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in found if isinstance(p, dict) and p.get("target_qps") is not None]
 
 
-def _server_answer(row: dict[str, Any]) -> tuple[float | None, float | None]:
+def server_answer(row: dict[str, Any]) -> tuple[float | None, float | None]:
     """The largest passing target QPS (the search's answer) and the bound."""
     search = row["serving"].get("search") or {}
     answer = search.get("answer_qps")
@@ -133,7 +133,7 @@ def _collector(row: dict[str, Any]) -> dict[str, Any] | None:
     collector.py): a Server row's answering probe's; None in rows from before they were
     recorded, and for a Server row that found no answer."""
     if row["scenario"] == "Server":
-        answer, _ = _server_answer(row)
+        answer, _ = server_answer(row)
         found = [p.get("gc") for p in probes(row) if p["target_qps"] == answer]
         return found[0] if found and found[0] else None
     return row["serving"].get("gc") or None
@@ -169,7 +169,7 @@ def headline(row: dict[str, Any]) -> tuple[str, ...]:
     if scenario == "Offline":
         return (_number(result.get("samples_per_second"), ".1f"), _number(row["batch"], "d"))
     if scenario == "Server":
-        answer, bound = _server_answer(row)
+        answer, bound = server_answer(row)
         tried = probes(row)
         return ("none" if answer is None else _qps(answer),
                 _qps(_server_failed_above(row, answer)), _number(bound, "g"),

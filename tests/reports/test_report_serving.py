@@ -144,3 +144,46 @@ def test_rows_that_recorded_the_collector_s_pauses_get_a_full_gc_column(tmp_path
     assert cells("Server")["ort"]["full GCs"] == "0"
     assert any("generation 2" in note for note in tables["SingleStream"].notes)
     assert "full GCs" not in tables["Offline"].columns
+
+
+def test_your_serving_rows_are_compared_with_the_reference_s_by_their_headlines(tmp_path):
+    """The real rows published as the reference; yours the same rows with the torch p90
+    halved, its Offline rate doubled (time ratio 0.5 both: below 1 you are faster), ONNX
+    Runtime's Server run on 4 threads (named beside its pair) and its MultiStream run
+    INVALID (no figure, no pair). Failed rows (Bursty, torch's Server) pair nothing."""
+    from reports import compare, publish
+    from reports.sections.compare_serving import pair_serving
+
+    reference = tmp_path / "published" / "cpu-ref"
+    assert publish.main([str(ROWS), "--to", str(reference)]) == 0
+    mine = tmp_path / "results" / "serving-trim" / "userbox"
+    mine.mkdir(parents=True)
+    for source in ROWS.rglob("*_cpu.jsonl"):
+        rows = [json.loads(line) for line in source.read_text().splitlines()]
+        for row in rows:
+            row["env"] = {**row["env"], "host": "userbox"}
+            result = (row.get("serving") or {}).get("result") or {}
+            fw, scenario = row["settings"]["framework"], row["scenario"]
+            if fw == "torch" and scenario == "SingleStream":
+                result["percentiles_ms"]["90.00"] /= 2
+            if fw == "torch" and scenario == "Offline":
+                result["samples_per_second"] *= 2
+            if fw == "ort" and scenario == "Server":
+                row["settings"]["threads"] = 4
+            if fw == "ort" and scenario == "MultiStream":
+                result["valid"] = False
+        (mine / source.name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = load([tmp_path / "results", reference])
+    pairs, unmatched = pair_serving(*compare.split(loaded, (reference,)))
+    by = {(p.yours["framework"], p.yours["scenario"]): p for p in pairs}
+    assert sorted(by) == [("ort", "Offline"), ("ort", "Server"), ("ort", "SingleStream"),
+                          ("torch", "MultiStream"), ("torch", "Offline"),
+                          ("torch", "SingleStream")] and unmatched == 0
+    assert by[("torch", "SingleStream")].time_ratio == pytest.approx(0.5)
+    assert by[("torch", "Offline")].time_ratio == pytest.approx(0.5)
+    assert by[("torch", "MultiStream")].time_ratio == pytest.approx(1.0)
+    assert by[("ort", "Server")].differs() == ("threads 4 vs 2",)
+    assert by[("torch", "SingleStream")].differs() == ()
+    text, tables = compare.section_parts(loaded, (reference,))
+    assert any(t.key == "compare-serving" for t in tables)
+    assert any(line.startswith("6 of your serving rows have a reference row") for line in text)

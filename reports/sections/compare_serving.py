@@ -1,0 +1,178 @@
+"""Your serving run beside a published reference (``python -m reports results
+published/<folder>``): each of your LoadGen rows beside the reference's row of the same
+model, scenario, framework, variant, precision and device kind, by the scenario's headline.
+
+The row-by-row comparison (reports/compare.py) pairs medians of timed steps; a serving row
+has none, but one headline per scenario (reports/sections/serving.py): SingleStream's p90
+and MultiStream's p99 latency, Offline's samples/s, Server's QPS under the bound, a
+generation's tokens/s, a cold start's seconds. A figure counts only where its row is ``ok``
+and, for a LoadGen run, VALID with its answers within their float64 bound. One LoadGen run
+per side gives no interval, so a ratio here carries none, and a Server QPS is a lower bound
+on both sides (the search's largest VALID target). What may still differ (the thread
+budget, the batch, the framework's version, the device model) is listed beside each pair.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from models.measures import GENERATE, SERVE
+from reports.pipeline.cells import fmt_ms
+from reports.render.table import Cell, Table
+from reports.sections.serving import serve_rows, server_answer
+from suites.serving.scenarios import COLD_START
+
+
+def _percentile(key: str) -> Callable[[dict[str, Any]], float | None]:
+    return lambda row: ((row["serving"].get("result") or {}).get("percentiles_ms") or {}).get(key)
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    value: Callable[[dict[str, Any]], float | None]
+    lower_is_better: bool     # a latency or a duration; else a rate
+    loadgen: bool = True      # judged by LoadGen's verdict and the float64 check
+
+
+FIGURES = {
+    "SingleStream": Figure("p90 ms", _percentile("90.00"), True),
+    "MultiStream": Figure("p99 ms per query", _percentile("99.00"), True),
+    "Offline": Figure("samples/s", lambda r: (r["serving"].get("result") or {}).get(
+        "samples_per_second"), False),
+    "Server": Figure("QPS at p99 ≤ bound", lambda r: server_answer(r)[0], False),
+    GENERATE: Figure("tokens/s", lambda r: (r["serving"].get("generation") or {}).get(
+        "tokens_per_second"), False),
+    COLD_START: Figure("cold start s", lambda r: (r["serving"].get("cold_start") or {}).get(
+        "total_median_s"), True, loadgen=False),
+}
+# What a reference row must share with yours; what may differ, with the weight of a
+# mismatch when several reference rows share the key (the batch and the thread budget
+# change the run, a version or a device model only its speed).
+KEY = ("model", "scenario", "framework", "variant", "precision", "device")
+MATCH_WEIGHTS = (("batch", 4), ("threads", 2), ("framework_version", 1), ("hardware", 1))
+LABELS = {"batch": "batch", "threads": "threads", "framework_version": "version",
+          "hardware": "device"}
+
+
+def _scenario(row: dict[str, Any]) -> str:
+    return GENERATE if row["measure"] == GENERATE else row["scenario"]
+
+
+def figure(row: dict[str, Any]) -> float | None:
+    """The row's headline, where it counts: the row ``ok`` and, for a LoadGen run, VALID
+    with its checked answers within their float64 bound; else None."""
+    found = FIGURES.get(_scenario(row))
+    if found is None or row["status"] != "ok":
+        return None
+    serving = row["serving"]
+    if found.loadgen and not ((serving.get("result") or {}).get("valid")
+                              and (serving.get("check") or {}).get("passed")):
+        return None
+    value = found.value(row)
+    return value if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 \
+        else None
+
+
+@dataclass(frozen=True)
+class ServingPair:
+    yours: dict[str, Any]
+    reference: dict[str, Any]
+
+    @property
+    def figure(self) -> Figure:
+        return FIGURES[_scenario(self.yours)]
+
+    @property
+    def time_ratio(self) -> float:
+        """Your time per answer / the reference's: the latencies' ratio, a rate's inverse,
+        so that below 1 you are faster either way."""
+        mine, theirs = figure(self.yours), figure(self.reference)
+        return mine / theirs if self.figure.lower_is_better else theirs / mine
+
+    def differs(self) -> tuple[str, ...]:
+        return tuple(f"{LABELS[k]} {self.yours[k] or '—'} vs {self.reference[k] or '—'}"
+                     for k, _ in MATCH_WEIGHTS if self.yours[k] != self.reference[k])
+
+
+def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [*serve_rows(frame, SERVE), *serve_rows(frame, GENERATE)]
+
+
+def pair_serving(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
+                 ) -> tuple[list[ServingPair], int]:
+    """(pairs, your rows with a headline but no reference row with one under the same
+    ``KEY``). Among several candidates the one with the fewest (weighted) differences."""
+    reference: dict[tuple, list[dict[str, Any]]] = {}
+    for row in _rows(reference_frame):
+        if figure(row) is not None:
+            reference.setdefault(tuple(_key(row)), []).append(row)
+    pairs, unmatched = [], 0
+    for row in _rows(yours_frame):
+        if figure(row) is None:
+            continue
+        candidates = reference.get(tuple(_key(row)))
+        if not candidates:
+            unmatched += 1
+            continue
+        best = min(candidates, key=lambda c: sum(w for k, w in MATCH_WEIGHTS if c[k] != row[k]))
+        pairs.append(ServingPair(row, best))
+    pairs.sort(key=lambda p: (p.yours["framework"], p.yours["device"], p.yours["model"],
+                              list(FIGURES).index(_scenario(p.yours)), p.yours["variant"],
+                              p.yours["precision"]))
+    return pairs, unmatched
+
+
+def _key(row: dict[str, Any]) -> list[Any]:
+    return [_scenario(row) if k == "scenario" else row[k] for k in KEY]
+
+
+def _value(value: float, name: str) -> str:
+    if name.endswith("ms") or name.endswith("per query"):
+        return fmt_ms(value)
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def serving_table(pairs: list[ServingPair]) -> Table:
+    body = []
+    for p in pairs:
+        y, r, name = p.yours, p.reference, p.figure.name
+        body.append((Cell(y["model"]), Cell(_scenario(y)), Cell(f"{y['framework']} {y['variant']}"),
+                     Cell(y["precision"]), Cell(y["device"]), Cell(name),
+                     Cell(_value(figure(y), name), title=y["hardware"]),
+                     Cell(_value(figure(r), name), title=f"{r['hardware']}: {r['source']}"),
+                     Cell(f"{p.time_ratio:.2f}×", emphasis="" if p.differs() else "bold"),
+                     Cell("; ".join(p.differs()) or "—", kind="fail" if p.differs() else "")))
+    return Table("compare-serving", "Serving beside the reference",
+                 ("Model", "Scenario", "Framework", "Precision", "Device", "Headline",
+                  "Yours", "Reference", "Time ratio", "Settings that differ"), tuple(body),
+                 (False,) * 6 + (True,) * 3 + (False,),
+                 notes=("Pairs: the same model, scenario, framework, variant, precision and "
+                        "device kind; each side's row ok and, under LoadGen, VALID with its "
+                        "answers within their float64 bound. Time ratio = your latency (or "
+                        "seconds) / the reference's, and for a rate (samples/s, QPS, tokens/s) "
+                        "the reference's / yours: below 1× you are faster either way. One "
+                        "LoadGen run a side: no interval. A Server QPS is the search's largest "
+                        "VALID target, a lower bound on each side. Bold: every listed setting "
+                        "agrees.",))
+
+
+def section_parts(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
+                  ) -> tuple[tuple[str, ...], tuple[Table, ...]]:
+    """The serving comparison's paragraph and table (empty when no serving row pairs)."""
+    pairs, unmatched = pair_serving(yours_frame, reference_frame)
+    if not pairs:
+        return (), ()
+    ratios = [p.time_ratio for p in pairs]
+    mean = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+    text = (f"{len(pairs)} of your serving rows have a reference row of the same model, "
+            f"scenario, framework, variant, precision and device kind: your time per answer "
+            f"is {mean:.2f}× the reference's (geometric mean; "
+            f"{min(ratios):.2f}× to {max(ratios):.2f}×)."
+            + (f" {unmatched} row(s) without one." if unmatched else ""))
+    return (text,), (serving_table(pairs),)
