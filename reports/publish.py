@@ -125,8 +125,8 @@ def _known(pairs: set[tuple], text) -> list[str]:
 
 
 def _host_text(host: str, cpu: tuple) -> str:
-    model, cores = cpu
-    return f"{host}: {model or '?'} ({cores or '?'} cores)"
+    model, cores, isa = cpu
+    return f"{host}: {model or '?'} ({cores or '?'} cores{', ' + isa if isa else ''})"
 
 
 def _commit_texts(commits: set[str]) -> list[str]:
@@ -193,7 +193,8 @@ def inventory(target: Path) -> str:
             s, env = row["settings"], row.get("env") or {}
             counts[(row.get("suite") or relative.parts[0], s["framework"], s["device"],
                     row["status"])] += 1
-            hosts.add((env.get("host") or "?", (env.get("cpu_model"), env.get("physical_cores"))))
+            hosts.add((env.get("host") or "?", (env.get("cpu_model"), env.get("physical_cores"),
+                                                env.get("cpu_isa"))))
             versions.add((s["framework"], env.get("framework_version")))
             if env.get("dlbench_commit"):
                 commits.add(str(env["dlbench_commit"]))

@@ -28,7 +28,7 @@ from suites.stats.intervals import relabel, relabel_unstable
 # warm run of one case are two measurements, never one.
 SETTING_FIELDS = ("framework", "device", "precision", "variant", "threads", "interop_threads",
                   "layout", "execution", "compile_cache")
-ENV_FIELDS = ("host", "os", "python", "cpu_model", "physical_cores", "logical_cores",
+ENV_FIELDS = ("host", "os", "python", "cpu_model", "cpu_isa", "physical_cores", "logical_cores",
               "gpu_model", "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit")
 TIMING_FIELDS = ("first_call_ms", "median_ms", "iqr_ms", "ci_low_ms", "ci_high_ms", "mean_ms",
                  "min_ms", "samples", "inner_loops")
@@ -83,7 +83,8 @@ IDENTITY = ("measured_in", "model", "batch", "measure", "scenario", *SETTING_KEY
 CELL = ("model", "batch", "measure", "scenario", *SETTING_KEY, "practice")
 STRING_COLUMNS = ("suite", "measured_in", "model", "measure", "status", "reason", "framework", "device",
                   "precision", "variant", "layout", "execution", "unstable_reason",
-                  "memory_kind", "family", "host", "os", "python", "cpu_model", "gpu_model",
+                  "memory_kind", "family", "host", "os", "python", "cpu_model", "cpu_isa",
+                  "gpu_model",
                   "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
                   "started_at", "case_id", "source", "hardware", "compile_cache",
                   "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline",
@@ -271,10 +272,13 @@ def measured_in(data) -> str:
 
 
 def hardware(row) -> str:
-    """The device a timing belongs to: the GPU's name on GPU, the CPU's on CPU."""
+    """The device a timing belongs to: the GPU's name on GPU, the CPU's on CPU with its
+    widest vector extension where the row recorded it (one model name, "AMD EPYC", has
+    come with and without AVX-512: suites/instruments/environment.py ``cpu_isa``)."""
     if row["device"] == "gpu":
         return row["gpu_model"] or "unknown GPU"
-    return row["cpu_model"] or "unknown CPU"
+    model = row["cpu_model"] or "unknown CPU"
+    return f"{model} ({row['cpu_isa']})" if row.get("cpu_isa") else model
 
 
 def tidy(loaded: Loaded) -> Tidy:

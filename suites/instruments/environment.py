@@ -36,6 +36,27 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The widest x86 vector extension the CPU reports, from /proc/cpuinfo's flags: oneDNN, XLA
+# and ONNX Runtime's MLAS pick their kernels by it, and one model name does not fix it (a
+# 2-core "AMD EPYC" VM of one host id ran the CPU reference without AVX-512 and later had it).
+ISA_FLAGS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"))
+
+
+def cpu_isa(cpuinfo: str | None = None) -> str:
+    """"AVX-512", "AVX2", "AVX", or "" where the CPU reports none of them (or no flags:
+    another architecture, another OS)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return next((name for flag, name in ISA_FLAGS if flag in flags), "")
+    return ""
+
+
 def limit_cpus(threads: int) -> list[int]:
     """Pin this process to ``threads`` CPUs before any framework starts. JAX/XLA on CPU
     ignores thread flags and only an affinity mask limits it; pinning every framework the
@@ -155,6 +176,7 @@ def host_environment(threads: int, affinity: list[int]) -> dict[str, Any]:
         "os": platform.platform(),
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
+        "cpu_isa": cpu_isa(),
         "physical_cores": physical_cores(),
         "logical_cores": psutil.cpu_count(logical=True),
         "threads_used": threads,

@@ -183,3 +183,15 @@ def test_without_gpus_the_mac_address_is_next(monkeypatch, no_machine_id, tmp_pa
     monkeypatch.setattr(uuid, "getnode", lambda: 0x0242AC110002)
     expected = hashlib.sha256(str(0x0242AC110002).encode()).hexdigest()[:8]
     assert environment.host_id() == f"vm-{expected}"
+
+
+def test_the_cpu_isa_is_the_widest_vector_extension_its_flags_name():
+    """One model name ("AMD EPYC") has come with and without AVX-512: the row records which."""
+    def info(flags: str) -> str:
+        return f"processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 {flags}\n\n"
+    assert environment.cpu_isa(info("avx avx2 fma avx512f avx512dq")) == "AVX-512"
+    assert environment.cpu_isa(info("avx avx2 fma f16c")) == "AVX2"
+    assert environment.cpu_isa(info("avx")) == "AVX"
+    assert environment.cpu_isa(info("neon")) == ""
+    assert environment.cpu_isa("processor\t: 0\n") == ""          # no flags line at all
+    assert environment.cpu_isa() in ("AVX-512", "AVX2", "AVX", "")

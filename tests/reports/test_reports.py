@@ -939,6 +939,23 @@ def test_publish_names_one_commit_once_and_no_unknown_beside_a_known_version(tmp
     assert "CUDA None, cuDNN None" not in block
 
 
+def test_a_cpu_row_s_hardware_names_its_vector_extension_where_recorded(tmp_path):
+    """A row that recorded its CPU's widest vector extension is a device of its own in the
+    report ("AMD EPYC (AVX-512)" is not "AMD EPYC (AVX2)"), and the published folder's hosts
+    say it; rows written before it keep the bare model name."""
+    from reports.publish import inventory
+
+    rows = [dict(r) for r in fx.cpu_rows()[:2]]
+    rows[0]["env"] = {**rows[0]["env"], "cpu_isa": "AVX-512"}
+    folder = tmp_path / "pub" / "default-cpu" / "cpubox"
+    folder.mkdir(parents=True)
+    fx._write(folder / "torch_cpu.jsonl", rows)
+    frame = tidy(load([tmp_path / "pub"])).frame
+    model = fx.CPU_HOST["cpu_model"]
+    assert set(frame["hardware"]) == {f"{model} (AVX-512)", model}
+    assert f"{model} ({fx.CPU_HOST['physical_cores']} cores, AVX-512)" in inventory(tmp_path / "pub")
+
+
 def test_publish_says_a_cudnn_a_framework_did_not_record_is_not_recorded(tmp_path):
     """ONNX Runtime names its CUDA but not the cuDNN it loaded: its GPU line says so, never
     "cuDNN None"."""
