@@ -250,7 +250,11 @@ def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
     if scenario == "Server":
         notes += sorted({
             f"Server's batcher: up to {s['server_max_batch']} samples per serve call, a short "
-            f"batch sent after {s['server_batch_timeout_ms']:g} ms; the search: at most "
+            f"batch sent after {s['server_batch_timeout_ms']:g} ms"
+            + (f", padded to the smallest of sizes "
+               f"{', '.join(str(n) for n in s['server_batch_sizes'])} that holds it"
+               if s.get("server_batch_sizes") else "")
+            + "; the search: at most "
             f"{s['server_search_runs']} LoadGen runs"
             + (f" and {s['server_search_seconds']:g} s of them" if "server_search_seconds" in s
                else "") for s in map(_settings, rows)

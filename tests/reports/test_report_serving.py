@@ -187,3 +187,24 @@ def test_your_serving_rows_are_compared_with_the_reference_s_by_their_headlines(
     text, tables = compare.section_parts(loaded, (reference,))
     assert any(t.key == "compare-serving" for t in tables)
     assert any(line.startswith("6 of your serving rows have a reference row") for line in text)
+
+
+def test_the_server_note_names_the_prepared_sizes_where_the_rows_recorded_them(tmp_path):
+    """Rows that recorded their batcher's prepared sizes say them under the Server table;
+    the test data's rows, written before the sizes were recorded, say none."""
+    def server_notes(root):
+        tables = {t.title.split(" — ")[1].split(" (")[0]: t
+                  for t in serving_tables(serve_rows(tidy.tidy(load([root])).frame))}
+        return [n for n in tables["Server"].notes if n.startswith("Server's batcher")]
+
+    assert not any("padded" in note for note in server_notes(ROWS))
+    copy = tmp_path / "rows"
+    shutil.copytree(ROWS, copy)
+    for path in copy.rglob("*_cpu.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            if row["scenario"] == "Server" and row["serving"].get("settings"):
+                row["serving"]["settings"]["server_batch_sizes"] = [1, 2, 4, 8]
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert any(", padded to the smallest of sizes 1, 2, 4, 8 that holds it; the search: at most "
+               in note for note in server_notes(copy))
