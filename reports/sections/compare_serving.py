@@ -24,7 +24,7 @@ import pandas as pd
 from models.measures import GENERATE, SERVE
 from reports.pipeline.cells import fmt_ms
 from reports.render.table import Cell, Table
-from reports.sections.serving import serve_rows, server_answer
+from reports.sections.serving import answered, rate_text, serve_rows, server_answer
 from suites.serving.scenarios import COLD_START
 
 
@@ -68,11 +68,7 @@ def figure(row: dict[str, Any]) -> float | None:
     """The row's headline, where it counts: the row ``ok`` and, for a LoadGen run, VALID
     with its checked answers within their float64 bound; else None."""
     found = FIGURES.get(_scenario(row))
-    if found is None or row["status"] != "ok":
-        return None
-    serving = row["serving"]
-    if found.loadgen and not ((serving.get("result") or {}).get("valid")
-                              and (serving.get("check") or {}).get("passed")):
+    if found is None or row["status"] != "ok" or (found.loadgen and not answered(row)):
         return None
     value = found.value(row)
     return value if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 \
@@ -132,10 +128,12 @@ def _key(row: dict[str, Any]) -> list[Any]:
     return [_scenario(row) if k == "scenario" else row[k] for k in KEY]
 
 
-def _value(value: float, name: str) -> str:
-    if name.endswith("ms") or name.endswith("per query"):
-        return fmt_ms(value)
-    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+def _value(value: float, figure: Figure) -> str:
+    """As the serving tables write it: milliseconds as latencies, seconds to three digits,
+    a rate as a rate."""
+    if not figure.lower_is_better:
+        return rate_text(value)
+    return f"{value:.3g}" if figure.name.endswith(" s") else fmt_ms(value)
 
 
 def serving_table(pairs: list[ServingPair]) -> Table:
@@ -144,8 +142,8 @@ def serving_table(pairs: list[ServingPair]) -> Table:
         y, r, name = p.yours, p.reference, p.figure.name
         body.append((Cell(y["model"]), Cell(_scenario(y)), Cell(f"{y['framework']} {y['variant']}"),
                      Cell(y["precision"]), Cell(y["device"]), Cell(name),
-                     Cell(_value(figure(y), name), title=y["hardware"]),
-                     Cell(_value(figure(r), name), title=f"{r['hardware']}: {r['source']}"),
+                     Cell(_value(figure(y), p.figure), title=y["hardware"]),
+                     Cell(_value(figure(r), p.figure), title=f"{r['hardware']}: {r['source']}"),
                      Cell(f"{p.time_ratio:.2f}×", emphasis="" if p.differs() else "bold"),
                      Cell("; ".join(p.differs()) or "—", kind="fail" if p.differs() else "")))
     return Table("compare-serving", "Serving beside the reference",

@@ -114,7 +114,16 @@ def server_answer(row: dict[str, Any]) -> tuple[float | None, float | None]:
     return answer, _settings(row).get("server_target_latency_ms")
 
 
-def _qps(value: float | None) -> str:
+def answered(row: dict[str, Any]) -> bool:
+    """The row's figures count: the row ``ok``, LoadGen called its run VALID and its
+    checked answers are within their float64 bound (the glance and the comparison with a
+    reference rank and pair only such rows)."""
+    serving = row["serving"]
+    return (row["status"] == "ok" and bool((serving.get("result") or {}).get("valid"))
+            and bool((serving.get("check") or {}).get("passed")))
+
+
+def rate_text(value: float | None) -> str:
     """A rate per second: four significant digits, whole numbers from 1000 up (no exponent)."""
     return MISSING if value is None else f"{value:.0f}" if value >= 1000 else f"{value:.4g}"
 
@@ -171,10 +180,10 @@ def headline(row: dict[str, Any]) -> tuple[str, ...]:
     if scenario == "Server":
         answer, bound = server_answer(row)
         tried = probes(row)
-        return ("none" if answer is None else _qps(answer),
-                _qps(_server_failed_above(row, answer)), _number(bound, "g"),
+        return ("none" if answer is None else rate_text(answer),
+                rate_text(_server_failed_above(row, answer)), _number(bound, "g"),
                 _percentile(row, "99.00") if answer is not None else MISSING,
-                _qps(result.get("completed_samples_per_second") if answer is not None
+                rate_text(result.get("completed_samples_per_second") if answer is not None
                      else None),
                 f"{sum(bool(p.get('valid')) for p in tried)} of {len(tried)}" if tried else MISSING)
     return ()
