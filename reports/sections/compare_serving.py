@@ -107,12 +107,12 @@ def pair_serving(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
     reference: dict[tuple, list[dict[str, Any]]] = {}
     for row in _rows(reference_frame):
         if figure(row) is not None:
-            reference.setdefault(tuple(_key(row)), []).append(row)
+            reference.setdefault(_key(row), []).append(row)
     pairs, unmatched = [], 0
     for row in _rows(yours_frame):
         if figure(row) is None:
             continue
-        candidates = reference.get(tuple(_key(row)))
+        candidates = reference.get(_key(row))
         if not candidates:
             unmatched += 1
             continue
@@ -124,8 +124,8 @@ def pair_serving(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
     return pairs, unmatched
 
 
-def _key(row: dict[str, Any]) -> list[Any]:
-    return [_scenario(row) if k == "scenario" else row[k] for k in KEY]
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(_scenario(row) if k == "scenario" else row[k] for k in KEY)
 
 
 def _value(value: float, figure: Figure) -> str:
