@@ -560,8 +560,13 @@ def test_a_convnet_profile_splits_time_by_layer_and_names_xla_operations(adapter
     assert profile.tool == "jax.profiler (XLA:CPU thunks)" and not profile.kernel_level
     shares = profile.by_layer_type
     assert all(shares[kind] > 0 for kind in ("conv", "pool", "relu", "fc")), shares
-    # Li et al. 2016, Fig. 2: convolutions take most of a convnet's training iteration.
-    assert max(shares, key=shares.get) == "conv", shares
+    assert sum(shares.values()) == pytest.approx(profile.total_ms)
+    # No claim that convolution outweighs "other" (fusions of the loss, the bias and
+    # element-wise gradients, copies): on one 2-core machine it took the most time,
+    # with two test workers sharing the cores. What holds on any machine is the ranking the
+    # TensorFlow test argues: each convolution runs more operations (forward, input and
+    # filter gradients) with more arithmetic than the pooling or ReLU after it.
+    assert shares["conv"] > max(shares["pool"], shares["relu"]), shares
     # Every operation is an instruction of the step's optimised HLO, labelled with the
     # JAX operation and layer it came from where XLA recorded one.
     assert all(op.name.split(" (")[0] in instructions for op in profile.top_kernels)
