@@ -1,5 +1,6 @@
 """TensorFlow adapter: ``tf.function`` graphs by default (TensorFlow's standard fast path:
-Grappler with oneDNN kernels on CPU, cuDNN on GPU), eager execution and XLA
+Grappler with oneDNN or Eigen kernels on CPU, as the row records, cuDNN on GPU), eager
+execution and XLA
 (``jit_compile=True``) as variants. Epochs pass their batches to one traced function;
 train_step runs tape and Keras optimizer (the network's declared one: Keras's SGD or
 AdamW) in one function of the variant, on a copy of the body; profiles come from
@@ -730,7 +731,7 @@ def first_step_gradients(optimizer: keras.optimizers.Optimizer, declared: Optimi
 class TFAdapter(Adapter):
     name = "tf"
     variants = {
-        "graph": "tf.function graph (Grappler; oneDNN kernels on CPU, cuDNN on GPU)",
+        "graph": "tf.function graph (Grappler; oneDNN or Eigen kernels on CPU, cuDNN on GPU)",
         "eager": "eager execution, op by op",
         "xla": "tf.function(jit_compile=True): XLA-compiled",
         "nchw": "tf.function graph with NCHW activations (cuDNN's native fp32 layout; GPU only)",

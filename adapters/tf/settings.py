@@ -74,6 +74,18 @@ def op_determinism_enabled() -> bool:
         "TF_DETERMINISTIC_OPS", False)
 
 
+def onednn_enabled() -> bool | None:
+    """Whether this process runs TensorFlow's oneDNN kernels on the CPU (None: unknown).
+    TensorFlow's own answer (IsMKLEnabled, tensorflow/core/util/util.cc), read once at its
+    first call from the build, TF_ENABLE_ONEDNN_OPTS and the CPU; not public API, but
+    TensorFlow's tests read it the same way."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return None
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def settings_in_force(on_gpu: bool, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The settings a row records. Precision first (TF32 read back from TensorFlow, not
     from what the adapter asked for), then kernel selection; on the CPU only what
@@ -92,8 +104,12 @@ def settings_in_force(on_gpu: bool, environ: Mapping[str, str] | None = None) ->
         "xla_auto_jit": str(tf.config.optimizer.get_jit() or ""),
     }
     if not on_gpu:
-        # oneDNN's kernels are TensorFlow's default on x86 CPUs; "0" turns them off.
+        # What was asked ("0" turns oneDNN off, "1" on) and what TensorFlow decided: by
+        # default its x86 Linux wheels turn oneDNN on only for CPUs with the neural-network
+        # features of AVX-512 (VNNI, BF16, AMX: TensorFlow 2.9's release notes), so the
+        # same wheel runs oneDNN's kernels on one 2-core VM and Eigen's on another.
         settings["onednn_opts"] = env.get("TF_ENABLE_ONEDNN_OPTS", "default")
+        settings["onednn"] = onednn_enabled()
         return settings
     settings.update({
         "cudnn_autotune": read_bool_env("TF_CUDNN_USE_AUTOTUNE", True, env),
@@ -116,6 +132,8 @@ def describe_settings(settings: Mapping[str, Any]) -> str:
         if settings["cudnn_deterministic"]:
             words.append("cuDNN deterministic")
         words.append(f"XLA GPU autotune level {settings['xla_gpu_autotune_level']}")
+    elif settings.get("onednn") is not None:
+        words.append(f"oneDNN {'on' if settings['onednn'] else 'off (Eigen kernels)'}")
     elif settings.get("onednn_opts") == "0":
         words.append("oneDNN off")
     if settings["op_determinism"]:

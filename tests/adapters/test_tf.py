@@ -12,6 +12,9 @@ are skipped where TensorFlow sees no GPU."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +47,7 @@ from adapters.tf.network import (  # noqa: E402
 from adapters.tf.profile import kernel_intervals, profiled_times, self_times  # noqa: E402
 from adapters.tf.settings import (  # noqa: E402
     describe_settings,
+    onednn_enabled,
     read_bool_env,
     settings_in_force,
     xla_gpu_autotune_level,
@@ -126,7 +130,23 @@ def test_rows_describe_the_settings_in_force():
     assert "TF32 on" in gpu.describe(CaseConfig("tf32"))
     cpu = TFAdapter.__new__(TFAdapter)
     cpu.config = RunConfig("cpu", 1, 1)
-    assert cpu.describe(CaseConfig()).endswith("GPU); TF32 off")
+    text = cpu.describe(CaseConfig())
+    assert "cuDNN autotune" not in text
+    assert text.endswith("GPU); TF32 off, oneDNN on" if onednn_enabled()
+                         else "GPU); TF32 off, oneDNN off (Eigen kernels)"), text
+
+
+@pytest.mark.parametrize("asked, expected", [("0", False), ("1", True)])
+def test_rows_record_whether_onednn_ran(asked, expected):
+    """TensorFlow decides at its first op whether its CPU kernels are oneDNN's (by default
+    on AVX-512 CPUs with VNNI or BF16 only); the row records its decision, not the
+    environment variable alone. TF_ENABLE_ONEDNN_OPTS=1 forces oneDNN on in any x86 build."""
+    code = ("from adapters.tf.settings import settings_in_force; "
+            "print(settings_in_force(False)['onednn'])")
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": asked, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    assert out.split()[-1] == str(expected), out
 
 
 def test_other_thread_counts_cannot_be_set_once_running(adapter):
