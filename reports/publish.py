@@ -230,8 +230,9 @@ def inventory(target: Path) -> str:
               f"- Hosts: {'; '.join(_known(hosts, _host_text))}",
               f"- GPUs: {'; '.join(_known(devices, _gpu_text)) or 'none'}",
               f"- Frameworks: {', '.join(_known(versions, _version_text))}",
-              f"- dlbench commits: {', '.join(_commit_texts(commits)) or '?'}",
-              f"- Run dates: {min(dates, default='?')} to {max(dates, default='?')}"]
+              f"- dlbench commit{'s' if len(_commit_texts(commits)) > 1 else ''}: "
+              f"{', '.join(_commit_texts(commits)) or '?'}",
+              _dates_text(dates)]
     scaling = efficiency_summary(rows)
     if scaling:
         below = below_count(rows)
@@ -294,6 +295,12 @@ def skeleton(target: Path, device_name: str) -> str:
         "TODO: why (time, an unsupported framework, a known bug); the failed rows are in the "
         "report's Failures section.", "",
         "## Contents", "", BEGIN, END, ""))
+
+
+def _dates_text(dates: set[str]) -> str:
+    if len(dates) == 1:
+        return f"- Run date: {next(iter(dates))}"
+    return f"- Run dates: {min(dates, default='?')} to {max(dates, default='?')}"
 
 
 def write_readme(target: Path, device_name: str) -> Path:

@@ -937,6 +937,12 @@ def test_publish_names_one_commit_once_and_no_unknown_beside_a_known_version(tmp
     assert f"- Frameworks: torch {version}\n" in block and "?" not in block.split(
         "- Frameworks:")[1].split("\n")[0]
     assert "CUDA None, cuDNN None" not in block
+    # One commit and one day read as one, not as a list or a range.
+    fx._write(folder / "torch_gpu.jsonl", [{**row, "started_at": "2026-11-29T10:00:00+00:00"}
+                                           for row in rows[:2]])
+    block = inventory(tmp_path / "pub")
+    assert "- dlbench commit: e8a67b2c5094\n" in block
+    assert "- Run date: 2026-11-29\n" in block
 
 
 def test_a_cpu_row_s_hardware_names_its_vector_extension_where_recorded(tmp_path):
