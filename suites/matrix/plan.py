@@ -40,7 +40,7 @@ from suites.harness.runner import (
     process_group,
 )
 from suites.harness.spec import Job, SuiteError, load_suite, resolve_suite_path
-from suites.instruments.environment import cpu_model, nvidia_smi, usable_cpus
+from suites.instruments.environment import cpu_isa, cpu_model, nvidia_smi, usable_cpus
 from suites.matrix.estimate import (
     CacheView,
     Estimate,
@@ -188,7 +188,7 @@ def this_machine(device: str, name: str = "") -> Machine:
     cores = psutil.cpu_count(logical=True) or usable_cpus()
     if device == "gpu":
         return Machine("gpu", name or nvidia_smi("name") or "unknown GPU", cores)
-    return Machine("cpu", name or cpu_model(), cores)
+    return Machine("cpu", name, cores) if name else Machine("cpu", cpu_model(), cores, cpu_isa())
 
 
 def default_python(framework: str, device: str) -> str:

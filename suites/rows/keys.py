@@ -14,19 +14,25 @@ _THREADS = re.compile(r"/t\d+(?=/|$)")
 
 @dataclass(frozen=True)
 class Machine:
-    """Which rows describe this machine: a GPU by its model name; a CPU by its model and
-    logical core count."""
+    """Which rows describe this machine: a GPU by its model name; a CPU by its model,
+    logical core count and, where known, its widest vector extension (``isa``: one model
+    name has come with and without AVX-512, and a 2-core "AMD EPYC" ran the CPU suites
+    2 to 3 times faster with it), so a row that did not record one does not stand for a
+    machine that knows its own."""
 
     device: str
     name: str
     logical_cores: int
+    isa: str = ""
 
     def matches(self, env: dict[str, Any], device: str) -> bool:
         if device != self.device:
             return False
         if device == "gpu":
             return env.get("gpu_model") == self.name
-        return env.get("cpu_model") == self.name and env.get("logical_cores") == self.logical_cores
+        return (env.get("cpu_model") == self.name
+                and env.get("logical_cores") == self.logical_cores
+                and (not self.isa or env.get("cpu_isa") == self.isa))
 
 
 def case_key(case_id: str, device: str) -> str:

@@ -168,7 +168,7 @@ def test_a_timeout_kills_the_pooled_worker_and_the_next_suite_starts_a_fresh_one
 
 def write_history(folder: Path, suite: str, model: str, seconds: float) -> None:
     """An earlier run's rows saying each of ``model``'s cases took ``seconds``."""
-    from suites.instruments.environment import cpu_model
+    from suites.instruments.environment import cpu_isa, cpu_model
     path = folder / suite / "earlier" / "fake_cpu.jsonl"
     path.parent.mkdir(parents=True)
     lines = [json.dumps({
@@ -177,7 +177,8 @@ def write_history(folder: Path, suite: str, model: str, seconds: float) -> None:
         "started_at": "2026-11-23T09:00:00+00:00",
         "settings": {"framework": "fake", "device": "cpu", "precision": "fp32",
                      "variant": "eager", "threads": 1, "compile_cache": ""},
-        "env": {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count()}})
+        "env": {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count(),
+                "cpu_isa": cpu_isa()}})
         for measure in ("forward", "gradient", "fingerprint")]
     path.write_text("\n".join(lines) + "\n")
 

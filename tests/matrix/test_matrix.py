@@ -193,6 +193,20 @@ def test_a_gpu_model_without_rows_of_a_case_falls_back_on_another_models_and_say
     assert load_history([tmp_path], Machine("cpu", "AMD EPYC", 2)).fallback is None
 
 
+def test_a_cpu_that_knows_its_vector_extension_counts_only_rows_of_the_same():
+    """One model name, "AMD EPYC", has run the CPU suites with and without AVX-512, 2 to 3
+    times apart: a CPU that knows its extension takes no row of another, nor one that did
+    not record its own; named by hand (--device-name), the model and cores decide."""
+    env = {"cpu_model": "AMD EPYC", "logical_cores": 2}
+    avx512 = Machine("cpu", "AMD EPYC", 2, "AVX-512")
+    assert avx512.matches({**env, "cpu_isa": "AVX-512"}, "cpu")
+    assert not avx512.matches({**env, "cpu_isa": "AVX2"}, "cpu")
+    assert not avx512.matches(env, "cpu")
+    assert not avx512.matches({**env, "cpu_isa": "AVX-512", "logical_cores": 4}, "cpu")
+    named = Machine("cpu", "AMD EPYC", 2)
+    assert named.matches(env, "cpu") and named.matches({**env, "cpu_isa": "AVX2"}, "cpu")
+
+
 def test_a_framework_that_keeps_its_jobs_is_estimated_from_device_rows_of_kept_jobs(tmp_path):
     # An H100 plan: the H100's device_time row of the case rebuilt the job (8 s); an
     # H200's was measured on a kept job (0.3 s), as the run will measure it.

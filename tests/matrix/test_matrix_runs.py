@@ -166,7 +166,7 @@ def test_killed_at_random_points_then_resumed_gives_the_rows_of_an_uninterrupted
 
 def write_history(out: Path, seconds: float) -> None:
     """An earlier run's rows saying each of matrix-a's cases took ``seconds``."""
-    from suites.instruments.environment import cpu_model
+    from suites.instruments.environment import cpu_isa, cpu_model
     path = out / "history" / "matrix-a" / "earlier" / "fake_cpu.jsonl"
     path.parent.mkdir(parents=True)
     lines = []
@@ -179,7 +179,8 @@ def write_history(out: Path, seconds: float) -> None:
                     "started_at": "2026-11-23T09:00:00+00:00",
                     "settings": {"framework": "fake", "device": "cpu", "precision": "fp32",
                                  "variant": "eager", "threads": 1, "compile_cache": ""},
-                    "env": {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count()}}))
+                    "env": {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count(),
+                            "cpu_isa": cpu_isa()}}))
     path.write_text("\n".join(lines) + "\n")
 
 
