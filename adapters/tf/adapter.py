@@ -1,9 +1,8 @@
 """TensorFlow adapter: ``tf.function`` graphs by default (TensorFlow's standard fast path:
 Grappler with oneDNN or Eigen kernels on CPU, as the row records, cuDNN on GPU), eager
-execution and XLA
-(``jit_compile=True``) as variants. Epochs pass their batches to one traced function;
-train_step runs tape and Keras optimizer (the network's declared one: Keras's SGD or
-AdamW) in one function of the variant, on a copy of the body; profiles come from
+execution and XLA (``jit_compile=True``) as variants. Epochs pass their batches to one
+traced function; train_step runs tape and Keras optimizer (the network's declared one:
+Keras's SGD or AdamW) in one function of the variant, on a copy of the body; profiles come from
 TensorFlow's own profiler (tf.profiler.experimental), read from the XPlane trace it writes
 (profile.py)."""
 
