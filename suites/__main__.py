@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             machine = this_machine(args.device)
             earlier = load_earlier(args.earlier, machine)
             if args.earlier:
-                print(earlier.describe(machine.name, args.earlier), file=sys.stderr)
+                print(earlier.describe(machine.label, args.earlier), file=sys.stderr)
             return run_rounds(RunRequest(args.suite, args.framework, args.device, args.out,
                                          args.resume, args.seed, args.case_timeout,
                                          models=tuple(args.models)), args.rounds,

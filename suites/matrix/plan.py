@@ -392,10 +392,10 @@ def describe(plan: Plan) -> list[str]:
                    f"{', '.join(plan.fallback_models)}, as this model has none")
     if total.cases and total.unknown == total.cases:
         lines.append(f"estimated: no estimate for any of the {total.cases} cases to run on "
-                     f"{plan.machine.name} ({source})")
+                     f"{plan.machine.label} ({source})")
         return lines
     unknown = f"; {total.unknown} cases without an estimate" if total.unknown else ""
-    lines.append(f"estimated: {minutes(plan.seconds())} on {plan.machine.name} "
+    lines.append(f"estimated: {minutes(plan.seconds())} on {plan.machine.label} "
                  f"(cases {minutes(total.seconds)}, {starts} worker starts "
                  f"{'measured' if measured else 'unknown'}{unknown}; {source})")
     return lines

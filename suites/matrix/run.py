@@ -211,7 +211,7 @@ class Matrix:
         self.earlier: EarlierRuns = NO_EARLIER_RUNS
         if request.earlier and not (request.plan_only or request.costs_only):
             self.earlier = load_earlier(request.earlier, self.machine)
-            say(self.earlier.describe(self.machine.name, request.earlier))
+            say(self.earlier.describe(self.machine.label, request.earlier))
         self.caches = {name: cache_view(compile_cache_env(request, name), self.host, name)
                        for name in self.frameworks}
         self.lanes: list[Lane] = self.make_lanes() \

@@ -25,6 +25,11 @@ class Machine:
     logical_cores: int
     isa: str = ""
 
+    @property
+    def label(self) -> str:
+        """The machine as a plan names it: "AMD EPYC (AVX-512)", "NVIDIA H200"."""
+        return f"{self.name} ({self.isa})" if self.isa else self.name
+
     def matches(self, env: dict[str, Any], device: str) -> bool:
         if device != self.device:
             return False

@@ -205,6 +205,7 @@ def test_a_cpu_that_knows_its_vector_extension_counts_only_rows_of_the_same():
     assert not avx512.matches({**env, "cpu_isa": "AVX-512", "logical_cores": 4}, "cpu")
     named = Machine("cpu", "AMD EPYC", 2)
     assert named.matches(env, "cpu") and named.matches({**env, "cpu_isa": "AVX2"}, "cpu")
+    assert (avx512.label, named.label) == ("AMD EPYC (AVX-512)", "AMD EPYC")
 
 
 def test_a_framework_that_keeps_its_jobs_is_estimated_from_device_rows_of_kept_jobs(tmp_path):
