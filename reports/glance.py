@@ -440,9 +440,12 @@ def conclusion_cpu(answers: list[Answer]) -> str | None:
     if not ranked:
         return None
     apart = [a for a in ranked if a.ranking.winner is not None]
-    return (f"On the CPU, the nominal 95% intervals set the fastest apart from the rest in "
-            f"{len(apart)} of {len(ranked)} cases; in the others they overlap and the fastest "
-            "is not distinguishable from the next.")
+    text = (f"On the CPU, the nominal 95% intervals set the fastest apart from the rest in "
+            f"{len(apart)} of {len(ranked)} cases")
+    if len(apart) == len(ranked):
+        return text + "."
+    return text + ("; in the others they overlap and the fastest is not distinguishable "
+                   "from the next.")
 
 
 def conclusion_truth(folder_rows: Sequence[Sequence[dict]], answers: list[Answer],

@@ -228,3 +228,19 @@ def test_cli_writes_checks_and_refuses_a_readme_without_markers(published, tmp_p
 def test_default_variants_come_from_the_registry():
     assert glance.default_variants() == {"torch": "eager", "ort": "ort_all", "tf": "graph",
                                          "jax": "jit"}
+
+
+def test_the_cpu_conclusion_counts_the_cases_the_intervals_tell_apart():
+    from types import SimpleNamespace
+
+    def answer(order: tuple[str, ...], winner: str | None) -> SimpleNamespace:
+        return SimpleNamespace(ranking=SimpleNamespace(order=order, winner=winner))
+
+    apart, overlap = answer(("tf", "torch"), "tf"), answer(("ort", "torch"), None)
+    assert glance.conclusion_cpu([apart, overlap]) == (
+        "On the CPU, the nominal 95% intervals set the fastest apart from the rest in 1 of 2 "
+        "cases; in the others they overlap and the fastest is not distinguishable from the "
+        "next.")
+    # Every case told apart: no sentence about "the others".
+    assert glance.conclusion_cpu([apart, apart]).endswith("in 2 of 2 cases.")
+    assert glance.conclusion_cpu([answer(("tf",), "tf")]) is None   # nothing to rank
