@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -675,6 +676,24 @@ def summarise_gradients(loss: torch.Tensor, grads: dict[str, torch.Tensor],
     return GradientSummary(float(loss.detach()), norms, arrays)
 
 
+def cpu_kernels(config: str) -> str:
+    """PyTorch's CPU kernel libraries as its build reports them (``torch.__config__.show()``):
+    the BLAS behind its dense layers (MKL, with its version, or OpenBLAS), oneDNN's version
+    (its convolutions) and the vector extension ATen's own kernels use. A row names them
+    because they decide the CPU figures: on the 2-core AVX-512 AMD EPYC of published/cpu,
+    the dense layers took PyTorch (MKL) about twice as long as the other frameworks."""
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    words = [f"BLAS {blas.group(1) if blas else 'unknown'}"]
+    mkl = re.search(r"Math Kernel Library Version ([\w.]+)", config)
+    if blas and blas.group(1) == "mkl" and mkl:
+        words[0] += f" {mkl.group(1)}"
+    onednn = re.search(r"MKL-DNN v([\w.]+)", config)
+    if onednn:
+        words.append(f"oneDNN {onednn.group(1)}")
+    words.append(f"ATen {torch.backends.cpu.get_cpu_capability()}")
+    return ", ".join(words)
+
+
 class TorchAdapter(Adapter):
     name = "torch"
     variants = {
@@ -721,6 +740,7 @@ class TorchAdapter(Adapter):
             "gpu_model": torch.cuda.get_device_name(self.device) if on_gpu else None,
             "cuda": torch.version.cuda if on_gpu else None,
             "cudnn": str(torch.backends.cudnn.version()) if on_gpu else None,
+            "cpu_kernels": None if on_gpu else cpu_kernels(torch.__config__.show()),
         }
 
     def prepare(self, model: Model, weights: Weights, batch: Batch,

@@ -38,6 +38,24 @@ def test_fp32_is_strict(adapter):
     assert torch.get_float32_matmul_precision() == "highest"
 
 
+def test_a_cpu_row_names_the_kernel_libraries_of_its_build(adapter):
+    """The BLAS, oneDNN and ATen's vector extension, as the build reports them: an MKL build
+    names MKL's version, an OpenBLAS build does not borrow it from another line."""
+    from adapters.torch.adapter import cpu_kernels
+    env = adapter.environment()
+    assert env["cpu_kernels"] == cpu_kernels(torch.__config__.show())
+    assert env["cpu_kernels"].startswith("BLAS ")
+    assert env["cpu_kernels"].endswith(f"ATen {torch.backends.cpu.get_cpu_capability()}")
+    mkl = ("  - Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build 20240605\n"
+           "  - Intel(R) MKL-DNN v3.12.0 (Git Hash 80afa71)\n"
+           "  - Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release\n")
+    assert cpu_kernels(mkl).startswith("BLAS mkl 2024.2, oneDNN 3.12.0, ATen ")
+    openblas = ("  - Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build\n"
+                "  - Build settings: BLAS_INFO=open, BUILD_TYPE=Release\n")
+    assert cpu_kernels(openblas).startswith("BLAS open, ATen ")
+    assert cpu_kernels("").startswith("BLAS unknown, ATen ")
+
+
 @pytest.mark.parametrize("precision, variant, reason", [
     ("tf32", "default", "GPU tensor-core mode"),
     ("fp32", "no_cudnn", "cuDNN exists on GPU only"),
