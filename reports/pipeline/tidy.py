@@ -22,6 +22,7 @@ from models.measures import (
 )
 from reports.pipeline.load import Loaded
 from suites.instruments.kernel_trace import dominant_family  # plain data: no framework, no cupti
+from suites.rows.keys import cpu_label
 from suites.stats.intervals import relabel, relabel_unstable
 
 # compile_cache ("", "cold", "warm"; Bahrampour Table 8) is part of the identity: a cold and a
@@ -84,8 +85,7 @@ CELL = ("model", "batch", "measure", "scenario", *SETTING_KEY, "practice")
 STRING_COLUMNS = ("suite", "measured_in", "model", "measure", "status", "reason", "framework", "device",
                   "precision", "variant", "layout", "execution", "unstable_reason",
                   "memory_kind", "family", "host", "os", "python", "cpu_model", "cpu_isa",
-                  "gpu_model",
-                  "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
+                  "gpu_model", "gpu_driver", "cuda", "cudnn", "framework_version", "dlbench_commit",
                   "started_at", "case_id", "source", "hardware", "compile_cache",
                   "profile_tool", "profile_measure", "profile_top_kernels", "profile_timeline",
                   "profile_conv_family", "profile_conv_families", "framework_profile_tool",
@@ -277,8 +277,7 @@ def hardware(row) -> str:
     come with and without AVX-512: suites/instruments/environment.py ``cpu_isa``)."""
     if row["device"] == "gpu":
         return row["gpu_model"] or "unknown GPU"
-    model = row["cpu_model"] or "unknown CPU"
-    return f"{model} ({row['cpu_isa']})" if row.get("cpu_isa") else model
+    return cpu_label(row["cpu_model"] or "unknown CPU", row.get("cpu_isa"))
 
 
 def tidy(loaded: Loaded) -> Tidy:

@@ -12,6 +12,12 @@ from typing import Any
 _THREADS = re.compile(r"/t\d+(?=/|$)")
 
 
+def cpu_label(model: str, isa: str | None) -> str:
+    """A CPU as plans and reports name it: its model with its widest vector extension
+    where known ("AMD EPYC (AVX-512)"), since one model name has come with and without it."""
+    return f"{model} ({isa})" if isa else model
+
+
 @dataclass(frozen=True)
 class Machine:
     """Which rows describe this machine: a GPU by its model name; a CPU by its model,
@@ -28,7 +34,7 @@ class Machine:
     @property
     def label(self) -> str:
         """The machine as a plan names it: "AMD EPYC (AVX-512)", "NVIDIA H200"."""
-        return f"{self.name} ({self.isa})" if self.isa else self.name
+        return cpu_label(self.name, self.isa)
 
     def matches(self, env: dict[str, Any], device: str) -> bool:
         if device != self.device:
