@@ -277,8 +277,8 @@ class TorchGenerator:
         self.graphs = prepared.variant == REDUCE_OVERHEAD
         if self.graphs:
             for cache in self.caches.values():
-                for tensor in cache:
-                    torch._dynamo.mark_static_address(tensor)
+                torch._dynamo.mark_static_address(cache.keys)
+                torch._dynamo.mark_static_address(cache.values)
             torch._dynamo.mark_static_address(self.arange)
         if prepared.variant in COMPILED:
             mode = "reduce-overhead" if self.graphs else None

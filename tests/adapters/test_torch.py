@@ -237,6 +237,23 @@ def test_compiled_generation_matches_float64_and_compiles_each_pass_once(adapter
     assert counters["stats"]["unique_graphs"] == 2 and not counters["recompiles"]
 
 
+def test_cuda_graph_generation_marks_its_cache_static(adapter):
+    """compile_reduce_overhead's generator marks every key and value cache and its
+    positions static inputs, the tensors its CUDA graphs write in place or read by address.
+    The variant needs a GPU, so the generator is built here over a CPU model prepared under
+    ``compile`` and given the variant's name; nothing is compiled until a pass runs."""
+    from adapters.torch.adapter import REDUCE_OVERHEAD, TorchGenerator
+    from tests.conformance.test_generate import prepared_for
+    _, _, _, prepared = prepared_for(adapter, "gpt2_tiny", "fp32", "compile")
+    prepared.variant = REDUCE_OVERHEAD
+    generator = TorchGenerator(prepared, 16)
+    marked = [tensor for cache in generator.caches.values()
+              for tensor in (cache.keys, cache.values)] + [generator.arange]
+    assert len(marked) == 2 * len(generator.caches) + 1 and len(generator.caches) == 2
+    assert {getattr(t, "_dynamo_static_input_type", None) for t in marked} == {"unguarded"}
+    prepared.close()
+
+
 def test_generation_that_would_skip_cuda_graphs_is_unsupported():
     """Under compile_reduce_overhead, inductor's refusal of CUDA graphs (raised where
     ``cudagraph_or_error`` is set) becomes the case's Unsupported with inductor's reason;
