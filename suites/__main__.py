@@ -54,6 +54,18 @@ def is_serving_suite(name_or_path: str) -> bool:
                                            for c in cases)
 
 
+def refuse_own_runners(suites: list[str], device: str) -> None:
+    """The matrix schedules the timed suites only: a serving suite (MLPerf LoadGen) or a
+    data-parallel scaling suite has a runner of its own, run once per framework."""
+    from parallel.spec import is_scaling_suite
+    for suite in suites:
+        kind = ("a serving suite (MLPerf LoadGen)" if is_serving_suite(suite) else
+                "a data-parallel scaling suite" if is_scaling_suite(suite) else "")
+        if kind:
+            raise SuiteError(f"{suite} is {kind}, which the matrix does not schedule: run it "
+                             f"once per framework, e.g. nox -s torch_{device} -- {suite}")
+
+
 def run_serving(args: argparse.Namespace) -> int:
     """``run`` of a serving suite: the checks every suite's run makes (the framework, its
     device), then the serving harness, whose worker runs this interpreter and so needs the
@@ -267,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                                                args.resume, args.seed)
                                     for name in dict.fromkeys(args.frameworks)], args.blocks)
         if args.command == "matrix":
+            refuse_own_runners(args.suites, args.device)
             from suites.harness.runner import stop_on_sigterm
             from suites.matrix.run import Matrix, MatrixRequest
             stop_on_sigterm()

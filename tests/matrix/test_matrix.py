@@ -528,6 +528,11 @@ def test_a_compile_cache_job_the_framework_cannot_run_plans_no_process(
 @pytest.mark.parametrize("args, message", [
     (["--frameworks", "pytorch"], "unknown framework 'pytorch' (did you mean 'torch'?)"),
     (["--suites", "defualt-cpu"], "unknown suite 'defualt-cpu' (did you mean 'default-cpu'?)"),
+    (["--suites", "serving-cpu"], "serving-cpu is a serving suite (MLPerf LoadGen), which the "
+                                  "matrix does not schedule: run it once per framework, e.g. "
+                                  "nox -s torch_cpu -- serving-cpu"),
+    (["--device", "gpu", "--suites", "default-gpu", "scaling-quick"],
+     "scaling-quick is a data-parallel scaling suite"),
     (["--python", "torch"], "--python takes FRAMEWORK=INTERPRETER"),
     (["--python", "torch=/no/such/python"], "no interpreter at /no/such/python"),
     (["--budget", "0"], "--budget must be a positive number of minutes"),
