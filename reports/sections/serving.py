@@ -33,6 +33,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from models.measures import SERVE  # noqa: E402
 from reports.pipeline.cells import MISSING, failure_cell, fmt_ms  # noqa: E402
@@ -418,6 +419,38 @@ def _label(row: dict[str, Any]) -> str:
     return _safe(f"{row['framework']} {row['variant']} {row['precision']}{threads}")
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def line_styles(rows: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Each line's style in one figure, by its label: a colour per framework, a line style
+    per precision (solid fp32, dashed the lower ones) and a marker per variant within its
+    framework, so that 15 lines of four frameworks stay apart where one colour a line ran
+    out of colours after ten."""
+    palette = plt.get_cmap("tab10").colors
+    frameworks = sorted({r["framework"] for r in rows})
+    variants = {fw: sorted({r["variant"] for r in rows if r["framework"] == fw})
+                for fw in frameworks}
+    return {_label(r): {"color": palette[frameworks.index(r["framework"]) % len(palette)],
+                        "ls": "-" if r["precision"] == "fp32" else "--",
+                        "marker": MARKERS[variants[r["framework"]].index(r["variant"])
+                                          % len(MARKERS)]}
+            for r in rows}
+
+
+def _legend(ax) -> None:
+    """The legend beside the axes, where it hides no point."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def _plain_ticks(axis) -> None:
+    """A log axis's tick labels as plain numbers (2, 10, 500), not powers of ten: every
+    decade, and its 2 and 5 between, so that labels never run into each other."""
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(FuncFormatter(
+        lambda value, _: f"{value:g}" if f"{value:.0e}"[0] in "25" else ""))
+
+
 def cdf_points(row: dict[str, Any]) -> list[tuple[float, float]]:
     """(latency ms, fraction of samples at or below it): LoadGen's minimum (0), its
     percentiles and its maximum (1)."""
@@ -447,16 +480,19 @@ def cdf_plots(rows: list[dict[str, Any]]) -> list[Plot]:
         lines = [(r, p) for r, p in lines if len(p) >= 2]
         if not lines:
             continue
-        fig, ax = plt.subplots(figsize=(6, 3.6))
+        fig, ax = plt.subplots(figsize=(8, 3.6), layout="constrained")
+        styles = line_styles([r for r, _ in lines])
         for row, points in sorted(lines, key=lambda rp: _label(rp[0])):
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", ms=3,
+            ax.plot([p[0] for p in points], [p[1] for p in points], ms=3, lw=1,
+                    **styles[_label(row)],
                     label=_label(row) + ("" if _result(row).get("valid") else " (INVALID)"))
         ax.set_xscale("log")
+        _plain_ticks(ax.xaxis)
         ax.set_xlabel("latency per sample (ms, log scale)")
         ax.set_ylabel("fraction of samples")
         ax.set_ylim(0, 1.02)
         ax.grid(True, which="both", lw=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        _legend(ax)
         ax.set_title(_safe(f"{model} SingleStream, {device} {hardware}"), fontsize=9)
         out.append(Plot(slug(f"serving-cdf-{device}-{hardware}-{model}"),
                         f"{model}: SingleStream latency CDF ({device} {hardware})", _png(fig),
@@ -474,26 +510,28 @@ def server_plots(rows: list[dict[str, Any]]) -> list[Plot]:
         series = [(r, s) for r, s in series if s]
         if not series:
             continue
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        for i, (row, points) in enumerate(sorted(series, key=lambda rs: _label(rs[0]))):
-            colour = palette[i % len(palette)]
-            ax.plot([p[0] for p in points], [p[1] for p in points], color=colour, lw=1,
-                    label=_label(row))
+        fig, ax = plt.subplots(figsize=(8, 3.6), layout="constrained")
+        styles = line_styles([r for r, _ in series])
+        for row, points in sorted(series, key=lambda rs: _label(rs[0])):
+            style = styles[_label(row)]
+            ax.plot([p[0] for p in points], [p[1] for p in points], lw=1, label=_label(row),
+                    **style)
             for qps, p99, valid in points:
-                ax.plot([qps], [p99], marker="o", color=colour,
-                        markerfacecolor=colour if valid else "none")
+                ax.plot([qps], [p99], marker=style["marker"], color=style["color"],
+                        markerfacecolor=style["color"] if valid else "none")
         for bound in sorted({b for b in (_settings(r).get("server_target_latency_ms")
                                          for r, _ in series) if b is not None}):
             ax.axhline(bound, color="grey", ls="--", lw=0.8)
-            ax.annotate(f"p99 bound {bound:g} ms", (0.01, bound), xycoords=("axes fraction", "data"),
-                        fontsize=7, color="grey", va="bottom")
+            ax.annotate(f"p99 bound {bound:g} ms", (0.99, bound), xycoords=("axes fraction", "data"),
+                        fontsize=7, color="grey", va="bottom", ha="right")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _plain_ticks(ax.xaxis)
+        _plain_ticks(ax.yaxis)
         ax.set_xlabel("target QPS (log scale)")
         ax.set_ylabel("p99 latency ms (log scale)")
         ax.grid(True, which="both", lw=0.3)
-        ax.legend(fontsize=7, loc="upper left")
+        _legend(ax)
         ax.set_title(_safe(f"{model} Server, {device} {hardware}"), fontsize=9)
         out.append(Plot(slug(f"serving-server-{device}-{hardware}-{model}"),
                         f"{model}: Server p99 latency against target QPS ({device} {hardware})",

@@ -15,7 +15,7 @@ import pytest
 from reports.pipeline import tidy
 from reports.pipeline.load import load
 from reports.render.build import build
-from reports.sections.serving import cdf_points, serve_rows, serving_tables
+from reports.sections.serving import cdf_points, line_styles, serve_rows, serving_tables
 
 ROWS = Path(__file__).resolve().parents[1] / "data" / "serving_rows"
 
@@ -105,6 +105,27 @@ def test_the_cdf_runs_through_loadgen_s_points_and_the_figures_are_written(built
     assert len(pngs) == 2 and all((out / "plots" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
     text = (out / "report.md").read_text()
     assert "## Serving (MLPerf LoadGen)" in text and "drawn through LoadGen's reported points" in text
+
+
+def test_every_line_of_a_figure_has_a_style_of_its_own_and_its_framework_s_colour():
+    """Four frameworks' 16 lines (as in ResNet-50's Server figure of the H200): a colour per
+    framework, a marker per variant, a dashed line for the lower precisions, and no two
+    lines alike, where one colour a line repeated itself after ten."""
+    variants = {"torch": ("eager", "compile", "compile_reduce_overhead"), "jax": ("jit",),
+                "tf": ("graph", "xla"), "ort": ("ort_all", "ort_cuda_graph")}
+    rows = [{"framework": fw, "variant": v, "precision": p, "device": "gpu", "threads": 16}
+            for fw, vs in variants.items() for v in vs for p in ("fp32", "bf16")]
+    styles = line_styles(rows)
+    assert len(styles) == len(rows) == 16
+    assert len({(s["color"], s["ls"], s["marker"]) for s in styles.values()}) == 16
+    colours = {fw: {s["color"] for label, s in styles.items() if label.startswith(fw + " ")}
+               for fw in variants}
+    assert all(len(c) == 1 for c in colours.values())
+    assert len(set().union(*colours.values())) == 4
+    assert {s["ls"] for label, s in styles.items() if label.endswith("fp32")} == {"-"}
+    assert {s["ls"] for label, s in styles.items() if label.endswith("bf16")} == {"--"}
+    torch_markers = {s["marker"] for label, s in styles.items() if label.startswith("torch ")}
+    assert len(torch_markers) == 3
 
 
 def test_no_serve_rows_no_serving_rows(tmp_path):
