@@ -111,18 +111,35 @@ def _no_threads(r: dict) -> str:
     return _safe(f"{r['framework']} {_variant(r)} {r['precision']} {r['hardware']}")
 
 
+def line_styles(labels) -> dict[str, dict[str, object]]:
+    """One style per line label for a whole figure: ten colours, then the same ten dashed,
+    then dotted. Panels that share a figure's one legend must agree on a label's colour; each
+    panel's own colour cycle gave the n-th line of that panel the n-th colour, so where a
+    panel lacked a framework (ONNX Runtime has no gradient) the legend named the wrong
+    line."""
+    palette = plt.get_cmap("tab10").colors
+    dashes = ("-", "--", ":", "-.")
+    return {label: {"color": palette[i % len(palette)],
+                    "ls": dashes[(i // len(palette)) % len(dashes)]}
+            for i, label in enumerate(sorted(set(labels)))}
+
+
 def _lines(ax, rows: list[dict], x: str, y: str = "median_ms", scale: float = 1.0,
-           name=_line_label, min_points: int = 2) -> int:
-    """One line per setting; a setting measured at fewer than ``min_points`` x values is no
-    line (a lone CPU point would only squash the GPU lines)."""
+           name=_line_label, min_points: int = 2,
+           styles: dict[str, dict[str, object]] | None = None) -> int:
+    """One line per setting, in its figure-wide style (``line_styles``); a setting measured
+    at fewer than ``min_points`` x values is no line (a lone CPU point would only squash the
+    GPU lines)."""
     series: dict[str, list[tuple]] = defaultdict(list)
     for r in rows:
         if r[y] == r[y]:   # not NaN
             series[name(r)].append((r[x], r[y] * scale))
     series = {k: v for k, v in series.items() if len({p[0] for p in v}) >= min_points}
+    styles = styles if styles is not None else line_styles(series)
     for name, points in sorted(series.items()):
         points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name,
+                **styles[name])
     return len(series)
 
 
@@ -138,8 +155,9 @@ def batch_plots(rows: list[dict]) -> list[Plot]:
         measures = [m for m in SINGLE_BATCH if any(r["measure"] == m for r in mine)]
         fig, axes = plt.subplots(1, len(measures), figsize=(5.5 * len(measures), 3.6),
                                  squeeze=False)
+        styles = line_styles(_line_label(r) for r in mine)
         for ax, measure in zip(axes[0], measures):
-            _lines(ax, [r for r in mine if r["measure"] == measure], "batch")
+            _lines(ax, [r for r in mine if r["measure"] == measure], "batch", styles=styles)
             ax.set_title(_safe(f"{model}: {measure}"))
             ax.set_xlabel("batch size")
             ax.set_ylabel("median time (ms)")
@@ -171,10 +189,11 @@ def sweep_plots(rows: list[dict]) -> list[Plot]:
         memory = [r for r in chosen if r["peak_bytes"] == r["peak_bytes"]]
         fig, axes = plt.subplots(1, 2 if memory else 1, figsize=(11 if memory else 5.5, 3.6),
                                  squeeze=False)
-        _lines(axes[0][0], chosen, f"p_{param}")
+        styles = line_styles(_line_label(r) for r in chosen)
+        _lines(axes[0][0], chosen, f"p_{param}", styles=styles)
         axes[0][0].set_ylabel(f"{measure} median (ms)")
         if memory:
-            _lines(axes[0][1], memory, f"p_{param}", "peak_bytes", 1 / 2**20)
+            _lines(axes[0][1], memory, f"p_{param}", "peak_bytes", 1 / 2**20, styles=styles)
             axes[0][1].set_ylabel("peak memory (MiB)")
         fixed = ", ".join(f"{o[2:]}={best[0][o]}" for o in others)
         for ax in axes[0]:
@@ -204,9 +223,10 @@ def thread_plots(rows: list[dict]) -> list[Plot]:
         measures = [m for m in SINGLE_BATCH if any(r["measure"] == m for r in mine)]
         fig, axes = plt.subplots(1, len(measures), figsize=(5.5 * len(measures), 3.6),
                                  squeeze=False)
+        styles = line_styles(_no_threads(r) for r in mine)
         for ax, measure in zip(axes[0], measures):
             _lines(ax, [r for r in mine if r["measure"] == measure], "threads",
-                   name=_no_threads)
+                   name=_no_threads, styles=styles)
             ax.set_xscale("log", base=2)
             ax.set_title(_safe(f"{model} b{batch}: {measure}"))
             ax.set_xlabel("intra-op threads")
@@ -357,10 +377,11 @@ def practice_plots(frame: pd.DataFrame) -> list[Plot]:
         if max((len({b for b, _ in p}) for p in series.values()), default=0) < 2:
             continue
         fig, ax = plt.subplots(figsize=(7.0, 3.8))
+        styles = line_styles(series)
         for name, points in sorted(series.items()):
             points.sort()
             line = ax.plot([b for b, _ in points], [v for _, v in points], marker="o",
-                           label=name)[0]
+                           label=name, **styles[name])[0]
             for r in failed.get(name, ()):
                 below = [v for b, v in points if b < r["batch"]] or [points[-1][1]]
                 ax.plot([r["batch"]], [below[-1]], marker="x", markersize=9, mew=2,

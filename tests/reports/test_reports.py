@@ -302,6 +302,41 @@ def test_plots_only_where_data_exist(built, tmp_path):
     assert {p.key for s in small.sections for p in s.plots} == {"bars_resnet50_b16"}
 
 
+def test_a_line_keeps_its_colour_in_every_panel_of_a_figure():
+    """The panels of a figure share one legend, so a setting must have one colour in all of
+    them: a panel without ONNX Runtime (it has no gradient) once drew TensorFlow in the
+    colour the legend gave ONNX Runtime."""
+    import matplotlib.pyplot as plt
+
+    from reports.render.plots import _lines, line_styles
+
+    def row(framework, measure, batch, ms):
+        return {"framework": framework, "measure": measure, "batch": batch, "median_ms": ms}
+
+    def name(r):
+        return r["framework"]
+
+    rows = [row(fw, m, b, 1.0 + b) for fw in ("jax", "ort", "tf", "torch")
+            for m in ("gradient", "forward") for b in (16, 128)
+            if not (fw == "ort" and m == "gradient")]
+    styles = line_styles(name(r) for r in rows)
+    fig, axes = plt.subplots(1, 2)
+    for ax, measure in zip(axes, ("gradient", "forward")):
+        _lines(ax, [r for r in rows if r["measure"] == measure], "batch", name=name,
+               styles=styles)
+    colours: dict[str, set] = {}
+    for ax in axes:
+        for line in ax.get_lines():
+            colours.setdefault(line.get_label(), set()).add(line.get_color())
+    plt.close(fig)
+    assert sorted(colours) == ["jax", "ort", "tf", "torch"]
+    assert all(len(c) == 1 for c in colours.values())
+    assert len({next(iter(c)) for c in colours.values()}) == 4
+    eleven = line_styles(f"setting {i:02d}" for i in range(11))
+    assert eleven["setting 00"]["color"] == eleven["setting 10"]["color"]
+    assert eleven["setting 00"]["ls"] != eleven["setting 10"]["ls"]
+
+
 def test_parametric_conv_names():
     assert parse_conv("conv:c=3,i=128,f=64,k=11,s=1") == {"c": 3, "i": 128, "f": 64, "k": 11,
                                                          "s": 1, "p": 0}
