@@ -395,7 +395,10 @@ def practice_plots(frame: pd.DataFrame) -> list[Plot]:
         ax.minorticks_off()
         ax.set_xlabel("batch size")
         ax.set_ylabel(f"{unit(mine[0])} per second")
-        ax.set_ylim(bottom=0)      # from zero: a flat knee must look flat
+        # From zero: a flat knee must look flat; headroom above the top point for the
+        # label of a batch that did not run there.
+        top = max(v for points in series.values() for _, v in points)
+        ax.set_ylim(bottom=0, top=top * 1.12)
         ax.set_title(_safe(f"{model} {precision} training step: {hw}"), fontsize=9)
         ax.grid(alpha=0.3)
         _legend(fig, [ax])
