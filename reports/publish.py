@@ -217,6 +217,7 @@ def inventory(target: Path) -> str:
                          else "—")
         lines.append(f"| {suite} | " + " | ".join(cells) + " |")
     dates.discard("")
+    commit_texts = _commit_texts(commits)
     missing = missing_runs(set(keys))
     if missing:
         expected = "the default suite and the four seed suites" \
@@ -230,8 +231,8 @@ def inventory(target: Path) -> str:
               f"- Hosts: {'; '.join(_known(hosts, _host_text))}",
               f"- GPUs: {'; '.join(_known(devices, _gpu_text)) or 'none'}",
               f"- Frameworks: {', '.join(_known(versions, _version_text))}",
-              f"- dlbench commit{'s' if len(_commit_texts(commits)) > 1 else ''}: "
-              f"{', '.join(_commit_texts(commits)) or '?'}",
+              f"- dlbench commit{'s' if len(commit_texts) > 1 else ''}: "
+              f"{', '.join(commit_texts) or '?'}",
               _dates_text(dates)]
     scaling = efficiency_summary(rows)
     if scaling:

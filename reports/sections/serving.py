@@ -422,8 +422,9 @@ def _label(row: dict[str, Any]) -> str:
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
-def line_styles(rows: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    """Each line's style in one figure, by its label: a colour per framework, a line style
+def framework_styles(rows: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Each serving line's style in one figure, by its label (reports/render/plots.py
+    ``line_styles`` styles the timed figures by label alone): a colour per framework, a line style
     per precision (solid fp32, dashed the lower ones) and a marker per variant within its
     framework, so that 15 lines of four frameworks stay apart where one colour a line ran
     out of colours after ten."""
@@ -481,7 +482,7 @@ def cdf_plots(rows: list[dict[str, Any]]) -> list[Plot]:
         if not lines:
             continue
         fig, ax = plt.subplots(figsize=(8, 3.6), layout="constrained")
-        styles = line_styles([r for r, _ in lines])
+        styles = framework_styles([r for r, _ in lines])
         for row, points in sorted(lines, key=lambda rp: _label(rp[0])):
             ax.plot([p[0] for p in points], [p[1] for p in points], ms=3, lw=1,
                     **styles[_label(row)],
@@ -511,7 +512,7 @@ def server_plots(rows: list[dict[str, Any]]) -> list[Plot]:
         if not series:
             continue
         fig, ax = plt.subplots(figsize=(8, 3.6), layout="constrained")
-        styles = line_styles([r for r, _ in series])
+        styles = framework_styles([r for r, _ in series])
         for row, points in sorted(series, key=lambda rs: _label(rs[0])):
             style = styles[_label(row)]
             ax.plot([p[0] for p in points], [p[1] for p in points], lw=1, label=_label(row),

@@ -15,7 +15,7 @@ import pytest
 from reports.pipeline import tidy
 from reports.pipeline.load import load
 from reports.render.build import build
-from reports.sections.serving import cdf_points, line_styles, serve_rows, serving_tables
+from reports.sections.serving import cdf_points, framework_styles, serve_rows, serving_tables
 
 ROWS = Path(__file__).resolve().parents[1] / "data" / "serving_rows"
 
@@ -115,7 +115,7 @@ def test_every_line_of_a_figure_has_a_style_of_its_own_and_its_framework_s_colou
                 "tf": ("graph", "xla"), "ort": ("ort_all", "ort_cuda_graph")}
     rows = [{"framework": fw, "variant": v, "precision": p, "device": "gpu", "threads": 16}
             for fw, vs in variants.items() for v in vs for p in ("fp32", "bf16")]
-    styles = line_styles(rows)
+    styles = framework_styles(rows)
     assert len(styles) == len(rows) == 16
     assert len({(s["color"], s["ls"], s["marker"]) for s in styles.values()}) == 16
     colours = {fw: {s["color"] for label, s in styles.items() if label.startswith(fw + " ")}
