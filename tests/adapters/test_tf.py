@@ -522,6 +522,24 @@ def test_transformers_match_the_reference_eagerly_and_under_xla(adapter, name, v
         prepared.close()
 
 
+def test_xla_generation_matches_float64_from_one_program_per_pass(tmp_path):
+    """Greedy generation under XLA: every step checked against float64 (the conformance
+    kit generates in the graph variant), from two compiled programs, the prefill's and the
+    decode step's, whatever the position. A decode step whose program depended on its
+    position (the position table sliced from it: a slice's bounds are compile-time
+    constants to XLA) was compiled again at every new token: 300 ms a token here, and on
+    an H200 GPT-2's XLA generation gave no row in 7 minutes.
+    XLA writes every program it compiles to --xla_dump_to, here in a fresh process."""
+    code = ("from adapters.base import RunConfig; from adapters.tf import TFAdapter; "
+            "from tests.conformance.test_generate import generates_as_float64; "
+            "generates_as_float64(TFAdapter(RunConfig('cpu', 2, 1)), 'fp32', 'xla')")
+    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path}", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True, timeout=600)
+    programs = [p.name for p in tmp_path.iterdir()
+                if p.name.endswith(".before_optimizations.txt") and "inference__step_" in p.name]
+    assert len(programs) == 2, programs
+
+
 def test_patch_embedding_is_the_same_in_both_layouts():
     """ViT's image input in NCHW (GPU only: TensorFlow's CPU convolutions are NHWC) reads
     its patches in the same row-major order as in NHWC."""
