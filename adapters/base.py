@@ -9,7 +9,7 @@ adapter does in ``prepare`` is timed.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -386,6 +386,15 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def prepare(self, model: Model, weights: Weights, batch: Batch,
                 case: CaseConfig) -> Prepared: ...
+
+    def prepare_sizes(self, model: Model, weights: Weights, batches: Sequence[Batch],
+                      case: CaseConfig) -> list[Prepared]:
+        """``model`` prepared for each of ``batches`` as one case, every one usable while the
+        others are (a Server's allowed batch sizes: suites/serving/run.py). By default a
+        ``prepare`` each; an adapter whose ``prepare`` starts the case afresh (PyTorch clears
+        torch.compile's state) does so once here, so that no size's compiled program is
+        discarded by the next size's preparation."""
+        return [self.prepare(model, weights, batch, case) for batch in batches]
 
     @abc.abstractmethod
     def is_out_of_memory(self, error: BaseException) -> bool: ...

@@ -11,7 +11,7 @@ import contextlib
 import copy
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -360,8 +360,12 @@ class TorchPrepared(Prepared):
         self.run_body: Callable = self.body
         if variant in COMPILED:
             mode = "reduce-overhead" if variant == REDUCE_OVERHEAD else None
-            self.run_frozen = torch.compile(self.frozen, mode=mode)
-            self.run_body = torch.compile(self.body, mode=mode)
+            # dynamic=False: each input shape its own static program, as the first compile
+            # is. By default a second shape seen by the same code (a Server's other batch
+            # sizes) is compiled for dynamic shapes, serving every size after it from one
+            # symbolic-batch program that no row asked for.
+            self.run_frozen = torch.compile(self.frozen, mode=mode, dynamic=False)
+            self.run_body = torch.compile(self.body, mode=mode, dynamic=False)
             if variant == REDUCE_OVERHEAD:
                 self.run_frozen = graph_trees_any_thread(self.run_frozen)
                 self.run_body = graph_trees_any_thread(self.run_body)
@@ -745,6 +749,10 @@ class TorchAdapter(Adapter):
 
     def prepare(self, model: Model, weights: Weights, batch: Batch,
                 case: CaseConfig) -> Prepared:
+        return self.prepare_sizes(model, weights, [batch], case)[0]
+
+    def prepare_sizes(self, model: Model, weights: Weights, batches: Sequence[Batch],
+                      case: CaseConfig) -> list[Prepared]:
         variant = self.resolve_variant(case.variant)
         if variant in SDPA_VARIANTS and not has_attention(model):
             raise Unsupported(f"{variant} forces scaled_dot_product_attention's backend: "
@@ -753,12 +761,21 @@ class TorchAdapter(Adapter):
         if variant in COMPILED:
             # A fresh start for each case, as a process training one network has: torch
             # compiles a function's code once per input shape and layout, up to
-            # recompile_limit (8) times, then runs it uncompiled, and after a first
-            # recompilation it compiles for dynamic shapes ("automatic dynamic"); every
-            # case's network shares Sequence.forward, so earlier cases in the worker's
-            # process would otherwise decide how, and whether, this one is compiled.
+            # recompile_limit times, then runs it uncompiled. Every case's network shares
+            # Sequence.forward, so earlier cases in the worker's process would otherwise
+            # decide whether this one is compiled. The case's sizes share the start: a reset
+            # between them discarded the earlier sizes' programs, which their next serve
+            # compiled again, then for dynamic shapes (TorchPrepared's dynamic=False).
+            # A frozen prefix is a second Sequence: its programs count against the same code.
+            programs = len(batches) * (2 if model.frozen else 1)
+            limit = torch._dynamo.config.recompile_limit
+            if programs > limit:
+                raise Unsupported(f"{len(batches)} batch sizes of one compiled network need "
+                                  f"{programs} programs of one function; torch.compile compiles "
+                                  f"one at most {limit} times (recompile_limit), then runs it "
+                                  f"uncompiled")
             torch.compiler.reset()
-        return TorchPrepared(self, model, weights, batch, case, variant)
+        return [TorchPrepared(self, model, weights, batch, case, variant) for batch in batches]
 
     def reapply(self, case: CaseConfig) -> None:
         variant = self.resolve_variant(case.variant)

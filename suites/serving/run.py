@@ -237,19 +237,21 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
         # Copies (select), never views of the query set: an adapter may keep and write
         # into the arrays it is given.
         weights = canonical_weights(model, config.seed)
-        prepared = adapter.prepare(model, weights, select(samples, range(batch)), case)
+        # Server's smaller allowed sizes are prepared with the full one, as one case
+        # (Adapter.prepare_sizes: no size's compiled program discarded by the next's).
+        sizes = list(config.server_batch_sizes) if scenario.name == "Server" else []
+        prepared, *others = adapter.prepare_sizes(
+            model, weights, [select(samples, range(n)) for n in [batch, *sizes]], case)
+        smaller.update(zip(sizes, others, strict=True))
         first_s, expected_s = _warm_up(prepared, select(samples, range(batch)), config.warmup)
         serving["first_serve_ms"] = first_s * 1e3
         serving["settings"] = recorded(scenario, config, expected_s)
         alone_s = expected_s
         if scenario.name == "Server":
-            # The smaller allowed sizes, each prepared and warmed up as the full one; a lone
-            # sample's unloaded latency is the smallest one's fastest serve.
-            warm = {}
-            for size in config.server_batch_sizes:
-                smaller[size] = adapter.prepare(model, weights, select(samples, range(size)),
-                                                case)
-                warm[size] = _warm_up(smaller[size], select(samples, range(size)), config.warmup)
+            # Each smaller size warmed up as the full one; a lone sample's unloaded latency
+            # is the smallest one's fastest serve.
+            warm = {size: _warm_up(smaller[size], select(samples, range(size)), config.warmup)
+                    for size in sizes}
             if warm:
                 alone_s = warm[min(warm)][1]
                 serving["settings"]["fastest_warmup_batch_ms_by_size"] = {

@@ -237,6 +237,49 @@ def test_compiled_generation_matches_float64_and_compiles_each_pass_once(adapter
     assert counters["stats"]["unique_graphs"] == 2 and not counters["recompiles"]
 
 
+def test_a_server_s_batch_sizes_keep_one_static_program_each(adapter):
+    """A Server's allowed batch sizes under torch.compile, prepared as one case
+    (``prepare_sizes``, as suites/serving/run.py does) and served: one static program per
+    size, and serving them all again compiles nothing. Prepared one by one, each
+    preparation cleared torch.compile's state, so the next serve at an earlier size compiled
+    again, then for a dynamic batch (2 <= N <= 15), and the sizes after it ran that one
+    symbolic-batch program: 3 programs, not 4."""
+    from torch._dynamo.utils import counters
+
+    from suites.serving.sut import select
+    model = get_model("lenet_tiny")
+    samples = make_batch(model, 8)
+    sizes = [8, 1, 2, 4]
+    prepared = adapter.prepare_sizes(model, canonical_weights(model),
+                                     [select(samples, range(n)) for n in sizes],
+                                     CaseConfig(variant="compile"))
+    try:
+        counters.clear()
+        for each, n in zip(prepared, sizes, strict=True):
+            each.serve(select(samples, range(n)))
+        assert counters["stats"]["unique_graphs"] == len(sizes)
+        counters.clear()
+        for each, n in reversed(list(zip(prepared, sizes, strict=True))):
+            assert each.serve(select(samples, range(n))).shape[0] == n
+        assert not counters["recompiles"] and not counters["stats"]["unique_graphs"]
+    finally:
+        for each in prepared:
+            each.close()
+
+
+def test_more_batch_sizes_than_torch_compiles_are_unsupported(adapter):
+    """Past recompile_limit programs of one function torch.compile runs it uncompiled: a
+    case that would need more is refused, never timed eager under a compiled name."""
+    from suites.serving.sut import select
+    model = get_model("lenet_tiny")
+    samples = make_batch(model, 9)
+    limit = torch._dynamo.config.recompile_limit
+    with pytest.raises(Unsupported, match="recompile_limit"):
+        adapter.prepare_sizes(model, canonical_weights(model),
+                              [select(samples, range(n)) for n in range(1, limit + 2)],
+                              CaseConfig(variant="compile"))
+
+
 def test_cuda_graph_generation_marks_its_cache_static(adapter):
     """compile_reduce_overhead's generator marks every key and value cache and its
     positions static inputs, the tensors its CUDA graphs write in place or read by address.

@@ -352,6 +352,32 @@ def test_a_bound_no_qps_meets_is_a_failed_row_that_says_why(tmp_path):
     assert "result" not in row.serving
 
 
+class SizesRecorded(NumpyAdapter):
+    def __init__(self):
+        super().__init__()
+        self.calls: list[list[int]] = []
+
+    def prepare(self, model, weights, batch, case):
+        self.calls.append([batch.size])
+        return super().prepare(model, weights, batch, case)
+
+    def prepare_sizes(self, model, weights, batches, case):
+        self.calls.append([batch.size for batch in batches])
+        return [NumpyAdapter.prepare(self, model, weights, batch, case) for batch in batches]
+
+
+def test_a_server_prepares_its_batch_sizes_as_one_case(tmp_path):
+    """The full batch and every smaller allowed size in one ``prepare_sizes``: prepared one
+    by one, PyTorch's ``prepare`` started each afresh and discarded the sizes before it
+    (tests/adapters/test_torch.py). A bound no lone sample meets: no LoadGen run."""
+    adapter = SizesRecorded()
+    config = ServingConfig(**{**SERVER.__dict__, "server_latency_bound_ms": 1e-3,
+                              "server_batch_sizes": (1, 2)})
+    row = run_server(tmp_path, adapter, config)
+    assert adapter.calls == [[4, 1, 2]]
+    assert set(row.serving["settings"]["fastest_warmup_batch_ms_by_size"]) == {"1", "2", "4"}
+
+
 def test_a_server_that_crashes_mid_run_is_a_failed_row_and_the_next_case_runs(tmp_path):
     row = run_server(tmp_path, NumpyAdapter(fail_after=5))
     assert row.status == "failed"
