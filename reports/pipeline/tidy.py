@@ -14,12 +14,16 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from models.analysis import analyse
 from models.measures import (
+    GENERATE,
     MEASURE_TIMING_FIELDS,
     NO_DEVICE_WORK,
+    SERVE,
     device_above_wall_reason,
     device_exceeds_wall,
 )
+from models.zoo import UnknownModel, get_model
 from reports.pipeline.load import Loaded
 from suites.instruments.kernel_trace import dominant_family  # plain data: no framework, no cupti
 from suites.rows.keys import cpu_label
@@ -191,12 +195,27 @@ def host_columns(timing: dict) -> dict:
                              else bool(device < LAUNCH_BOUND_SHARE * wall) if both else None)}
 
 
+def zoo_info(model: str) -> dict:
+    """``model_info`` as the runner writes it, from the zoo's definition ({} where the zoo
+    no longer has the model), for a row written without it: a case whose worker died
+    before it built the model (the runner's row), which belongs in its family's section and
+    tables all the same. Serve and generate rows have none, and their own section."""
+    try:
+        found = get_model(model)
+        stats = analyse(found)
+    except (UnknownModel, ValueError):
+        return {}
+    return {"family": found.family, "params": stats.params, "flops_per_example": stats.flops,
+            "input_shape": list(stats.input_shape)}
+
+
 def flatten(raw) -> dict:
     data = raw.data
     settings = data.get("settings") or {}
     timing = data.get("timing") or {}
     memory = data.get("memory") or {}
-    info = data.get("model_info") or {}
+    info = data.get("model_info") or ({} if data.get("measure") in (SERVE, GENERATE)
+                                      else zoo_info(_text(data.get("model"))))
     env = data.get("env") or {}
     row = {
         "case_id": _text(data.get("case_id")), "suite": _text(data.get("suite")),

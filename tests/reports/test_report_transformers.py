@@ -47,7 +47,11 @@ def report(tmp_path_factory):
     gpt2_train = row("gpt2", 8, "train_step", "gpu", 100.0, seq_len=1024, energy_j=30.0,
                      attention=FLASH, peak_bytes=40 * 2**30)
     gpt2_train["timing"]["optimizer"] = ADAMW
-    rows = [gpt2_train,
+    # A case whose worker died before building the model: the runner's row, no model_info.
+    died = row("gpt2:s=16384", 1, "forward", "gpu", None, seq_len=16384, status="failed",
+               reason="worker process died (it was killed by SIGABRT)")
+    del died["model_info"]
+    rows = [gpt2_train, died,
             row("vit_b16", 128, "forward", "gpu", 50.0, energy_j=20.0, attention=FLASH),
             row("gpt2:s=4096", 2, "forward", "gpu", None, seq_len=4096, status="oom",
                 reason="CUDA out of memory. Tried to allocate 12.00 GiB"),
@@ -119,7 +123,10 @@ def test_a_padded_batch_counts_the_tokens_and_flops_of_its_padded_length(report)
 
 
 def test_transformer_rows_stay_out_of_the_practice_section(report):
+    """Also the row written without model_info: its family is the zoo's."""
     assert all(s.key != "practice" for s in report.sections)
+    got = cells_of(table(report, f"gpt2:s=16384 on {GPU}"))
+    assert got["Median (ms)"].startswith("failed") and got["Tokens/s"] == "—"
 
 
 def test_the_training_steps_optimizer_is_named(report):
