@@ -765,7 +765,7 @@ class TorchAdapter(Adapter):
             # Sequence.forward, so earlier cases in the worker's process would otherwise
             # decide whether this one is compiled. The case's sizes share the start: a reset
             # between them discarded the earlier sizes' programs, which their next serve
-            # compiled again, then for dynamic shapes (TorchPrepared's dynamic=False).
+            # compiled again (for dynamic shapes, before TorchPrepared's dynamic=False).
             # A frozen prefix is a second Sequence: its programs count against the same code.
             programs = len(batches) * (2 if model.frozen else 1)
             limit = torch._dynamo.config.recompile_limit

@@ -9,6 +9,7 @@ superseded is reported.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -195,11 +196,13 @@ def host_columns(timing: dict) -> dict:
                              else bool(device < LAUNCH_BOUND_SHARE * wall) if both else None)}
 
 
+@functools.cache
 def zoo_info(model: str) -> dict:
     """``model_info`` as the runner writes it, from the zoo's definition ({} where the zoo
     no longer has the model), for a row written without it: a case whose worker died
     before it built the model (the runner's row), which belongs in its family's section and
-    tables all the same. Serve and generate rows have none, and their own section."""
+    tables all the same. Serve and generate rows have none, and their own section. Cached
+    per model: read it, never change it."""
     try:
         found = get_model(model)
         stats = analyse(found)

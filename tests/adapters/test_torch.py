@@ -240,10 +240,11 @@ def test_compiled_generation_matches_float64_and_compiles_each_pass_once(adapter
 def test_a_server_s_batch_sizes_keep_one_static_program_each(adapter):
     """A Server's allowed batch sizes under torch.compile, prepared as one case
     (``prepare_sizes``, as suites/serving/run.py does) and served: one static program per
-    size, and serving them all again compiles nothing. Prepared one by one, each
-    preparation cleared torch.compile's state, so the next serve at an earlier size compiled
-    again, then for a dynamic batch (2 <= N <= 15), and the sizes after it ran that one
-    symbolic-batch program: 3 programs, not 4."""
+    size, and serving them all again compiles nothing. By default torch compiles a later
+    shape of one function for a dynamic batch (size 1 stays specialised) and serves the
+    sizes after it from that program: 3 programs here, not 4. (Prepared one by one, each
+    preparation also cleared torch.compile's state, discarding the sizes before it:
+    tests/serving/test_server.py.)"""
     from torch._dynamo.utils import counters
 
     from suites.serving.sut import select
