@@ -66,14 +66,12 @@ from suites.harness.events import (
 )
 from suites.harness.job import WorkerJob
 from suites.harness.kept_jobs import KeptJob, KeptJobs, KeptKey
-from suites.instruments.environment import host_environment, limit_cpus
+from suites.instruments.environment import gpu_placement, host_environment, limit_cpus
 from suites.rows.results import DEVICE_TIME, FINGERPRINT, CaseKey, OutputError, ResultsFile, Row, Settings
 
 # The runner's pid: a worker whose runner dies (SIGKILL) ends too, so that no orphan goes
 # on appending rows beside a resumed run.
 PARENT_PID = "DLBENCH_RUNNER_PID"
-# How many lanes of a several-GPU matrix ran side by side (suites/matrix/lanes.py sets it).
-MATRIX_LANES = "DLBENCH_MATRIX_LANES"
 # Test-only: a case whose id contains this string hangs (in a child process the worker
 # waits on, so the runner's time limit has a whole process tree to kill).
 INJECT_HANG = "DLBENCH_INJECT_HANG"
@@ -645,22 +643,6 @@ def serve(lines: Iterable[str]) -> None:
             worker.switch_to(plan)
         worker.run()
         emit(PlanDone())
-
-
-def gpu_placement(monitor) -> dict[str, Any]:
-    """Which GPU and CPUs a GPU worker ran on: its GPU's UUID (NVML), CUDA_VISIBLE_DEVICES,
-    its CPUs where confined to some of the host's (a lane of a several-GPU matrix:
-    suites/matrix/lanes.py, which also says how many lanes ran side by side)."""
-    placement: dict[str, Any] = {
-        "gpu_uuid": monitor.uuid() if monitor is not None else None,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-    if hasattr(os, "sched_getaffinity"):
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) < (os.cpu_count() or len(cpus)):
-            placement["cpu_affinity"] = cpus
-    if os.environ.get(MATRIX_LANES, "").isdigit():
-        placement["matrix_lanes"] = int(os.environ[MATRIX_LANES])
-    return placement
 
 
 def die_with_parent(expected: int) -> None:

@@ -169,6 +169,26 @@ def host_id() -> str:
     return name
 
 
+# How many lanes of a several-GPU matrix ran side by side (suites/matrix/lanes.py sets it).
+MATRIX_LANES = "DLBENCH_MATRIX_LANES"
+
+
+def gpu_placement(monitor) -> dict[str, Any]:
+    """Which GPU and CPUs a GPU worker ran on: its GPU's UUID (NVML), CUDA_VISIBLE_DEVICES,
+    its CPUs where confined to some of the host's (a lane of a several-GPU matrix:
+    suites/matrix/lanes.py, which also says how many lanes ran side by side)."""
+    placement: dict[str, Any] = {
+        "gpu_uuid": monitor.uuid() if monitor is not None else None,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if hasattr(os, "sched_getaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < (os.cpu_count() or len(cpus)):
+            placement["cpu_affinity"] = cpus
+    if os.environ.get(MATRIX_LANES, "").isdigit():
+        placement["matrix_lanes"] = int(os.environ[MATRIX_LANES])
+    return placement
+
+
 def host_environment(threads: int, affinity: list[int]) -> dict[str, Any]:
     return {
         "host": host_id(),                # hostname + machine-id hash: see host_id()

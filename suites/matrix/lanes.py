@@ -37,7 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from suites.harness.runner import BUDGET_EXIT
 from suites.harness.spec import SuiteError
-from suites.harness.worker import MATRIX_LANES
+from suites.instruments.environment import MATRIX_LANES
 from suites.matrix.estimate import minutes
 from suites.matrix.lane_plan import Lane, Schedule, Task, cpu_list_text, next_task, parse_cpu_list
 

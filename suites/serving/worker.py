@@ -80,9 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=Path, required=True)
     args = parser.parse_args(argv)
 
+    from suites.instruments.environment import gpu_placement, host_environment, limit_cpus
+    # Pinned before a framework starts, as the suites' workers are: JAX on a CPU obeys only
+    # its affinity mask, and one mask for every framework keeps their thread budgets equal.
+    affinity = limit_cpus(args.threads) if args.device == "cpu" else []
     from adapters.base import DeviceUnavailable, RunConfig
     from adapters.registry import load_registry
-    from suites.instruments.environment import host_environment
     from suites.serving.sut import one_line
     try:
         import mlperf_loadgen as lg
@@ -90,8 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, DeviceUnavailable) as error:
         emit("fatal", reason=one_line(error))
         return 2
-    env = {**host_environment(args.threads, []), **adapter.environment(),
+    env = {**host_environment(args.threads, affinity), **adapter.environment(),
            "framework": args.framework, "loadgen": getattr(lg, "__version__", "")}
+    if args.device == "gpu":
+        # Which GPU and CPUs served: two frameworks on one host's two GPUs share its CPUs'
+        # caches and memory, and a launch-bound serve follows the CPU it runs on.
+        from suites.instruments.device_state import open_monitor
+        env.update(gpu_placement(open_monitor(args.device)[0]))
     emit("ready", env=env)
 
     from suites.serving.generate import GenerateConfig, generate_case

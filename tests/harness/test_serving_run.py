@@ -57,6 +57,8 @@ def test_a_serving_suite_runs_into_the_results_folder_the_report_reads(tmp_path,
                                                            ("ColdStart", "ok")]
     served = rows[0]["serving"]
     assert served["result"]["valid"] and served["check"]["passed"]
+    # The worker was pinned to the suite's 2 threads' CPUs before the framework started.
+    assert rows[0]["env"]["cpu_affinity"] == sorted(os.sched_getaffinity(0))[:2]
     assert "unknown scenario 'Bursty'" in rows[1]["reason"]
     logs = folder / "loadgen" / "fake"
     assert any(p.name == "mlperf_log_summary.txt" for p in logs.rglob("*"))
@@ -203,6 +205,9 @@ def test_a_serve_that_never_returns_is_a_failed_row_and_the_next_case_runs(tmp_p
                                         "preparing the model and its warm-up serves; its last "
                                         "words: fake: preparing resnet_tiny b1")
     assert rows[2]["serving"]["check"]["passed"] and rows[2]["serving"]["result"]["valid"]
+    # A GPU row says where it served (no NVML here: no UUID).
+    assert rows[2]["env"]["cuda_visible_devices"] == os.environ.get("CUDA_VISIBLE_DEVICES")
+    assert "gpu_uuid" in rows[2]["env"]
     slow = rows[3]
     assert slow["serving"]["settings"]["loadgen_run_deadline_s"] == 1.2
     assert slow["serving"]["result"]["valid"] and slow["wall_s"] > 1.2
