@@ -242,6 +242,30 @@ def _duration(row: dict[str, Any]) -> str:
     return f"{low / 1e3:g}–{high / 1e3:g} s" if high is not None else f"≥ {low / 1e3:g} s"
 
 
+def _batcher_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The Server batcher's settings in words, one note per distinct setting; where the rows
+    differ (a folder that merges runs of two commits), each note names the frameworks whose
+    rows it describes."""
+    by_note: dict[str, set[str]] = {}
+    for row in rows:
+        s = _settings(row)
+        if not {"server_max_batch", "server_batch_timeout_ms", "server_search_runs"} <= set(s):
+            continue
+        note = (f"Server's batcher: up to {s['server_max_batch']} samples per serve call, a "
+                f"short batch sent after {s['server_batch_timeout_ms']:g} ms"
+                + (f", padded to the smallest of sizes "
+                   f"{', '.join(str(n) for n in s['server_batch_sizes'])} that holds it"
+                   if s.get("server_batch_sizes") else "")
+                + f"; the search: at most {s['server_search_runs']} LoadGen runs"
+                + (f" and {s['server_search_seconds']:g} s of them"
+                   if "server_search_seconds" in s else ""))
+        by_note.setdefault(note, set()).add(row["framework"])
+    if len(by_note) < 2:
+        return list(by_note)
+    return [f"{note} ({', '.join(sorted(frameworks))} rows)"
+            for note, frameworks in sorted(by_note.items())]
+
+
 def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
     device, hardware, model, scenario = key
     heads = HEADLINE_COLUMNS.get(scenario, ())
@@ -258,17 +282,7 @@ def _table(rows: list[dict[str, Any]], key: tuple[str, str, str, str]) -> Table:
                      *((gc_cell(row),) if with_gc else ()), check_cell(row), status))
     notes = sorted({row["serving"]["timing"] for row in rows if row["serving"].get("timing")})
     if scenario == "Server":
-        notes += sorted({
-            f"Server's batcher: up to {s['server_max_batch']} samples per serve call, a short "
-            f"batch sent after {s['server_batch_timeout_ms']:g} ms"
-            + (f", padded to the smallest of sizes "
-               f"{', '.join(str(n) for n in s['server_batch_sizes'])} that holds it"
-               if s.get("server_batch_sizes") else "")
-            + "; the search: at most "
-            f"{s['server_search_runs']} LoadGen runs"
-            + (f" and {s['server_search_seconds']:g} s of them" if "server_search_seconds" in s
-               else "") for s in map(_settings, rows)
-            if {"server_max_batch", "server_batch_timeout_ms", "server_search_runs"} <= set(s)})
+        notes += _batcher_notes(rows)
         notes.append("QPS at p99 ≤ bound: the largest target QPS that LoadGen called VALID; "
                      "failed at QPS: the smallest target above it that was not VALID. The "
                      "largest rate that meets the bound lies between the two; the search "

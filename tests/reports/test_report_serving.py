@@ -229,3 +229,25 @@ def test_the_server_note_names_the_prepared_sizes_where_the_rows_recorded_them(t
         path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert any(", padded to the smallest of sizes 1, 2, 4, 8 that holds it; the search: at most "
                in note for note in server_notes(copy))
+
+
+def test_server_notes_that_differ_between_rows_name_the_frameworks_they_describe(tmp_path):
+    """A folder that merges two commits' rows (one batcher with sizes, one without) gives
+    one note per setting, each naming whose rows it describes; one setting names none."""
+    copy = tmp_path / "rows"
+    shutil.copytree(ROWS, copy)
+    [torch_rows] = copy.rglob("torch_cpu.jsonl")
+    rows = [json.loads(line) for line in torch_rows.read_text().splitlines()]
+    for row in rows:
+        if row["scenario"] == "Server" and row["serving"].get("settings"):
+            row["serving"]["settings"]["server_batch_sizes"] = [1, 2, 4, 8]
+    torch_rows.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    [server] = [t for t in serving_tables(serve_rows(tidy.tidy(load([copy])).frame))
+                if " — Server (" in t.title]
+    notes = [n for n in server.notes if n.startswith("Server's batcher")]
+    assert len(notes) == 2
+    assert [n.endswith("(torch rows)") for n in notes] == ["sizes 1, 2, 4, 8" in n for n in notes]
+    assert sum(n.endswith("(ort rows)") for n in notes) == 1
+    [same] = [t for t in serving_tables(serve_rows(tidy.tidy(load([ROWS])).frame))
+              if " — Server (" in t.title]
+    assert not any(n.endswith("rows)") for n in same.notes if n.startswith("Server's batcher"))
