@@ -15,6 +15,7 @@ budget, the batch, the framework's version, the device model) is listed beside e
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -91,9 +92,23 @@ class ServingPair:
         mine, theirs = figure(self.yours), figure(self.reference)
         return mine / theirs if self.figure.lower_is_better else theirs / mine
 
+    @property
+    def core_ratio(self) -> float | None:
+        """Your host's single-core probe time / the reference host's, each taken before
+        the case's first LoadGen run (above 1: your core ran it slower); None where a row
+        carries no probe."""
+        mine, theirs = core_probe_ms(self.yours), core_probe_ms(self.reference)
+        return mine / theirs if mine and theirs else None
+
     def differs(self) -> tuple[str, ...]:
         return tuple(f"{LABELS[k]} {self.yours[k] or '—'} vs {self.reference[k] or '—'}"
                      for k, _ in MATCH_WEIGHTS if self.yours[k] != self.reference[k])
+
+
+def core_probe_ms(row: dict[str, Any]) -> float | None:
+    """The row's single-core probe (suites/instruments/host_probe.py probe_summary)."""
+    value = (row["serving"].get("host_probe") or {}).get("core_ms")
+    return value if isinstance(value, (int, float)) and value > 0 else None
 
 
 def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -145,11 +160,12 @@ def serving_table(pairs: list[ServingPair]) -> Table:
                      Cell(_value(figure(y), p.figure), title=y["hardware"]),
                      Cell(_value(figure(r), p.figure), title=f"{r['hardware']}: {r['source']}"),
                      Cell(f"{p.time_ratio:.2f}×", emphasis="" if p.differs() else "bold"),
+                     Cell(f"{p.core_ratio:.2f}×" if p.core_ratio else "—"),
                      Cell("; ".join(p.differs()) or "—", kind="fail" if p.differs() else "")))
     return Table("compare-serving", "Serving beside the reference",
                  ("Model", "Scenario", "Framework", "Precision", "Device", "Headline",
-                  "Yours", "Reference", "Time ratio", "Settings that differ"), tuple(body),
-                 (False,) * 6 + (True,) * 3 + (False,),
+                  "Yours", "Reference", "Time ratio", "Core probe", "Settings that differ"),
+                 tuple(body), (False,) * 6 + (True,) * 4 + (False,),
                  notes=("Pairs: the same model, scenario, framework, variant, precision and "
                         "device kind; each side's row ok and, under LoadGen, VALID with its "
                         "answers within their float64 bound. Time ratio = your latency (or "
@@ -157,7 +173,12 @@ def serving_table(pairs: list[ServingPair]) -> Table:
                         "the reference's / yours: below 1× you are faster either way. One "
                         "LoadGen run a side: no interval. A Server QPS is the search's largest "
                         "VALID target, a lower bound on each side. Bold: every listed setting "
-                        "agrees.",))
+                        "agrees.",
+                        "Core probe: your host's single-core probe time / the reference host's "
+                        "(suites/instruments/host_probe.py), each taken before the case's first "
+                        "LoadGen run; above 1× your core ran it slower. A row bound by one "
+                        "thread launching kernels (batch 1, no compiled graph) follows it; "
+                        "'—' where a row carries no probe."))
 
 
 def section_parts(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
@@ -172,5 +193,16 @@ def section_parts(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
             f"scenario, framework, variant, precision and device kind: your time per answer "
             f"is {mean:.2f}× the reference's (geometric mean; "
             f"{min(ratios):.2f}× to {max(ratios):.2f}×)."
-            + (f" {unmatched} row(s) without one." if unmatched else ""))
+            + (f" {unmatched} row(s) without one." if unmatched else "")
+            + _core_sentence(pairs))
     return (text,), (serving_table(pairs),)
+
+
+def _core_sentence(pairs: list[ServingPair]) -> str:
+    """The hosts' single-core probes compared, where both sides carry them."""
+    ratios = [p.core_ratio for p in pairs if p.core_ratio]
+    if not ratios:
+        return ""
+    return (f" Your host's single-core probe took {statistics.median(ratios):.2f}× the "
+            f"reference host's (median "
+            f"over {len(ratios)} pairs): a launch-bound row moves with it.")

@@ -27,10 +27,12 @@ Both together take about 10 ms per repetition, outside the timed blocks.
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -110,3 +112,20 @@ def wakeup_us(cpus: list[int], round_trips: int = WAKEUP_ROUND_TRIPS) -> float |
 def run_probes() -> ProbeReading:
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     return ProbeReading(core_ms(), wakeup_us(cpus))
+
+
+# Readings behind a serving row's probe: five take about 50 ms, once per case.
+SERVING_READINGS = 5
+
+
+def probe_summary(readings: int = SERVING_READINGS,
+                  probe: Callable[[], ProbeReading] = run_probes) -> dict[str, Any]:
+    """The probes' medians over ``readings`` back-to-back readings, as a serving row keeps
+    them (taken after the warm-up, before LoadGen's first run): a latency bound by one
+    thread launching kernels follows the host's CPU, and two hosts' rows are read beside
+    their probes (reports/sections/compare_serving.py)."""
+    taken = [probe() for _ in range(readings)]
+    wakeups = [r.wakeup_us for r in taken if r.wakeup_us is not None]
+    return {"core_ms": statistics.median(r.core_ms for r in taken),
+            "wakeup_us": statistics.median(wakeups) if wakeups else None,
+            "readings": readings}

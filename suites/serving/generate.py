@@ -43,6 +43,7 @@ from models.families.transformer import context_length, not_a_decoder
 from models.inputs import Batch, make_batch
 from models.measures import GENERATE
 from models.weights import canonical_weights
+from suites.instruments.host_probe import probe_summary
 from suites.rows.results import CaseKey, Row
 from suites.serving import loadgen_log
 from suites.serving.run import Watch, no_watch, row_settings, run_loadgen
@@ -290,6 +291,7 @@ def generate_case(lg, adapter: Adapter, model_name: str, config: GenerateConfig,
         first_s, expected_s = _warm_up(generator, queries[0], config.new_tokens, config.warmup)
         serving["first_generation_ms"] = first_s * 1e3
         serving["fastest_warmup_generation_ms"] = expected_s * 1e3
+        serving["host_probe"] = probe_summary()
         logs = logs_root / key.id().replace("/", "_")
         serving["logs"] = str(logs)
         counted = CountedGenerator(generator)

@@ -40,6 +40,7 @@ from models.error_bounds import bounds
 from models.inputs import Batch, make_batch
 from models.measures import SERVE
 from models.weights import canonical_weights
+from suites.instruments.host_probe import probe_summary
 from suites.rows.results import CaseKey, Row, Settings
 from suites.serving import loadgen_log, search
 from suites.serving.collector import GcPauses
@@ -256,6 +257,7 @@ def serve_case(lg, adapter: Adapter, model_name: str, scenario_name: str, config
                 alone_s = warm[min(warm)][1]
                 serving["settings"]["fastest_warmup_batch_ms_by_size"] = {
                     **{str(n): t * 1e3 for n, (_, t) in warm.items()}, str(batch): expected_s * 1e3}
+        serving["host_probe"] = probe_summary()
         server = Server(prepared.serve, samples, batch, config.checked,
                         {n: p.serve for n, p in smaller.items()})
         logs = logs_root / key.id().replace("/", "_")

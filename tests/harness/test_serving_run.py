@@ -57,6 +57,8 @@ def test_a_serving_suite_runs_into_the_results_folder_the_report_reads(tmp_path,
                                                            ("ColdStart", "ok")]
     served = rows[0]["serving"]
     assert served["result"]["valid"] and served["check"]["passed"]
+    # The host's probes, taken before the run (suites/instruments/host_probe.py).
+    assert served["host_probe"]["core_ms"] > 0 and served["host_probe"]["readings"] == 5
     # The worker was pinned to the suite's 2 threads' CPUs before the framework started.
     assert rows[0]["env"]["cpu_affinity"] == sorted(os.sched_getaffinity(0))[:2]
     assert "unknown scenario 'Bursty'" in rows[1]["reason"]
@@ -133,6 +135,7 @@ def test_a_generation_group_runs_as_one_generate_row_per_model(tmp_path, fake, c
         ("gpt2_tiny", "generate", "ok"), ("lenet_tiny", "generate", "unsupported")]
     assert rows[0]["serving"]["check"]["greedy_matches"] == 8
     assert rows[0]["serving"]["generation"]["tokens_per_second"] > 0
+    assert rows[0]["serving"]["host_probe"]["core_ms"] > 0
     # Validating says first what running makes rows of.
     suite.write_text(suite.read_text().replace("prompt = 8", "prompt = 10"))
     assert main(["validate", str(suite)]) == 2

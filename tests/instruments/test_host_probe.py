@@ -7,7 +7,14 @@ import threading
 
 import pytest
 
-from suites.instruments.host_probe import core_ms, core_workload, run_probes, wakeup_us
+from suites.instruments.host_probe import (
+    ProbeReading,
+    core_ms,
+    core_workload,
+    probe_summary,
+    run_probes,
+    wakeup_us,
+)
 
 
 def test_the_core_probe_times_one_window_of_a_fixed_workload():
@@ -50,3 +57,11 @@ def test_a_thread_that_cannot_be_pinned_gives_no_figure_and_no_hang(monkeypatch)
     monkeypatch.setattr(os, "sched_setaffinity", refuse_for_other_threads)
     assert wakeup_us(sorted(mask)[:2], round_trips=5) is None
     assert os.sched_getaffinity(0) == mask
+
+
+def test_a_serving_rows_probe_is_the_median_of_its_readings():
+    readings = iter([ProbeReading(3.0, 40.0), ProbeReading(1.0, None), ProbeReading(2.0, 20.0)])
+    assert probe_summary(3, lambda: next(readings)) == {"core_ms": 2.0, "wakeup_us": 30.0,
+                                                         "readings": 3}
+    alone = iter([ProbeReading(1.5, None)] * 2)
+    assert probe_summary(2, lambda: next(alone))["wakeup_us"] is None

@@ -251,3 +251,42 @@ def test_server_notes_that_differ_between_rows_name_the_frameworks_they_describe
     [same] = [t for t in serving_tables(serve_rows(tidy.tidy(load([ROWS])).frame))
               if " — Server (" in t.title]
     assert not any(n.endswith("rows)") for n in same.notes if n.startswith("Server's batcher"))
+
+
+def test_each_pair_sets_the_hosts_single_core_probes_side_by_side(tmp_path):
+    """Reference rows that carry a core probe of 2 ms; yours the same rows, torch's with a
+    probe of 3 ms, ONNX Runtime's with none: torch's pairs say 1.50×, ONNX Runtime's '—',
+    and the paragraph gives the median over the pairs that have both."""
+    from reports import compare
+    from reports.sections.compare_serving import pair_serving
+
+    def copy_with(root: Path, host: str, core_ms: dict[str, float]) -> None:
+        for source in ROWS.rglob("*_cpu.jsonl"):
+            rows = [json.loads(line) for line in source.read_text().splitlines()]
+            for row in rows:
+                row["env"] = {**row["env"], "host": host}
+                fw = row["settings"]["framework"]
+                if row.get("serving") and fw in core_ms:
+                    row["serving"]["host_probe"] = {"core_ms": core_ms[fw], "wakeup_us": None,
+                                                    "readings": 5}
+            folder = root / "serving-trim" / host
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / source.name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    reference, mine = tmp_path / "reference", tmp_path / "results"
+    copy_with(reference, "refbox", {"torch": 2.0, "ort": 2.0})
+    copy_with(mine, "userbox", {"torch": 3.0})
+    loaded = load([mine, reference])
+    pairs, _ = pair_serving(*compare.split(loaded, (reference,)))
+    ratios = [p.core_ratio for p in pairs if p.yours["framework"] == "torch"]
+    assert ratios and all(r == pytest.approx(1.5) for r in ratios)
+    assert {p.core_ratio for p in pairs if p.yours["framework"] == "ort"} == {None}
+    text, tables = compare.section_parts(loaded, (reference,))
+    torch_pairs = sum(p.yours["framework"] == "torch" for p in pairs)
+    assert any(f"single-core probe took 1.50× the reference host's (median over {torch_pairs} "
+               "pairs)" in line for line in text)
+    [table] = [t for t in tables if t.key == "compare-serving"]
+    column = table.columns.index("Core probe")
+    cells = {(row[2].text.split()[0], row[column].text) for row in table.rows}
+    assert {framework for framework, _ in cells} == {"torch", "ort"}
+    assert all(text == ("1.50×" if framework == "torch" else "—") for framework, text in cells)
