@@ -9,7 +9,9 @@ generation's tokens/s, a cold start's seconds. A figure counts only where its ro
 and, for a LoadGen run, VALID with its answers within their float64 bound. One LoadGen run
 per side gives no interval, so a ratio here carries none, and a Server QPS is a lower bound
 on both sides (the search's largest VALID target). What may still differ (the thread
-budget, the batch, the framework's version, the device model) is listed beside each pair.
+budget, the batch, the framework's version, the device model, and the run's own settings:
+query counts, durations, the Server batcher's sizes and its search) is listed beside each
+pair.
 """
 
 from __future__ import annotations
@@ -59,6 +61,19 @@ KEY = ("model", "scenario", "framework", "variant", "precision", "device")
 MATCH_WEIGHTS = (("batch", 4), ("threads", 2), ("framework_version", 1), ("hardware", 1))
 LABELS = {"batch": "batch", "threads": "threads", "framework_version": "version",
           "hardware": "device"}
+# The serving settings that shape a run (suites/serving/scenarios.py ``recorded``,
+# generate.py), as the row's ``serving.settings`` holds them, with their labels: two rows
+# that differ in one ran different tests. What the harness measured or derived (the
+# warm-up's fastest serve, the search's start and floor, the deadlines) is left out.
+RUN_SETTINGS = {"min_query_count": "queries", "min_duration_ms": "min ms",
+                "max_duration_ms": "max ms", "performance_sample_count": "samples",
+                "server_max_batch": "max batch", "server_batch_sizes": "sizes",
+                "server_batch_timeout_ms": "batch timeout ms",
+                "server_target_latency_ms": "bound ms",
+                "server_target_latency_percentile": "bound percentile",
+                "server_search_runs": "search runs", "server_search_seconds": "search s",
+                "prompt_tokens": "prompt", "new_tokens": "new tokens", "prompts": "prompts",
+                "runs": "runs"}
 
 
 def _scenario(row: dict[str, Any]) -> str:
@@ -101,8 +116,25 @@ class ServingPair:
         return mine / theirs if mine and theirs else None
 
     def differs(self) -> tuple[str, ...]:
-        return tuple(f"{LABELS[k]} {self.yours[k] or '—'} vs {self.reference[k] or '—'}"
-                     for k, _ in MATCH_WEIGHTS if self.yours[k] != self.reference[k])
+        """The settings the two rows do not share: the row's own, then the run's."""
+        row = tuple(f"{LABELS[k]} {self.yours[k] or '—'} vs {self.reference[k] or '—'}"
+                    for k, _ in MATCH_WEIGHTS if self.yours[k] != self.reference[k])
+        mine, theirs = _run_settings(self.yours), _run_settings(self.reference)
+        run = tuple(f"{label} {_setting(mine.get(k))} vs {_setting(theirs.get(k))}"
+                    for k, label in RUN_SETTINGS.items() if mine.get(k) != theirs.get(k))
+        return row + run
+
+
+def _run_settings(row: dict[str, Any]) -> dict[str, Any]:
+    return row["serving"].get("settings") or {}
+
+
+def _setting(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def core_probe_ms(row: dict[str, Any]) -> float | None:

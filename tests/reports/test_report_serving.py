@@ -290,3 +290,28 @@ def test_each_pair_sets_the_hosts_single_core_probes_side_by_side(tmp_path):
     cells = {(row[2].text.split()[0], row[column].text) for row in table.rows}
     assert {framework for framework, _ in cells} == {"torch", "ort"}
     assert all(text == ("1.50×" if framework == "torch" else "—") for framework, text in cells)
+
+
+def test_a_pair_whose_runs_differ_names_the_run_settings_that_differ(tmp_path):
+    """Yours: ONNX Runtime's Server searched in 8 runs with sizes 1, 2, 4 and 8 where the
+    reference's searched in 4 with no sizes recorded: the pair names both, so its ratio is
+    not read as like for like; the pairs whose runs match name nothing."""
+    from reports import compare
+    from reports.sections.compare_serving import pair_serving
+
+    for root, host in ((tmp_path / "reference", "refbox"), (tmp_path / "results", "userbox")):
+        for source in ROWS.rglob("*_cpu.jsonl"):
+            rows = [json.loads(line) for line in source.read_text().splitlines()]
+            for row in rows:
+                row["env"] = {**row["env"], "host": host}
+                settings = (row.get("serving") or {}).get("settings")
+                if host == "userbox" and row["scenario"] == "Server" and settings:
+                    settings.update(server_search_runs=8, server_batch_sizes=[1, 2, 4, 8])
+            folder = root / "serving-trim" / host
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / source.name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = load([tmp_path / "results", tmp_path / "reference"])
+    pairs, _ = pair_serving(*compare.split(loaded, (tmp_path / "reference",)))
+    by = {(p.yours["framework"], p.yours["scenario"]): p for p in pairs}
+    assert by[("ort", "Server")].differs() == ("sizes 1,2,4,8 vs —", "search runs 8 vs 4")
+    assert all(p.differs() == () for key, p in by.items() if key[1] != "Server")
