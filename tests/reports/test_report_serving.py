@@ -315,3 +315,8 @@ def test_a_pair_whose_runs_differ_names_the_run_settings_that_differ(tmp_path):
     by = {(p.yours["framework"], p.yours["scenario"]): p for p in pairs}
     assert by[("ort", "Server")].differs() == ("sizes 1,2,4,8 vs —", "search runs 8 vs 4")
     assert all(p.differs() == () for key, p in by.items() if key[1] != "Server")
+    # The paragraph's mean is over the pairs whose settings all agree.
+    text, _ = compare.section_parts(loaded, (tmp_path / "reference",))
+    alike = sum(not p.differs() for p in pairs)
+    assert any(f"; in the {alike} whose settings all agree, your time per answer is 1.00×"
+               in line and "; 1 differ in a setting, named beside each." in line for line in text)
