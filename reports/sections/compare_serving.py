@@ -223,17 +223,13 @@ def section_parts(yours_frame: pd.DataFrame, reference_frame: pd.DataFrame
     text = (f"{len(pairs)} of your serving rows have a reference row of the same model, "
             f"scenario, framework, variant, precision and device kind"
             + (f"; in the {len(alike)} whose settings all agree, your time per answer is "
-               f"{_geomean(alike):.2f}× the reference's (geometric mean; "
+               f"{statistics.geometric_mean(alike):.2f}× the reference's (geometric mean; "
                f"{min(alike):.2f}× to {max(alike):.2f}×)" if alike else "")
             + (f"; {len(pairs) - len(alike)} differ in a setting, named beside each"
                if len(alike) < len(pairs) else "") + "."
             + (f" {unmatched} row(s) without one." if unmatched else "")
             + _core_sentence(pairs))
     return (text,), (serving_table(pairs),)
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _core_sentence(pairs: list[ServingPair]) -> str:
