@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,20 @@ from reports.render.build import build
 from reports.sections.serving import cdf_points, framework_styles, serve_rows, serving_tables
 
 ROWS = Path(__file__).resolve().parents[1] / "data" / "serving_rows"
+
+
+def rehosted(root: Path, host: str, edit: Callable[[dict], None] = lambda row: None) -> Path:
+    """ROWS' serving rows as host ``host`` would have written them under ``root``, each row
+    passed to ``edit`` first (a user's run beside a reference, or two hosts' references)."""
+    folder = root / "serving-trim" / host
+    folder.mkdir(parents=True, exist_ok=True)
+    for source in ROWS.rglob("*_cpu.jsonl"):
+        rows = [json.loads(line) for line in source.read_text().splitlines()]
+        for row in rows:
+            row["env"] = {**row["env"], "host": host}
+            edit(row)
+        (folder / source.name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -177,24 +192,20 @@ def test_your_serving_rows_are_compared_with_the_reference_s_by_their_headlines(
 
     reference = tmp_path / "published" / "cpu-ref"
     assert publish.main([str(ROWS), "--to", str(reference)]) == 0
-    mine = tmp_path / "results" / "serving-trim" / "userbox"
-    mine.mkdir(parents=True)
-    for source in ROWS.rglob("*_cpu.jsonl"):
-        rows = [json.loads(line) for line in source.read_text().splitlines()]
-        for row in rows:
-            row["env"] = {**row["env"], "host": "userbox"}
-            result = (row.get("serving") or {}).get("result") or {}
-            fw, scenario = row["settings"]["framework"], row["scenario"]
-            if fw == "torch" and scenario == "SingleStream":
-                result["percentiles_ms"]["90.00"] /= 2
-            if fw == "torch" and scenario == "Offline":
-                result["samples_per_second"] *= 2
-            if fw == "ort" and scenario == "Server":
-                row["settings"]["threads"] = 4
-            if fw == "ort" and scenario == "MultiStream":
-                result["valid"] = False
-        (mine / source.name).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    loaded = load([tmp_path / "results", reference])
+
+    def edit(row: dict) -> None:
+        result = (row.get("serving") or {}).get("result") or {}
+        fw, scenario = row["settings"]["framework"], row["scenario"]
+        if fw == "torch" and scenario == "SingleStream":
+            result["percentiles_ms"]["90.00"] /= 2
+        if fw == "torch" and scenario == "Offline":
+            result["samples_per_second"] *= 2
+        if fw == "ort" and scenario == "Server":
+            row["settings"]["threads"] = 4
+        if fw == "ort" and scenario == "MultiStream":
+            result["valid"] = False
+
+    loaded = load([rehosted(tmp_path / "results", "userbox", edit), reference])
     pairs, unmatched = pair_serving(*compare.split(loaded, (reference,)))
     by = {(p.yours["framework"], p.yours["scenario"]): p for p in pairs}
     assert sorted(by) == [("ort", "Offline"), ("ort", "Server"), ("ort", "SingleStream"),
@@ -260,22 +271,16 @@ def test_each_pair_sets_the_hosts_single_core_probes_side_by_side(tmp_path):
     from reports import compare
     from reports.sections.compare_serving import pair_serving
 
-    def copy_with(root: Path, host: str, core_ms: dict[str, float]) -> None:
-        for source in ROWS.rglob("*_cpu.jsonl"):
-            rows = [json.loads(line) for line in source.read_text().splitlines()]
-            for row in rows:
-                row["env"] = {**row["env"], "host": host}
-                fw = row["settings"]["framework"]
-                if row.get("serving") and fw in core_ms:
-                    row["serving"]["host_probe"] = {"core_ms": core_ms[fw], "wakeup_us": None,
-                                                    "readings": 5}
-            folder = root / "serving-trim" / host
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / source.name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    def probes(core_ms: dict[str, float]) -> Callable[[dict], None]:
+        def edit(row: dict) -> None:
+            fw = row["settings"]["framework"]
+            if row.get("serving") and fw in core_ms:
+                row["serving"]["host_probe"] = {"core_ms": core_ms[fw], "wakeup_us": None,
+                                                "readings": 5}
+        return edit
 
-    reference, mine = tmp_path / "reference", tmp_path / "results"
-    copy_with(reference, "refbox", {"torch": 2.0, "ort": 2.0})
-    copy_with(mine, "userbox", {"torch": 3.0})
+    reference = rehosted(tmp_path / "reference", "refbox", probes({"torch": 2.0, "ort": 2.0}))
+    mine = rehosted(tmp_path / "results", "userbox", probes({"torch": 3.0}))
     loaded = load([mine, reference])
     pairs, _ = pair_serving(*compare.split(loaded, (reference,)))
     ratios = [p.core_ratio for p in pairs if p.yours["framework"] == "torch"]
@@ -299,18 +304,14 @@ def test_a_pair_whose_runs_differ_names_the_run_settings_that_differ(tmp_path):
     from reports import compare
     from reports.sections.compare_serving import pair_serving
 
-    for root, host in ((tmp_path / "reference", "refbox"), (tmp_path / "results", "userbox")):
-        for source in ROWS.rglob("*_cpu.jsonl"):
-            rows = [json.loads(line) for line in source.read_text().splitlines()]
-            for row in rows:
-                row["env"] = {**row["env"], "host": host}
-                settings = (row.get("serving") or {}).get("settings")
-                if host == "userbox" and row["scenario"] == "Server" and settings:
-                    settings.update(server_search_runs=8, server_batch_sizes=[1, 2, 4, 8])
-            folder = root / "serving-trim" / host
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / source.name).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    loaded = load([tmp_path / "results", tmp_path / "reference"])
+    def searched_longer(row: dict) -> None:
+        settings = (row.get("serving") or {}).get("settings")
+        if row["scenario"] == "Server" and settings:
+            settings.update(server_search_runs=8, server_batch_sizes=[1, 2, 4, 8])
+
+    rehosted(tmp_path / "reference", "refbox")
+    loaded = load([rehosted(tmp_path / "results", "userbox", searched_longer),
+                   tmp_path / "reference"])
     pairs, _ = pair_serving(*compare.split(loaded, (tmp_path / "reference",)))
     by = {(p.yours["framework"], p.yours["scenario"]): p for p in pairs}
     assert by[("ort", "Server")].differs() == ("sizes 1,2,4,8 vs —", "search runs 8 vs 4")
